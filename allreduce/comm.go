@@ -1,0 +1,513 @@
+package allreduce
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Config describes one rank of one generation.
+type Config struct {
+	Rank, Size int
+	Generation uint64
+	// Store is where ranks publish and find each other's addresses.
+	Store Store
+	// ListenAddr is the local address to listen on; default "127.0.0.1:0".
+	ListenAddr string
+	// AdvertiseHost is the host peers dial; default: the host of ListenAddr, which must then
+	// be a specific address rather than 0.0.0.0 or [::].
+	AdvertiseHost string
+	// Timeout bounds every wait on a peer: connection setup, and how long an operation waits
+	// for the next chunk before declaring the peer lost (a hung process). Default 30s.
+	Timeout time.Duration
+	// ChunkBytes is the pipelining unit of the ring; default 256 KiB.
+	ChunkBytes int
+	// SmallBytes is the largest message reduced by recursive doubling instead of the ring;
+	// default 64 KiB.
+	SmallBytes int
+	// Secret, when set, authenticates connections between ranks (HMAC-SHA256 of the hello).
+	Secret []byte
+	// Logger receives connection-level events; nil discards them.
+	Logger *slog.Logger
+}
+
+const (
+	defaultTimeout    = 30 * time.Second
+	defaultChunkBytes = 256 << 10
+	defaultSmallBytes = 64 << 10
+)
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.Size < 1:
+		return fmt.Errorf("allreduce config: Size %d: must be at least 1", c.Size)
+	case c.Rank < 0 || c.Rank >= c.Size:
+		return fmt.Errorf("allreduce config: Rank %d: must be in [0, %d)", c.Rank, c.Size)
+	case c.Store == nil && c.Size > 1:
+		return errors.New("allreduce config: Store is nil: ranks need a rendezvous store to find each other")
+	case c.Timeout < 0:
+		return fmt.Errorf("allreduce config: Timeout %v: must not be negative", c.Timeout)
+	case c.ChunkBytes < 0 || (c.ChunkBytes > 0 && c.ChunkBytes < 64):
+		return fmt.Errorf("allreduce config: ChunkBytes %d: must be at least 64 (0 for the default)", c.ChunkBytes)
+	case c.ChunkBytes > 64<<20:
+		return fmt.Errorf("allreduce config: ChunkBytes %d: must be at most 64 MiB", c.ChunkBytes)
+	case c.SmallBytes < 0:
+		return fmt.Errorf("allreduce config: SmallBytes %d: must not be negative", c.SmallBytes)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.ListenAddr == "" {
+		c.ListenAddr = "127.0.0.1:0"
+	}
+	if c.Timeout == 0 {
+		c.Timeout = defaultTimeout
+	}
+	if c.ChunkBytes == 0 {
+		c.ChunkBytes = defaultChunkBytes
+	}
+	c.ChunkBytes &^= 7 // whole elements of every dtype
+	if c.SmallBytes == 0 {
+		c.SmallBytes = defaultSmallBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Comm is one rank's communicator for one generation. Its operations must be called in the
+// same order on every rank; they are serialised, so concurrent calls wait for each other.
+type Comm struct {
+	cfg   Config
+	log   *slog.Logger
+	peers []*peer // indexed by rank; nil for ranks this rank has no connection to
+	addr  string
+
+	opMu    sync.Mutex // serialises operations
+	seq     uint64     // guarded by opMu
+	scratch []byte     // guarded by opMu
+
+	mu     sync.Mutex
+	cause  error // why the running operation was interrupted (ctx, Close)
+	err    error // sticky failure
+	closed bool
+}
+
+type peer struct {
+	rank   int
+	addr   string
+	conn   *net.TCPConn
+	whdr   [headerLen]byte // used only by the one goroutine writing to this peer
+	rhdr   [headerLen]byte // used only by the one goroutine reading from this peer
+	broken bool            // a write stopped mid-frame: no further frame may be sent
+}
+
+func addrKey(gen uint64, rank int) string {
+	return fmt.Sprintf("allreduce/g%d/addr/%d", gen, rank)
+}
+
+// New builds the communicator: it listens, publishes its address under a key scoped by the
+// generation, and connects to its peers (the higher rank of each pair dials). It returns when
+// every connection is up, or with an error when ctx ends or Config.Timeout passes first.
+func New(ctx context.Context, cfg Config) (*Comm, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	c := &Comm{
+		cfg:   cfg,
+		log:   cfg.Logger.With("rank", cfg.Rank, "generation", cfg.Generation),
+		peers: make([]*peer, cfg.Size),
+	}
+	if cfg.Size == 1 {
+		return c, nil
+	}
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("allreduce: listen on %s: %w", cfg.ListenAddr, err)
+	}
+	host := cfg.AdvertiseHost
+	if host == "" {
+		h, _, _ := net.SplitHostPort(cfg.ListenAddr)
+		if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+			ln.Close()
+			return nil, fmt.Errorf("allreduce: listening on %s, all interfaces: set AdvertiseHost to the address peers should dial", cfg.ListenAddr)
+		}
+		host = h
+	}
+	c.addr = net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	if err := cfg.Store.Set(ctx, addrKey(cfg.Generation, cfg.Rank), []byte(c.addr)); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("allreduce: publish address: %w", err)
+	}
+	if err := c.connect(ctx, ln); err != nil {
+		c.closeConns()
+		return nil, fmt.Errorf("allreduce: rank %d of %d, generation %d: %w", cfg.Rank, cfg.Size, cfg.Generation, err)
+	}
+	c.log.Debug("communicator ready", "addr", c.addr, "peers", c.peerRanks())
+	return c, nil
+}
+
+// neighbours lists the ranks that rank r exchanges data with: its ring neighbours and its
+// recursive-doubling partners. The relation is symmetric.
+func neighbours(r, n int) []int {
+	if n < 2 {
+		return nil
+	}
+	set := map[int]bool{(r + 1) % n: true, (r + n - 1) % n: true}
+	p := pow2Floor(n)
+	if r >= p {
+		set[r-p] = true
+	} else {
+		if r+p < n {
+			set[r+p] = true
+		}
+		for k := 1; k < p; k <<= 1 {
+			set[r^k] = true
+		}
+	}
+	var out []int
+	for q := range n {
+		if set[q] {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+func pow2Floor(n int) int {
+	p := 1
+	for p*2 <= n {
+		p *= 2
+	}
+	return p
+}
+
+func (c *Comm) peerRanks() []int {
+	var rs []int
+	for _, p := range c.peers {
+		if p != nil {
+			rs = append(rs, p.rank)
+		}
+	}
+	return rs
+}
+
+// connect accepts the higher-ranked neighbours and dials the lower-ranked ones.
+func (c *Comm) connect(ctx context.Context, ln net.Listener) error {
+	var dial []int
+	accept := map[int]bool{}
+	for _, q := range neighbours(c.cfg.Rank, c.cfg.Size) {
+		if q < c.cfg.Rank {
+			dial = append(dial, q)
+		} else {
+			accept[q] = true
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	got := make(chan *peer)
+	errc := make(chan error, len(dial))
+	var wg sync.WaitGroup
+	var pendingMu sync.Mutex
+	pending := map[net.Conn]bool{} // accepted connections still in their hello
+	offer := func(p *peer) {
+		select {
+		case got <- p:
+		case <-ctx.Done():
+			p.conn.Close()
+		}
+	}
+
+	wg.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			pendingMu.Lock()
+			pending[conn] = true
+			pendingMu.Unlock()
+			wg.Go(func() {
+				p, err := c.acceptHello(conn.(*net.TCPConn), accept)
+				pendingMu.Lock()
+				delete(pending, conn)
+				pendingMu.Unlock()
+				if err != nil {
+					// A stranger or a rank of another generation: tell it why, keep waiting.
+					c.log.Warn("refused connection", "remote", conn.RemoteAddr().String(), "err", err)
+					refuse(conn, c.cfg.Rank, err)
+					return
+				}
+				offer(p)
+			})
+		}
+	})
+	for _, q := range dial {
+		wg.Go(func() {
+			p, err := c.dial(ctx, q)
+			if err != nil {
+				errc <- err
+				return
+			}
+			offer(p)
+		})
+	}
+
+	var err error
+	for need := len(dial) + len(accept); need > 0 && err == nil; {
+		select {
+		case p := <-got:
+			if c.peers[p.rank] != nil {
+				p.conn.Close()
+				err = fmt.Errorf("two connections claim rank %d", p.rank)
+				continue
+			}
+			c.peers[p.rank] = p
+			need--
+		case err = <-errc:
+		case <-ctx.Done():
+			err = fmt.Errorf("waiting for peers %v: %w", c.missing(), context.Cause(ctx))
+		}
+	}
+	// Stop the accept loop, the dialers and the hellos in progress, and wait for them all.
+	cancel()
+	ln.Close()
+	pendingMu.Lock()
+	for conn := range pending {
+		conn.Close()
+	}
+	pendingMu.Unlock()
+	wg.Wait()
+	return err
+}
+
+// missing lists the neighbours not connected yet.
+func (c *Comm) missing() []int {
+	var rs []int
+	for _, q := range neighbours(c.cfg.Rank, c.cfg.Size) {
+		if c.peers[q] == nil {
+			rs = append(rs, q)
+		}
+	}
+	return rs
+}
+
+func (c *Comm) helloHeader(rank int) header {
+	h := header{kind: kindHello, gen: c.cfg.Generation, total: uint64(c.cfg.Size), unit: uint32(rank)}
+	if len(c.cfg.Secret) > 0 {
+		h.length = sha256.Size
+	}
+	return h
+}
+
+func (c *Comm) mac(hdr []byte) []byte {
+	m := hmac.New(sha256.New, c.cfg.Secret)
+	m.Write(hdr)
+	return m.Sum(nil)
+}
+
+func (c *Comm) writeHello(conn net.Conn) error {
+	var b [headerLen]byte
+	h := c.helloHeader(c.cfg.Rank)
+	h.put(b[:])
+	msg := b[:]
+	if len(c.cfg.Secret) > 0 {
+		msg = append(msg, c.mac(b[:])...)
+	}
+	_, err := conn.Write(msg)
+	return err
+}
+
+// readHello reads a peer's hello and checks generation, world size, MAC, and that the
+// claimed rank passes ok.
+func (c *Comm) readHello(conn net.Conn, ok func(rank int) error) (int, error) {
+	var b [headerLen]byte
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		return 0, fmt.Errorf("read hello: %w", err)
+	}
+	h, err := parseHeader(b[:])
+	if err != nil {
+		return 0, fmt.Errorf("hello: %w", err)
+	}
+	if h.kind == kindAbort && h.length <= maxAbortLen {
+		reason := make([]byte, h.length)
+		io.ReadFull(conn, reason)
+		return 0, fmt.Errorf("rank %d refused the connection: %s", h.unit, reason)
+	}
+	want := c.helloHeader(int(h.unit))
+	switch {
+	case h.kind != kindHello:
+		return 0, fmt.Errorf("hello: got frame kind %d", h.kind)
+	case h.gen != want.gen:
+		return 0, fmt.Errorf("hello from generation %d, this is generation %d", h.gen, want.gen)
+	case h.total != want.total:
+		return 0, fmt.Errorf("hello for world size %d, this is size %d", h.total, want.total)
+	case h.length != want.length:
+		return 0, fmt.Errorf("hello carries %d bytes of authentication, expected %d (is the job secret set on both sides?)", h.length, want.length)
+	}
+	if err := ok(int(h.unit)); err != nil {
+		return 0, err
+	}
+	if h.length > 0 {
+		sum := make([]byte, h.length)
+		if _, err := io.ReadFull(conn, sum); err != nil {
+			return 0, fmt.Errorf("read hello MAC: %w", err)
+		}
+		if !hmac.Equal(sum, c.mac(b[:])) {
+			return 0, fmt.Errorf("hello from rank %d: bad MAC (wrong job secret)", h.unit)
+		}
+	}
+	return int(h.unit), nil
+}
+
+func (c *Comm) acceptHello(conn *net.TCPConn, expect map[int]bool) (*peer, error) {
+	conn.SetDeadline(time.Now().Add(min(c.cfg.Timeout, 10*time.Second)))
+	rank, err := c.readHello(conn, func(r int) error {
+		if !expect[r] {
+			return fmt.Errorf("hello from rank %d, which does not dial rank %d", r, c.cfg.Rank)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.writeHello(conn); err != nil {
+		return nil, fmt.Errorf("answer hello of rank %d: %w", rank, err)
+	}
+	conn.SetDeadline(time.Time{})
+	return &peer{rank: rank, addr: conn.RemoteAddr().String(), conn: conn}, nil
+}
+
+// refuse answers a failed hello with an abort frame carrying the reason, then closes.
+func refuse(conn net.Conn, rank int, why error) {
+	reason := why.Error()
+	if len(reason) > maxAbortLen {
+		reason = reason[:maxAbortLen]
+	}
+	var b [headerLen]byte
+	h := header{kind: kindAbort, unit: uint32(rank), length: uint32(len(reason))}
+	h.put(b[:])
+	conn.SetWriteDeadline(time.Now().Add(time.Second))
+	conn.Write(append(b[:], reason...))
+	conn.Close()
+}
+
+// dial connects to rank q, retrying while its address is refused (a listener not up yet
+// cannot happen, but a restarted host can briefly refuse).
+func (c *Comm) dial(ctx context.Context, q int) (*peer, error) {
+	v, err := c.cfg.Store.Get(ctx, addrKey(c.cfg.Generation, q))
+	if err != nil {
+		return nil, fmt.Errorf("look up rank %d: %w", q, err)
+	}
+	addr := string(v)
+	var d net.Dialer
+	for {
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			tc := conn.(*net.TCPConn)
+			p, err := c.dialHello(ctx, tc, q)
+			if err != nil {
+				tc.Close()
+				return nil, fmt.Errorf("handshake with rank %d at %s: %w", q, addr, err)
+			}
+			p.addr = addr
+			return p, nil
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("dial rank %d at %s: %w", q, addr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("dial rank %d at %s: %w (last: %v)", q, addr, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Comm) dialHello(ctx context.Context, conn *net.TCPConn, q int) (*peer, error) {
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	conn.SetDeadline(time.Now().Add(c.cfg.Timeout))
+	if err := c.writeHello(conn); err != nil {
+		return nil, err
+	}
+	if _, err := c.readHello(conn, func(r int) error {
+		if r != q {
+			return fmt.Errorf("the listener at this address is rank %d, not %d", r, q)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	conn.SetDeadline(time.Time{})
+	return &peer{rank: q, conn: conn}, nil
+}
+
+// Rank returns this rank.
+func (c *Comm) Rank() int { return c.cfg.Rank }
+
+// Size returns the world size.
+func (c *Comm) Size() int { return c.cfg.Size }
+
+// Generation returns the generation this communicator serves.
+func (c *Comm) Generation() uint64 { return c.cfg.Generation }
+
+// Addr returns the address this rank published ("" for a world of one).
+func (c *Comm) Addr() string { return c.addr }
+
+// Close releases every connection. An operation in progress returns ErrClosed; Close waits
+// for it. Close is idempotent.
+func (c *Comm) Close() error {
+	c.mu.Lock()
+	already := c.closed
+	c.closed = true
+	c.mu.Unlock()
+	if already {
+		return nil
+	}
+	c.interrupt(ErrClosed)
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	c.closeConns()
+	c.scratch = nil
+	return nil
+}
+
+func (c *Comm) closeConns() {
+	for _, p := range c.peers {
+		if p != nil {
+			p.conn.Close()
+		}
+	}
+}
+
+// interrupt makes every blocked read and write return at once; the running operation then
+// reports cause.
+func (c *Comm) interrupt(cause error) {
+	c.mu.Lock()
+	if c.cause == nil {
+		c.cause = cause
+	}
+	c.mu.Unlock()
+	now := time.Now()
+	for _, p := range c.peers {
+		if p != nil {
+			p.conn.SetDeadline(now)
+		}
+	}
+}

@@ -1,0 +1,15 @@
+// Package allreduce is the collective-communication library that elastic workers use to
+// average gradients and share state: Allreduce, Broadcast, Allgather and Barrier over TCP.
+//
+// A Comm serves one generation of one job. Every rank listens, publishes its address in a
+// rendezvous Store under a generation-scoped key, and connects to the few peers its algorithms
+// need (ring neighbours and recursive-doubling partners). Large messages take a chunked,
+// pipelined ring (reduce-scatter then allgather) in which sending, receiving and reducing
+// overlap; small ones take recursive doubling, log2(n) exchanges instead of 2(n-1) ring steps.
+// Each element is reduced in the same order on every rank, so all ranks end bit-identical.
+//
+// Failure is part of the contract: a dead peer, a broken connection, a peer silent for longer
+// than Config.Timeout, a malformed frame or a cancelled context makes the operation fail on
+// every rank, within a bounded time, with an error that names the peer (see ErrPeerLost). A
+// Comm that has failed stays failed; elastic training builds a new one for the next generation.
+package allreduce

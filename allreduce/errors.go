@@ -1,0 +1,58 @@
+package allreduce
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrPeerLost is wrapped by every error caused by another rank: it died, its connection
+	// broke, it was silent for longer than Config.Timeout, or it aborted the operation. The
+	// worker runtime answers it by restoring the last commit and resetting.
+	ErrPeerLost = errors.New("peer lost")
+	// ErrProtocol is wrapped when a peer sent bytes that are not a valid frame for the
+	// operation in progress: garbage, a wrong generation, a wrong length, or ranks that called
+	// different operations or passed buffers of different sizes.
+	ErrProtocol = errors.New("protocol violation")
+	// ErrClosed is returned by operations on a Comm after Close.
+	ErrClosed = errors.New("communicator closed")
+)
+
+// PeerError describes a lost peer. Rank is the rank held responsible; Via is the neighbour
+// that delivered the news (equal to Rank when this rank saw the loss itself).
+type PeerError struct {
+	Rank int
+	Addr string
+	Via  int
+	Err  error
+}
+
+func (e *PeerError) Error() string {
+	s := fmt.Sprintf("peer rank %d", e.Rank)
+	if e.Addr != "" {
+		s += " (" + e.Addr + ")"
+	}
+	s += " lost"
+	if e.Via != e.Rank {
+		s += fmt.Sprintf(", reported by rank %d", e.Via)
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap lets errors.Is match both ErrPeerLost and the underlying cause.
+func (e *PeerError) Unwrap() []error { return []error{ErrPeerLost, e.Err} }
+
+// protocolError reports a malformed frame from a direct peer.
+type protocolError struct {
+	rank int
+	msg  string
+}
+
+func (e *protocolError) Error() string {
+	return fmt.Sprintf("peer rank %d sent a malformed frame: %s", e.rank, e.msg)
+}
+
+func (e *protocolError) Unwrap() error { return ErrProtocol }

@@ -1,0 +1,254 @@
+package allreduce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Collective codes carried in every data frame, so ranks that call different collectives
+// fail with a clear error instead of misreading each other's bytes.
+const (
+	opAllreduce      = 0x10 // | Op
+	opBroadcast      = 0x20
+	opAllgather      = 0x30
+	opAllgatherSizes = 0x31
+	opBarrier        = 0x40
+)
+
+func opName(code uint8) string {
+	switch {
+	case code&0xf0 == opAllreduce:
+		return "Allreduce(" + Op(code&0x0f).String() + ")"
+	case code == opBroadcast:
+		return "Broadcast"
+	case code == opAllgather:
+		return "Allgather"
+	case code == opAllgatherSizes:
+		return "Allgather (sizes)"
+	case code == opBarrier:
+		return "Barrier"
+	}
+	return fmt.Sprintf("collective %#02x", code)
+}
+
+// opInfo is what every data frame of one collective carries.
+type opInfo struct {
+	code  uint8
+	dtype dtype
+	seq   uint64
+	total uint64
+}
+
+// nextOp starts a collective phase; every rank numbers phases the same way.
+func (c *Comm) nextOp(code uint8, dt dtype, total int) *opInfo {
+	c.seq++
+	return &opInfo{code: code, dtype: dt, seq: c.seq, total: uint64(total)}
+}
+
+// do runs one collective under the operation lock. Any failure breaks the communicator:
+// the stream position is lost, so neighbours are told (abort frames) and connections closed.
+func (c *Comm) do(ctx context.Context, fn func() error) error {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	c.mu.Lock()
+	closed, failed := c.closed, c.err
+	c.mu.Unlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case failed != nil:
+		return fmt.Errorf("communicator failed earlier: %w", failed)
+	case ctx.Err() != nil:
+		return context.Cause(ctx) // nothing was sent: the communicator stays usable
+	}
+	interrupted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(interrupted)
+		c.interrupt(context.Cause(ctx))
+	})
+	err := fn()
+	if !stop() {
+		<-interrupted
+	}
+	c.mu.Lock()
+	cause := c.cause
+	if !c.closed {
+		c.cause = nil
+	}
+	c.mu.Unlock()
+	if err == nil {
+		return nil // finished before the interruption could matter
+	}
+	if cause != nil {
+		err = cause // the I/O errors were our own interruption
+	}
+	c.fail(err)
+	return err
+}
+
+// fail records err, tells every neighbour which rank is to blame, and closes the connections.
+func (c *Comm) fail(err error) {
+	culprit, reason := c.cfg.Rank, "rank "+fmt.Sprint(c.cfg.Rank)+" aborted: "+err.Error()
+	var pe *PeerError
+	var pre *protocolError
+	switch {
+	case errors.As(err, &pe):
+		culprit, reason = pe.Rank, pe.Err.Error()
+	case errors.As(err, &pre):
+		culprit, reason = pre.rank, fmt.Sprintf("sent rank %d a malformed frame: %s", c.cfg.Rank, pre.msg)
+	}
+	if len(reason) > maxAbortLen {
+		reason = reason[:maxAbortLen]
+	}
+	c.log.Warn("collective failed; aborting the communicator", "err", err, "blamed_rank", culprit)
+	var wg sync.WaitGroup
+	for _, p := range c.peers {
+		if p != nil {
+			wg.Go(func() { c.abortPeer(p, culprit, reason) })
+		}
+	}
+	wg.Wait()
+	c.mu.Lock()
+	c.err = err
+	c.mu.Unlock()
+}
+
+// abortPeer sends an abort frame (unless a write stopped mid-frame), then drains what the peer
+// still sends until it closes too, so that our close does not turn into a reset that destroys
+// the abort frame before the peer reads it. Bounded to a few hundred milliseconds.
+func (c *Comm) abortPeer(p *peer, culprit int, reason string) {
+	if !p.broken {
+		h := header{kind: kindAbort, gen: c.cfg.Generation, unit: uint32(culprit), length: uint32(len(reason))}
+		h.put(p.whdr[:])
+		p.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		bufs := net.Buffers{p.whdr[:], []byte(reason)}
+		bufs.WriteTo(p.conn)
+	}
+	p.conn.CloseWrite()
+	p.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	io.Copy(io.Discard, io.LimitReader(p.conn, 64<<20))
+	p.conn.Close()
+}
+
+func (c *Comm) lost(p *peer, err error) error {
+	return &PeerError{Rank: p.rank, Addr: p.addr, Via: p.rank, Err: describeIOErr(err, c.cfg.Timeout)}
+}
+
+// stopping reports whether an interruption is pending; checked after a deadline is set, so
+// an interruption is never missed (it sets the flag before it sets the deadlines).
+func (c *Comm) stopping() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cause
+}
+
+// send writes one data frame to p.
+func (c *Comm) send(p *peer, o *opInfo, unit int, payload []byte) error {
+	h := header{kind: kindData, op: o.code, dtype: uint8(o.dtype), gen: c.cfg.Generation,
+		seq: o.seq, total: o.total, unit: uint32(unit), length: uint32(len(payload))}
+	h.put(p.whdr[:])
+	p.conn.SetWriteDeadline(time.Now().Add(c.cfg.Timeout))
+	if err := c.stopping(); err != nil {
+		return err
+	}
+	bufs := net.Buffers{p.whdr[:], payload}
+	n, err := bufs.WriteTo(p.conn)
+	if err != nil {
+		if n > 0 {
+			p.broken = true
+		}
+		return c.lost(p, err)
+	}
+	return nil
+}
+
+// recv reads the data frame `unit` of operation o from p into dst, whose length is exactly
+// what the frame must carry. Nothing is allocated from what the peer claims.
+func (c *Comm) recv(p *peer, o *opInfo, unit int, dst []byte) error {
+	p.conn.SetReadDeadline(time.Now().Add(c.cfg.Timeout))
+	if err := c.stopping(); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(p.conn, p.rhdr[:]); err != nil {
+		return c.lost(p, err)
+	}
+	h, err := parseHeader(p.rhdr[:])
+	if err != nil {
+		return &protocolError{rank: p.rank, msg: err.Error()}
+	}
+	if h.kind == kindAbort {
+		return c.readAbort(p, h)
+	}
+	if msg := c.check(o, h, unit, len(dst)); msg != "" {
+		return &protocolError{rank: p.rank, msg: msg}
+	}
+	if _, err := io.ReadFull(p.conn, dst); err != nil {
+		return c.lost(p, err)
+	}
+	return nil
+}
+
+func (c *Comm) check(o *opInfo, h header, unit, n int) string {
+	switch {
+	case h.kind != kindData:
+		return fmt.Sprintf("frame kind %d in the middle of a collective", h.kind)
+	case h.gen != c.cfg.Generation:
+		return fmt.Sprintf("generation %d, expected %d", h.gen, c.cfg.Generation)
+	case h.seq != o.seq:
+		return fmt.Sprintf("collective #%d, expected #%d (ranks called different numbers of collectives)", h.seq, o.seq)
+	case h.op != o.code || dtype(h.dtype) != o.dtype:
+		return fmt.Sprintf("%s on %s, expected %s on %s (ranks called different collectives)",
+			opName(h.op), dtype(h.dtype), opName(o.code), o.dtype)
+	case h.total != o.total:
+		return fmt.Sprintf("%s of %d bytes, this rank has %d (ranks passed buffers of different sizes)", opName(h.op), h.total, o.total)
+	case int(h.unit) != unit || int(h.length) != n:
+		return fmt.Sprintf("unit %d of %d bytes, expected unit %d of %d bytes", h.unit, h.length, unit, n)
+	}
+	return ""
+}
+
+func (c *Comm) readAbort(p *peer, h header) error {
+	if h.length > maxAbortLen {
+		return &protocolError{rank: p.rank, msg: fmt.Sprintf("abort frame of %d bytes (at most %d)", h.length, maxAbortLen)}
+	}
+	reason := make([]byte, h.length)
+	if _, err := io.ReadFull(p.conn, reason); err != nil {
+		return c.lost(p, err)
+	}
+	pe := &PeerError{Rank: int(h.unit), Via: p.rank, Err: errors.New(string(reason))}
+	if pe.Rank >= 0 && pe.Rank < len(c.peers) && c.peers[pe.Rank] != nil {
+		pe.Addr = c.peers[pe.Rank].addr
+	}
+	return pe
+}
+
+// describeIOErr turns a socket error into the reason a peer is considered lost.
+func describeIOErr(err error, timeout time.Duration) error {
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("connection closed (process exited or was killed?)")
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return errors.New("connection reset (process exited or was killed?)")
+	case isTimeout(err):
+		return fmt.Errorf("silent for %v (process hung or stopped?)", timeout)
+	}
+	return err
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func (c *Comm) scratchBuf(n int) []byte {
+	if cap(c.scratch) < n {
+		c.scratch = make([]byte, n)
+	}
+	return c.scratch[:n]
+}

@@ -1,0 +1,82 @@
+package allreduce
+
+import (
+	"sync"
+)
+
+// unit is one chunk of a pipelined exchange. after is the index of a unit on the other side
+// (receives for a send, sends for a receive) that must be complete first, or -1.
+type unit struct {
+	buf    []byte
+	after  int
+	reduce bool // receives only: reduce into buf instead of overwriting it
+}
+
+// stream runs a pipelined exchange around the ring: sends go to next in order while receives
+// come from prev in order, each in its own goroutine, so sending, receiving and reducing
+// overlap. A send that forwards received data waits only for that chunk, not the whole step.
+func (c *Comm) stream(o *opInfo, sends, recvs []unit, dt dtype, op Op) error {
+	n, r := c.cfg.Size, c.cfg.Rank
+	next, prev := c.peers[(r+1)%n], c.peers[(r+n-1)%n]
+	sent := make(chan struct{}, len(sends))
+	recvd := make(chan struct{}, len(recvs))
+	quit := make(chan struct{})
+	var firstErr error
+	var once sync.Once
+	fail := func(err error) {
+		once.Do(func() {
+			firstErr = err
+			close(quit)
+			c.interrupt(err) // wakes the other goroutine if it is blocked in I/O
+		})
+	}
+	// wait blocks until `done` tokens exceed after; false if the exchange failed meanwhile.
+	wait := func(tokens <-chan struct{}, done *int, after int) bool {
+		for *done <= after {
+			select {
+			case <-tokens:
+				*done++
+			case <-quit:
+				return false
+			}
+		}
+		return true
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		done := 0 // receives known complete
+		for i, u := range sends {
+			if !wait(recvd, &done, u.after) {
+				return
+			}
+			if err := c.send(next, o, i, u.buf); err != nil {
+				fail(err)
+				return
+			}
+			sent <- struct{}{}
+		}
+	})
+	wg.Go(func() {
+		done := 0 // sends known complete
+		for i, u := range recvs {
+			if !wait(sent, &done, u.after) {
+				return
+			}
+			dst := u.buf
+			if u.reduce {
+				dst = c.scratchBuf(len(u.buf))
+			}
+			if err := c.recv(prev, o, i, dst); err != nil {
+				fail(err)
+				return
+			}
+			if u.reduce {
+				reduceInto(u.buf, dst, dt, op, false)
+			}
+			recvd <- struct{}{}
+		}
+	})
+	wg.Wait()
+	return firstErr
+}

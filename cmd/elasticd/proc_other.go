@@ -1,0 +1,8 @@
+//go:build !linux
+
+package main
+
+import "syscall"
+
+// childProcAttr: without Linux's parent-death signal, children are stopped by context.
+func childProcAttr() *syscall.SysProcAttr { return nil }
