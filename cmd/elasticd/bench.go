@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,6 +74,7 @@ Example: elasticd bench allreduce --np 4 --sizes 4KB,64MB,256MB --json`,
 			&cli.IntFlag{Name: "chunk-bytes", Usage: "ring pipelining chunk (0: library default)", EnvVars: []string{"ELASTICD_CHUNK_BYTES"}},
 			&cli.IntFlag{Name: "small-bytes", Usage: "largest message sent by recursive doubling (0: library default)", EnvVars: []string{"ELASTICD_SMALL_BYTES"}},
 			&cli.DurationFlag{Name: "timeout", Value: time.Minute, Usage: "how long a rank waits on a silent peer", EnvVars: []string{"ELASTICD_TIMEOUT"}},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write each rank's CPU profile to `DIR`/rank-N.pprof (for go tool pprof)", EnvVars: []string{"ELASTICD_CPUPROFILE"}},
 		},
 		Action: benchAllreduce,
 	}
@@ -82,10 +84,11 @@ type benchOptions struct {
 	np, iters, chunk, small int
 	sizes                   []int64
 	timeout                 time.Duration
+	profileDir              string
 }
 
 func parseBenchFlags(c *cli.Context) (benchOptions, error) {
-	o := benchOptions{np: c.Int("np"), iters: c.Int("iters"), chunk: c.Int("chunk-bytes"), small: c.Int("small-bytes"), timeout: c.Duration("timeout")}
+	o := benchOptions{np: c.Int("np"), iters: c.Int("iters"), chunk: c.Int("chunk-bytes"), small: c.Int("small-bytes"), timeout: c.Duration("timeout"), profileDir: c.String("cpuprofile")}
 	var err error
 	switch {
 	case o.np < 1 || o.np > 64:
@@ -231,6 +234,9 @@ func runRanks(ctx context.Context, self string, o benchOptions) ([]allreduceResu
 		args := []string{"bench", "allreduce-rank", "--rank", strconv.Itoa(r), "--np", strconv.Itoa(o.np),
 			"--store", dir, "--sizes", strings.Join(sizes, ","), "--iters", strconv.Itoa(o.iters),
 			"--chunk-bytes", strconv.Itoa(o.chunk), "--small-bytes", strconv.Itoa(o.small), "--timeout", o.timeout.String()}
+		if o.profileDir != "" {
+			args = append(args, "--cpuprofile", filepath.Join(o.profileDir, fmt.Sprintf("rank-%d.pprof", r)))
+		}
 		cmd := exec.CommandContext(ctx, self, args...)
 		cmd.SysProcAttr = childProcAttr()
 		cmd.Stderr = os.Stderr

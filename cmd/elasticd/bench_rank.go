@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -20,7 +21,7 @@ func benchRankCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "rank"}, &cli.IntFlag{Name: "np"}, &cli.StringFlag{Name: "store"},
 			&cli.StringFlag{Name: "sizes"}, &cli.IntFlag{Name: "iters"}, &cli.IntFlag{Name: "chunk-bytes"},
-			&cli.IntFlag{Name: "small-bytes"}, &cli.DurationFlag{Name: "timeout"},
+			&cli.IntFlag{Name: "small-bytes"}, &cli.DurationFlag{Name: "timeout"}, &cli.StringFlag{Name: "cpuprofile"},
 		},
 		Action: benchRank,
 	}
@@ -29,6 +30,17 @@ func benchRankCommand() *cli.Command {
 func benchRank(c *cli.Context) error {
 	ctx := c.Context
 	rank, np := c.Int("rank"), c.Int("np")
+	if path := c.String("cpuprofile"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	comm, err := allreduce.New(ctx, allreduce.Config{
 		Rank: rank, Size: np, Generation: 1,
 		Store:      &allreduce.FileStore{Dir: c.String("store")},
