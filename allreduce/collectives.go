@@ -1,6 +1,7 @@
 package allreduce
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -116,9 +117,16 @@ func (c *Comm) doublingAllreduce(o *opInfo, data []byte, dt dtype, op Op) error 
 
 // exchange sends out to p while receiving p's frame of the same unit into in.
 func (c *Comm) exchange(o *opInfo, p *peer, u int, out, in []byte) error {
+	finish, err := c.startSend(p, o, u, out)
+	if err != nil {
+		return err
+	}
+	if finish == nil { // the common case for small messages: no goroutine
+		return c.recv(p, o, u, in)
+	}
 	errc := make(chan error, 1)
 	go func() {
-		err := c.send(p, o, u, out)
+		err := finish()
 		if err != nil {
 			c.interrupt(err)
 		}
@@ -129,10 +137,7 @@ func (c *Comm) exchange(o *opInfo, p *peer, u int, out, in []byte) error {
 		c.interrupt(rerr)
 	}
 	serr := <-errc
-	if rerr != nil {
-		return rerr
-	}
-	return serr
+	return cmp.Or(rerr, serr)
 }
 
 // Broadcast copies root's data to every rank. data has the same type and length on every

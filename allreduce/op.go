@@ -1,6 +1,7 @@
 package allreduce
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Collective codes carried in every data frame, so ranks that call different collectives
@@ -150,22 +153,78 @@ func (c *Comm) stopping() error {
 
 // send writes one data frame to p.
 func (c *Comm) send(p *peer, o *opInfo, unit int, payload []byte) error {
+	c.putHeader(p, o, unit, payload)
+	return c.write(p, net.Buffers{p.whdr[:], payload}, 0)
+}
+
+func (c *Comm) putHeader(p *peer, o *opInfo, unit int, payload []byte) {
 	h := header{kind: kindData, op: o.code, dtype: uint8(o.dtype), gen: c.cfg.Generation,
 		seq: o.seq, total: o.total, unit: uint32(unit), length: uint32(len(payload))}
 	h.put(p.whdr[:])
+}
+
+// write sends the rest of a frame of which done bytes are already sent, blocking.
+func (c *Comm) write(p *peer, bufs net.Buffers, done int) error {
 	p.conn.SetWriteDeadline(time.Now().Add(c.cfg.Timeout))
 	if err := c.stopping(); err != nil {
+		if done > 0 {
+			p.broken = true
+		}
 		return err
 	}
-	bufs := net.Buffers{p.whdr[:], payload}
 	n, err := bufs.WriteTo(p.conn)
 	if err != nil {
-		if n > 0 {
+		if done+int(n) > 0 {
 			p.broken = true
 		}
 		return c.lost(p, err)
 	}
 	return nil
+}
+
+// startSend writes as much of a data frame as the kernel takes at once, without blocking.
+// It returns nil when the frame is out, else a function that finishes it (blocking). For a
+// small message that saves handing the write to another goroutine, a wake-up on the
+// critical path; a full socket buffer can still never deadlock two partners.
+func (c *Comm) startSend(p *peer, o *opInfo, unit int, payload []byte) (finish func() error, err error) {
+	c.putHeader(p, o, unit, payload)
+	if err := c.stopping(); err != nil {
+		return nil, err
+	}
+	n, err := writeNow(p.conn, p.whdr[:], payload)
+	if err != nil {
+		if n > 0 {
+			p.broken = true
+		}
+		return nil, c.lost(p, err)
+	}
+	if n == headerLen+len(payload) {
+		return nil, nil
+	}
+	rest := net.Buffers{p.whdr[min(n, headerLen):], payload[max(0, n-headerLen):]}
+	return func() error { return c.write(p, rest, n) }, nil
+}
+
+// writeNow makes one non-blocking writev; a full socket buffer is not an error.
+func writeNow(conn *net.TCPConn, hdr, payload []byte) (int, error) {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var werr error
+	err = rc.Write(func(fd uintptr) bool {
+		iov := [][]byte{hdr, payload}
+		if len(payload) == 0 {
+			iov = iov[:1]
+		}
+		n, werr = unix.Writev(int(fd), iov)
+		return true // never wait for the socket to become writable
+	})
+	if errors.Is(werr, unix.EAGAIN) {
+		return 0, nil
+	}
+	return max(n, 0), cmp.Or(werr, err)
 }
 
 // recv reads the data frame `unit` of operation o from p into dst, whose length is exactly
