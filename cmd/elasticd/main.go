@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -43,7 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:  "elasticd",
 		Usage: "elastic data-parallel training on spot GPU fleets",
 		Description: `elasticd keeps a data-parallel training job alive and cheap while machines come and go.
@@ -59,13 +60,35 @@ Every flag can also be set through an environment variable named ELASTICD_<FLAG>
 		HideVersion:            true,
 		UseShortOptionHandling: true,
 		ExitErrHandler:         func(*cli.Context, error) {}, // run() reports errors once
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return cli.Exit(err.Error(), 2)
+		OnUsageError:           usageExit,
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return cli.Exit(fmt.Sprintf("unknown command %q: run 'elasticd --help' for the list", c.Args().First()), 2)
+			}
+			return cli.ShowAppHelp(c)
 		},
 		Commands: []*cli.Command{
 			benchCommand(),
 			versionCommand(),
 		},
+	}
+	setUsageExit(app.Commands)
+	return app
+}
+
+// usageExit makes a flag that does not parse exit 2, like every other bad input.
+func usageExit(_ *cli.Context, err error, _ bool) error {
+	msg := strings.Replace(err.Error(), "for flag -", "for flag --", 1)
+	msg = strings.Replace(msg, "not defined: -", "not defined: --", 1)
+	return cli.Exit(msg, 2)
+}
+
+func setUsageExit(cmds []*cli.Command) {
+	for _, c := range cmds {
+		if c.OnUsageError == nil {
+			c.OnUsageError = usageExit
+		}
+		setUsageExit(c.Subcommands)
 	}
 }
 

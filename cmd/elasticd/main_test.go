@@ -1,0 +1,168 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var binary string // built once by TestMain
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "elasticd-cli-test-*")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "elasticd")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build elasticd:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// elasticd runs the binary with a time bound and returns stdout, stderr and the exit code.
+func elasticd(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	code := 0
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("run elasticd %v: %v", args, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("elasticd %v did not finish in time", args)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+func TestHelpTeaches(t *testing.T) {
+	out, _, code := elasticd(t, nil, "--help")
+	if code != 0 {
+		t.Fatalf("--help exited %d", code)
+	}
+	for _, want := range []string{"bench", "version", "ELASTICD_"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--help does not mention %q:\n%s", want, out)
+		}
+	}
+	out, _, _ = elasticd(t, nil, "bench", "allreduce", "--help")
+	for _, want := range []string{"--np", "--sizes", "--json", "busbw", "ELASTICD_NP"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench allreduce --help does not mention %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, _, code := elasticd(t, nil, "version")
+	if code != 0 || !strings.HasPrefix(out, "elasticd ") || !strings.Contains(out, "go1.") {
+		t.Fatalf("version: exit %d, output %q", code, out)
+	}
+}
+
+// Bad input gets exit code 2 and one line that names the flag and what is allowed.
+func TestBadFlagsExit2WithOneLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{args: []string{"bench", "allreduce", "--np", "0"}, want: "--np: 0 ranks: must be between 1 and 64"},
+		{args: []string{"bench", "allreduce", "--np", "65"}, want: "--np: 65 ranks"},
+		{args: []string{"bench", "allreduce", "--sizes", "4XB"}, want: `--sizes: "4XB" is not a size`},
+		{args: []string{"bench", "allreduce", "--sizes", "1001"}, want: "not a multiple of 4 bytes"},
+		{args: []string{"bench", "allreduce", "--sizes", ","}, want: "--sizes: "},
+		{args: []string{"bench", "allreduce", "--chunk-bytes", "3"}, want: "--chunk-bytes: 3"},
+		{args: []string{"bench", "allreduce", "--timeout", "-1s"}, want: "--timeout: "},
+		{args: []string{"bench", "allreduce", "--np", "two"}, want: `invalid value "two" for flag --np`},
+		{args: []string{"bench", "allreduce", "extra"}, want: "takes no arguments"},
+		{args: []string{"bench", "allreduce", "--nope"}, want: "flag provided but not defined: --nope"},
+		{args: []string{"bogus"}, want: `unknown command "bogus"`},
+		{args: []string{"bench", "allreduce"}, env: []string{"ELASTICD_NP=100"}, want: "--np: 100 ranks"},
+	} {
+		t.Run(strings.Join(append(tc.env, tc.args...), " "), func(t *testing.T) {
+			_, stderr, code := elasticd(t, tc.env, tc.args...)
+			if code != 2 {
+				t.Errorf("exit code %d, want 2 (stderr %q)", code, stderr)
+			}
+			if lines := strings.Count(strings.TrimSpace(stderr), "\n") + 1; lines != 1 {
+				t.Errorf("stderr has %d lines, want one:\n%s", lines, stderr)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr %q does not contain %q", stderr, tc.want)
+			}
+		})
+	}
+}
+
+// A real run: rank processes over loopback, JSON out, with the fields users track.
+func TestBenchAllreduceJSON(t *testing.T) {
+	out, stderr, code := elasticd(t, nil, "bench", "allreduce", "--np", "3", "--sizes", "4KB,1048580", "--iters", "3", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 JSON lines, got %d:\n%s", len(lines), out)
+	}
+	for i, line := range lines {
+		var r map[string]float64
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %d %q: %v", i, line, err)
+		}
+		wantSize := []float64{4096, 1048580}[i]
+		if r["size_bytes"] != wantSize || r["ranks"] != 3 || r["iters"] != 3 {
+			t.Errorf("line %d: %v", i, r)
+		}
+		for _, k := range []string{"median_s", "algbw_gbps", "busbw_gbps", "memcpy_gbps", "tcp_gbps", "rtt_s", "busbw_vs_tcp"} {
+			if !(r[k] > 0) {
+				t.Errorf("line %d: %s = %v, want > 0", i, k, r[k])
+			}
+		}
+		if got, want := r["algbw_gbps"], r["size_bytes"]/r["median_s"]/1e9; !near(got, want) {
+			t.Errorf("algbw %v, want size/median = %v", got, want)
+		}
+		if got, want := r["busbw_gbps"], r["algbw_gbps"]*2*2/3; !near(got, want) {
+			t.Errorf("busbw %v, want algbw*2(n-1)/n = %v", got, want)
+		}
+		if got, want := r["busbw_vs_tcp"], r["busbw_gbps"]/r["tcp_gbps"]; !near(got, want) {
+			t.Errorf("busbw_vs_tcp %v, want %v", got, want)
+		}
+	}
+}
+
+func TestBenchAllreduceTableOneRank(t *testing.T) {
+	out, stderr, code := elasticd(t, nil, "bench", "allreduce", "--np", "1", "--sizes", "4KB", "--iters", "2", "--no-baseline")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "1 rank processes") || !strings.Contains(out, "4KB") {
+		t.Fatalf("table:\n%s", out)
+	}
+}
+
+func near(a, b float64) bool { return a > 0 && b > 0 && a/b > 0.999 && a/b < 1.001 }
