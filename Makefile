@@ -29,9 +29,13 @@ bench: build
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./allreduce/
 
-# Gloo and Open MPI on the same machine, same sizes (installs them with apt-get).
+# elasticd, Gloo and Open MPI interleaved on this machine, ROUNDS times, then medians side by
+# side (installs Gloo and Open MPI with apt-get). Raw lines stay in $(COMPARE_OUT).
+ROUNDS      ?= 3
+COMPARE_OUT ?= bench-compare.jsonl
 bench-compare: build
-	bench/baselines/run.sh
+	ROUNDS=$(ROUNDS) bench/baselines/run.sh > $(COMPARE_OUT)
+	./$(BIN) bench report $(COMPARE_OUT)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

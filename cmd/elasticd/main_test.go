@@ -166,3 +166,39 @@ func TestBenchAllreduceTableOneRank(t *testing.T) {
 }
 
 func near(a, b float64) bool { return a > 0 && b > 0 && a/b > 0.999 && a/b < 1.001 }
+
+// bench report takes medians over rounds per implementation and divides them.
+func TestBenchReportMediansAndSpeedup(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "lines.jsonl")
+	lines := `[baselines] a log line that is not JSON
+{"impl":"elasticd","size_bytes":4096,"ranks":2,"median_s":0.00001}
+{"impl":"elasticd","size_bytes":4096,"ranks":2,"median_s":0.00003}
+{"impl":"elasticd","size_bytes":4096,"ranks":2,"median_s":0.00002}
+{"impl":"gloo","size_bytes":4096,"ranks":2,"median_s":0.00008}
+{"impl":"mpi","size_bytes":4096,"ranks":2,"median_s":0.00001}
+{"size_bytes":67108864,"ranks":4,"median_s":0.05}
+{"impl":"gloo","size_bytes":67108864,"ranks":4,"median_s":0.1}
+`
+	if err := os.WriteFile(in, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := elasticd(t, nil, "bench", "report", in)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	rows := strings.Split(strings.TrimSpace(out), "\n")
+	if len(rows) != 4 {
+		t.Fatalf("want title, header and 2 rows:\n%s", out)
+	}
+	for _, want := range []string{"20µs", "4.00x", "0.50x", "3"} { // median 20µs; gloo 80/20; mpi 10/20; 3 rounds
+		if !strings.Contains(rows[2], want) {
+			t.Errorf("4KB row lacks %q: %q", want, rows[2])
+		}
+	}
+	if !strings.Contains(rows[3], "64MB") || !strings.Contains(rows[3], "2.00x") || !strings.Contains(rows[3], "-") {
+		t.Errorf("64MB row: %q", rows[3])
+	}
+	if _, stderr, code := elasticd(t, nil, "bench", "report", filepath.Join(t.TempDir(), "missing")); code != 2 || !strings.Contains(stderr, "no such file") {
+		t.Errorf("missing file: exit %d, %q", code, stderr)
+	}
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+)
+
+// benchReportCommand summarises JSON lines from several implementations and rounds (the
+// output of bench/baselines/run.sh) into medians side by side.
+func benchReportCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "report",
+		Usage:     "compare allreduce results of several implementations (JSON lines) side by side",
+		ArgsUsage: "[FILE...]",
+		Description: `Reads JSON lines as printed by 'bench allreduce --json' and bench/baselines/run.sh
+(with an "impl" field; lines without one count as "elasticd") from the files, or from
+standard input, and prints for each rank count and size the median time over all
+rounds of each implementation, and how many times faster elasticd is than each other.
+
+Example: ROUNDS=3 bench/baselines/run.sh | elasticd bench report`,
+		Action: func(c *cli.Context) error {
+			var lines []reportLine
+			read := func(name string, r io.Reader) error {
+				sc := bufio.NewScanner(r)
+				for n := 1; sc.Scan(); n++ {
+					if len(sc.Bytes()) == 0 || sc.Bytes()[0] != '{' {
+						continue
+					}
+					var l reportLine
+					if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+						return fmt.Errorf("%s line %d: %w", name, n, err)
+					}
+					if l.Impl == "" {
+						l.Impl = "elasticd"
+					}
+					lines = append(lines, l)
+				}
+				return sc.Err()
+			}
+			if c.NArg() == 0 {
+				if err := read("stdin", c.App.Reader); err != nil {
+					return err
+				}
+			}
+			for _, name := range c.Args().Slice() {
+				f, err := os.Open(name)
+				if err != nil {
+					return cli.Exit(fmt.Sprintf("bench report: %v", err), 2)
+				}
+				err = read(name, f)
+				f.Close()
+				if err != nil {
+					return err
+				}
+			}
+			if len(lines) == 0 {
+				return cli.Exit("bench report: no JSON result lines in the input", 2)
+			}
+			printReport(c.App.Writer, lines)
+			return nil
+		},
+	}
+}
+
+type reportLine struct {
+	Impl      string  `json:"impl"`
+	SizeBytes int64   `json:"size_bytes"`
+	Ranks     int     `json:"ranks"`
+	MedianS   float64 `json:"median_s"`
+}
+
+func printReport(w io.Writer, lines []reportLine) {
+	type key struct {
+		ranks int
+		size  int64
+	}
+	times := map[key]map[string][]float64{}
+	var impls []string
+	for _, l := range lines {
+		k := key{l.Ranks, l.SizeBytes}
+		if times[k] == nil {
+			times[k] = map[string][]float64{}
+		}
+		times[k][l.Impl] = append(times[k][l.Impl], l.MedianS)
+		if !slices.Contains(impls, l.Impl) {
+			impls = append(impls, l.Impl)
+		}
+	}
+	// elasticd first, the others in the order they appeared.
+	if i := slices.Index(impls, "elasticd"); i > 0 {
+		impls = append([]string{"elasticd"}, slices.Delete(impls, i, i+1)...)
+	}
+	keys := make([]key, 0, len(times))
+	for k := range times {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if a.ranks != b.ranks {
+			return a.ranks - b.ranks
+		}
+		return int(a.size - b.size)
+	})
+	fmt.Fprintln(w, "median time over rounds (busbw GB/s); speedup = other's time / elasticd's time")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "ranks\tsize\trounds\t"
+	for _, im := range impls {
+		head += im + "\t"
+	}
+	for _, im := range impls[1:] {
+		head += "vs " + im + "\t"
+	}
+	fmt.Fprintln(tw, head)
+	for _, k := range keys {
+		rounds := 0
+		row := fmt.Sprintf("%d\t%s\t", k.ranks, fmtSize(k.size))
+		cells := ""
+		med := map[string]float64{}
+		for _, im := range impls {
+			ts := times[k][im]
+			rounds = max(rounds, len(ts))
+			if len(ts) == 0 {
+				cells += "-\t"
+				continue
+			}
+			m := median(ts)
+			med[im] = m
+			busbw := float64(k.size) / m / 1e9 * 2 * float64(k.ranks-1) / float64(k.ranks)
+			cells += fmt.Sprintf("%s (%.2f)\t", fmtDur(m), busbw)
+		}
+		for _, im := range impls[1:] {
+			if med[impls[0]] > 0 && med[im] > 0 {
+				cells += fmt.Sprintf("%.2fx\t", med[im]/med[impls[0]])
+			} else {
+				cells += "-\t"
+			}
+		}
+		fmt.Fprintln(tw, row+fmt.Sprint(rounds)+"\t"+cells)
+	}
+	tw.Flush()
+}
