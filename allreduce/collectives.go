@@ -143,6 +143,8 @@ func (c *Comm) exchange(o *opInfo, p *peer, u int, out, in []byte) error {
 // Broadcast copies root's data to every rank. data has the same type and length on every
 // rank: []byte, []float32, []float64 or []int64. Chunks are pipelined along the ring from
 // root, so a large broadcast costs about one transfer of data, whatever the world size.
+// Every rank must name the same root: frames do not carry it, so ranks that disagree are
+// caught only by the next collective, as a protocol error.
 func (c *Comm) Broadcast(ctx context.Context, data any, root int) error {
 	b, dt, err := asBytes(data)
 	if err == nil && (root < 0 || root >= c.cfg.Size) {

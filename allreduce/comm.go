@@ -225,6 +225,7 @@ func (c *Comm) connect(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	var pendingMu sync.Mutex
 	pending := map[net.Conn]bool{} // accepted connections still in their hello
+	var refused error              // the last hello refused; guarded by pendingMu
 	offer := func(p *peer) {
 		select {
 		case got <- p:
@@ -246,6 +247,9 @@ func (c *Comm) connect(ctx context.Context, ln net.Listener) error {
 				p, err := c.acceptHello(conn.(*net.TCPConn), accept)
 				pendingMu.Lock()
 				delete(pending, conn)
+				if err != nil {
+					refused = fmt.Errorf("refused %s: %w", conn.RemoteAddr(), err)
+				}
 				pendingMu.Unlock()
 				if err != nil {
 					// A stranger or a rank of another generation: tell it why, keep waiting.
@@ -282,6 +286,13 @@ func (c *Comm) connect(ctx context.Context, ln net.Listener) error {
 		case err = <-errc:
 		case <-ctx.Done():
 			err = fmt.Errorf("waiting for peers %v: %w", c.missing(), context.Cause(ctx))
+			// A peer that was refused (wrong secret, generation or world size) is the likely
+			// reason; say so here too, not only in the peer's error.
+			pendingMu.Lock()
+			if refused != nil {
+				err = fmt.Errorf("%w (last connection %v)", err, refused)
+			}
+			pendingMu.Unlock()
 		}
 	}
 	// Stop the accept loop, the dialers and the hellos in progress, and wait for them all.

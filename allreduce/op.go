@@ -188,6 +188,9 @@ func (c *Comm) write(p *peer, bufs net.Buffers, done int) error {
 // critical path; a full socket buffer can still never deadlock two partners.
 func (c *Comm) startSend(p *peer, o *opInfo, unit int, payload []byte) (finish func() error, err error) {
 	c.putHeader(p, o, unit, payload)
+	// A deadline left over from an earlier write may have passed: the poller would refuse
+	// even a non-blocking write with a timeout, read as a silent peer.
+	p.conn.SetWriteDeadline(time.Now().Add(c.cfg.Timeout))
 	if err := c.stopping(); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,447 @@
+package allreduce_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/elasticd/elasticd/allreduce"
+)
+
+// The multi-process tests re-execute this test binary as rank processes. TestMain turns the
+// binary into a rank when childEnv names a scenario; the rank reads its part from the other
+// ELASTICD_TEST_* variables, reports on stdout one line per event, and exits.
+const (
+	childEnv     = "ELASTICD_TEST_CHILD"
+	childRank    = "ELASTICD_TEST_RANK"
+	childSize    = "ELASTICD_TEST_SIZE"
+	childDir     = "ELASTICD_TEST_STORE"
+	childTimeout = "ELASTICD_TEST_TIMEOUT"
+)
+
+func TestMain(m *testing.M) {
+	if scenario := os.Getenv(childEnv); scenario != "" {
+		os.Exit(childMain(scenario))
+	}
+	os.Exit(m.Run())
+}
+
+// childMain runs one rank. Exit status: 0 when the scenario went as the rank expected, 1
+// otherwise, 2 when the parent went away.
+func childMain(scenario string) int {
+	// Never outlive the test: the parent holds our stdin open, and its death closes it.
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		os.Exit(2)
+	}()
+	time.AfterFunc(2*time.Minute, func() { os.Exit(3) })
+
+	rank, _ := strconv.Atoi(os.Getenv(childRank))
+	size, _ := strconv.Atoi(os.Getenv(childSize))
+	timeout, _ := time.ParseDuration(os.Getenv(childTimeout))
+	ctx := context.Background() // a rank process is its own main
+	c, err := allreduce.New(ctx, allreduce.Config{
+		Rank: rank, Size: size, Generation: 1, Timeout: timeout,
+		Store: &allreduce.FileStore{Dir: os.Getenv(childDir)},
+	})
+	if err != nil {
+		fmt.Printf("FAIL New: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	fmt.Println("ready")
+	switch scenario {
+	case "correct":
+		if err := childCorrect(ctx, c); err != nil {
+			fmt.Printf("FAIL %v\n", err)
+			return 1
+		}
+		fmt.Println("ok")
+		return 0
+	case "loop":
+		return childLoop(ctx, c)
+	}
+	fmt.Printf("FAIL unknown scenario %q\n", scenario)
+	return 1
+}
+
+// childCorrect runs a few collectives of every kind, each checked against the reference.
+func childCorrect(ctx context.Context, c *allreduce.Comm) error {
+	n, r := c.Size(), c.Rank()
+	check := func(what string, got, want []byte) error {
+		if !bytes.Equal(got, want) {
+			return fmt.Errorf("%s: wrong result", what)
+		}
+		return nil
+	}
+	f32 := exactInput[float32](r, large)
+	if err := c.Allreduce(ctx, f32, allreduce.Sum); err != nil {
+		return err
+	}
+	if err := check("float32 sum", raw(f32), raw(reference[float32](n, large, allreduce.Sum))); err != nil {
+		return err
+	}
+	i64 := exactInput[int64](r, 7)
+	if err := c.Allreduce(ctx, i64, allreduce.Max); err != nil {
+		return err
+	}
+	if err := check("int64 max", raw(i64), raw(reference[int64](n, 7, allreduce.Max))); err != nil {
+		return err
+	}
+	f64 := exactInput[float64](r, 1000)
+	if err := c.Allreduce(ctx, f64, allreduce.Min); err != nil {
+		return err
+	}
+	if err := check("float64 min", raw(f64), raw(reference[float64](n, 1000, allreduce.Min))); err != nil {
+		return err
+	}
+	empty := []float32{}
+	if err := c.Allreduce(ctx, empty, allreduce.Sum); err != nil {
+		return err
+	}
+	root := n - 1
+	b := patterned(r, 300007)
+	if err := c.Broadcast(ctx, b, root); err != nil {
+		return err
+	}
+	if err := check("broadcast", b, patterned(root, 300007)); err != nil {
+		return err
+	}
+	size := func(q int) int { return []int{0, 1000, 7, 300001, 1}[q%5] }
+	out, err := c.Allgather(ctx, patterned(r, size(r)))
+	if err != nil {
+		return err
+	}
+	for q := range n {
+		if err := check(fmt.Sprintf("allgather block %d", q), out[q], patterned(q, size(q))); err != nil {
+			return err
+		}
+	}
+	return c.Barrier(ctx)
+}
+
+// childLoop runs 4 MiB float32 sums until one fails, printing "iter N" after each; the
+// failure is reported as "lost peerlost=<bool> rank=<culprit> via=<rank> err=<quoted>".
+func childLoop(ctx context.Context, c *allreduce.Comm) int {
+	buf := make([]float32, 1<<20)
+	for i := range 100000 {
+		for j := range buf {
+			buf[j] = float32(c.Rank() + j%3)
+		}
+		if err := c.Allreduce(ctx, buf, allreduce.Sum); err != nil {
+			culprit, via := -1, -1
+			if pe, ok := errors.AsType[*allreduce.PeerError](err); ok {
+				culprit, via = pe.Rank, pe.Via
+			}
+			fmt.Printf("lost peerlost=%t rank=%d via=%d err=%q\n", errors.Is(err, allreduce.ErrPeerLost), culprit, via, err.Error())
+			return 0
+		}
+		fmt.Printf("iter %d\n", i)
+	}
+	fmt.Println("FAIL no failure after 100000 iterations")
+	return 1
+}
+
+// line is one line a child printed, with the time the parent read it.
+type line struct {
+	text string
+	at   time.Time
+}
+
+// child is one rank process seen from the test.
+type child struct {
+	rank int
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process is reaped
+
+	mu      sync.Mutex
+	lines   []line
+	waitErr error
+}
+
+// procWorld is a set of rank processes; changed is signalled on every line and every exit.
+type procWorld struct {
+	t       *testing.T
+	kids    []*child
+	changed chan struct{}
+}
+
+// startProcs starts n rank processes of scenario; every one is killed by PID and reaped
+// when the test ends.
+func startProcs(t *testing.T, scenario string, n int, timeout time.Duration) *procWorld {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &procWorld{t: t, changed: make(chan struct{}, 1)}
+	dir := t.TempDir()
+	for r := range n {
+		cmd := exec.Command(exe)
+		cmd.Env = append(os.Environ(),
+			childEnv+"="+scenario,
+			childRank+"="+strconv.Itoa(r),
+			childSize+"="+strconv.Itoa(n),
+			childDir+"="+dir,
+			childTimeout+"="+timeout.String(),
+		)
+		setParentDeathSignal(cmd)
+		stdin, err := cmd.StdinPipe() // held open: the child exits when it closes
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		c := &child{rank: r, cmd: cmd, done: make(chan struct{})}
+		w.kids = append(w.kids, c)
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				c.mu.Lock()
+				c.lines = append(c.lines, line{sc.Text(), time.Now()})
+				c.mu.Unlock()
+				w.signal()
+			}
+			io.Copy(io.Discard, stdout)
+			err := cmd.Wait() // after the last read, as exec requires
+			c.mu.Lock()
+			c.waitErr = err
+			c.mu.Unlock()
+			close(c.done)
+			w.signal()
+		}()
+		t.Cleanup(func() {
+			cmd.Process.Kill() // by PID; harmless once it has exited
+			select {
+			case <-c.done:
+			case <-time.After(10 * time.Second):
+				t.Errorf("rank %d (pid %d) was not reaped 10s after SIGKILL", r, cmd.Process.Pid)
+			}
+			stdin.Close()
+			if stderr.Len() > 0 {
+				t.Logf("rank %d stderr:\n%s", r, stderr.String())
+			}
+		})
+	}
+	return w
+}
+
+func (w *procWorld) signal() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// await waits until cond holds, re-checking on every line and exit, for at most d.
+func (w *procWorld) await(d time.Duration, what string, cond func() bool) {
+	w.t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for !cond() {
+		select {
+		case <-w.changed:
+		case <-deadline.C:
+			w.dump()
+			w.t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+	}
+}
+
+// last returns child r's last line that starts with prefix.
+func (w *procWorld) last(r int, prefix string) (line, bool) {
+	c := w.kids[r]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := len(c.lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(c.lines[i].text, prefix) {
+			return c.lines[i], true
+		}
+	}
+	return line{}, false
+}
+
+func (w *procWorld) exited(r int) (bool, error) {
+	c := w.kids[r]
+	select {
+	case <-c.done:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return true, c.waitErr
+	default:
+		return false, nil
+	}
+}
+
+func (w *procWorld) iterations(r int) int {
+	l, ok := w.last(r, "iter ")
+	if !ok {
+		return 0
+	}
+	i, _ := strconv.Atoi(strings.TrimPrefix(l.text, "iter "))
+	return i + 1
+}
+
+func (w *procWorld) dump() {
+	for _, c := range w.kids {
+		c.mu.Lock()
+		var tail []string
+		for _, l := range c.lines[max(0, len(c.lines)-3):] {
+			tail = append(tail, l.text)
+		}
+		c.mu.Unlock()
+		w.t.Logf("rank %d (pid %d): last lines %q", c.rank, c.cmd.Process.Pid, tail)
+	}
+}
+
+func TestProcessesCorrect(t *testing.T) {
+	for _, n := range []int{2, 5} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			w := startProcs(t, "correct", n, 10*time.Second)
+			w.await(60*time.Second, "every rank to exit", func() bool {
+				for r := range n {
+					if done, _ := w.exited(r); !done {
+						return false
+					}
+				}
+				return true
+			})
+			for r := range n {
+				_, err := w.exited(r)
+				_, ok := w.last(r, "ok")
+				if err != nil || !ok {
+					w.dump()
+					t.Fatalf("rank %d: exit %v", r, err)
+				}
+			}
+		})
+	}
+}
+
+// faultWorld starts 4 ranks looping a 4 MiB Allreduce and waits until every rank has done
+// at least three iterations.
+func faultWorld(t *testing.T, timeout time.Duration) *procWorld {
+	const n = 4
+	w := startProcs(t, "loop", n, timeout)
+	w.await(60*time.Second, "three iterations on every rank", func() bool {
+		for r := range n {
+			if w.iterations(r) < 3 {
+				if done, err := w.exited(r); done {
+					w.dump()
+					t.Fatalf("rank %d exited early: %v", r, err)
+				}
+				return false
+			}
+		}
+		return true
+	})
+	return w
+}
+
+// awaitSurvivors waits for every rank but victim to report its failure and exit, and
+// returns each one's report.
+func awaitSurvivors(t *testing.T, w *procWorld, victim int, since time.Time, d time.Duration) map[int]line {
+	t.Helper()
+	reports := map[int]line{}
+	w.await(d, "every survivor to report the failure and exit", func() bool {
+		for r := range w.kids {
+			if r == victim {
+				continue
+			}
+			l, ok := w.last(r, "lost ")
+			if !ok {
+				return false
+			}
+			reports[r] = l
+			if done, _ := w.exited(r); !done {
+				return false
+			}
+		}
+		return true
+	})
+	for r, l := range reports {
+		if _, err := w.exited(r); err != nil {
+			t.Errorf("rank %d exited with %v", r, err)
+		}
+		t.Logf("rank %d, %v after the signal: %s", r, l.at.Sub(since).Round(time.Millisecond), l.text)
+	}
+	return reports
+}
+
+// TestProcessKilled: SIGKILL one rank mid-run; every survivor reports ErrPeerLost naming it
+// within 2s. Timeout is 20s, so the detection cannot come from the timeout.
+func TestProcessKilled(t *testing.T) {
+	const victim = 2
+	w := faultWorld(t, 20*time.Second)
+	killed := time.Now()
+	if err := w.kids[victim].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	reports := awaitSurvivors(t, w, victim, killed, 10*time.Second)
+	for r, l := range reports {
+		if d := l.at.Sub(killed); d > 2*time.Second {
+			t.Errorf("rank %d reported the loss %v after the kill", r, d)
+		}
+		want := fmt.Sprintf("lost peerlost=true rank=%d ", victim)
+		if !strings.HasPrefix(l.text, want) {
+			t.Errorf("rank %d: %s; want an ErrPeerLost naming rank %d", r, l.text, victim)
+		}
+	}
+}
+
+// TestProcessStopped: SIGSTOP one rank mid-run; with Timeout 1s every survivor returns
+// within a few seconds with ErrPeerLost. Then the stopped rank is resumed, killed and reaped.
+func TestProcessStopped(t *testing.T) {
+	const victim = 2
+	const timeout = time.Second
+	w := faultWorld(t, timeout)
+	p := w.kids[victim].cmd.Process
+	stopped := time.Now()
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	reports := awaitSurvivors(t, w, victim, stopped, 20*time.Second)
+	for r, l := range reports {
+		if d := l.at.Sub(stopped); d > timeout+3*time.Second {
+			t.Errorf("rank %d reported the loss %v after the stop (timeout %v)", r, d, timeout)
+		}
+		if !strings.HasPrefix(l.text, "lost peerlost=true ") {
+			t.Errorf("rank %d: %s; want an ErrPeerLost", r, l.text)
+		}
+		// Only the rank that reads from the stopped one can tell it from a rank that is
+		// waiting too: the ranks after it in the ring go silent at the same moment, and
+		// their own timeouts race with the abort naming the stopped rank. Blaming a waiting
+		// rank is a known limitation (no keepalives while waiting); see the report.
+		if r == (victim+1)%len(w.kids) && !strings.HasPrefix(l.text, fmt.Sprintf("lost peerlost=true rank=%d ", victim)) {
+			t.Errorf("rank %d reads from rank %d: %s; want it to name rank %d", r, victim, l.text, victim)
+		}
+	}
+	if done, _ := w.exited(victim); done {
+		t.Fatalf("rank %d exited while stopped", victim)
+	}
+	p.Signal(syscall.SIGCONT)
+	p.Signal(syscall.SIGKILL)
+	select {
+	case <-w.kids[victim].done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("stopped rank %d not reaped after SIGCONT and SIGKILL", victim)
+	}
+}
