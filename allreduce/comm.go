@@ -29,7 +29,7 @@ type Config struct {
 	// Timeout bounds every wait on a peer: connection setup, and how long an operation waits
 	// for the next chunk before declaring the peer lost (a hung process). Default 30s.
 	Timeout time.Duration
-	// ChunkBytes is the pipelining unit of the ring; default 256 KiB.
+	// ChunkBytes is the pipelining unit of the ring; default 1 MiB.
 	ChunkBytes int
 	// SmallBytes is the largest message reduced by recursive doubling instead of the ring;
 	// default 64 KiB.
@@ -42,7 +42,7 @@ type Config struct {
 
 const (
 	defaultTimeout    = 30 * time.Second
-	defaultChunkBytes = 256 << 10
+	defaultChunkBytes = 1 << 20
 	defaultSmallBytes = 64 << 10
 )
 
