@@ -118,6 +118,15 @@ func addrKey(gen uint64, rank int) string {
 	return fmt.Sprintf("allreduce/g%d/addr/%d", gen, rank)
 }
 
+func abandonKey(gen uint64) string { return fmt.Sprintf("allreduce/g%d/abandoned", gen) }
+
+// Abandon records in the store that generation gen is over, so that ranks still building
+// their communicator for it (New) stop waiting for peers at once, with an error wrapping
+// ErrPeerLost, instead of after Config.Timeout. A rank leaving a generation to reset calls it.
+func Abandon(ctx context.Context, store Store, gen uint64, reason string) error {
+	return store.Set(ctx, abandonKey(gen), []byte(reason))
+}
+
 // New builds the communicator: it listens, publishes its address under a key scoped by the
 // generation, and connects to its peers (the higher rank of each pair dials). It returns when
 // every connection is up, or with an error when ctx ends or Config.Timeout passes first.
@@ -151,6 +160,13 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
+	ctx, abandoned := context.WithCancelCause(ctx)
+	defer abandoned(nil)
+	go func() { // a generation given up by any rank ends the wait for its peers at once
+		if v, err := cfg.Store.Get(ctx, abandonKey(cfg.Generation)); err == nil {
+			abandoned(fmt.Errorf("generation %d was abandoned (%s): %w", cfg.Generation, v, ErrPeerLost))
+		}
+	}()
 	if err := cfg.Store.Set(ctx, addrKey(cfg.Generation, cfg.Rank), []byte(c.addr)); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("allreduce: publish address: %w", err)
