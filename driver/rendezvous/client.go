@@ -1,0 +1,325 @@
+package rendezvous
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/elasticd/elasticd/allreduce"
+)
+
+// Client is a worker's side of rendezvous. Its methods are safe for concurrent use.
+type Client struct {
+	base string // scheme://host[:port][/prefix], without a trailing slash
+	key  []byte
+	id   WorkerID
+	hc   *http.Client
+
+	retries    int           // further attempts after a connection error or 5xx
+	retryDelay time.Duration // between attempts
+	pollWait   time.Duration // how long the client asks the server to hold a long-poll
+}
+
+const (
+	defaultRetries    = 3
+	defaultRetryDelay = 100 * time.Millisecond
+	defaultPollWait   = 25 * time.Second
+	// requestTimeout bounds one attempt of a request that does not long-poll; a long-poll
+	// attempt gets pollWait on top.
+	requestTimeout  = 15 * time.Second
+	maxResponseBody = 64 << 20 // a key-value value; larger answers are refused
+	maxErrorBody    = 1 << 10
+)
+
+// ErrGenerationGone is wrapped by errors about a generation whose key-value data the driver
+// has dropped (HTTP 410): a newer generation exists, and this worker should reset.
+var ErrGenerationGone = errors.New("rendezvous: generation is over")
+
+// StatusError is an answer other than the one a request expected.
+type StatusError struct {
+	Method, Target string // the request
+	Code           int    // HTTP status
+	Message        string // the server's one-line reason
+}
+
+func (e *StatusError) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = http.StatusText(e.Code)
+	}
+	return fmt.Sprintf("%s %s: %d %s", e.Method, e.Target, e.Code, msg)
+}
+
+// Is makes a 410 match ErrGenerationGone.
+func (e *StatusError) Is(target error) bool {
+	return target == ErrGenerationGone && e.Code == http.StatusGone
+}
+
+// NewClient returns a client for the rendezvous server at baseURL (e.g. "http://10.0.0.1:7000")
+// that acts as worker id. hc nil means a client of its own, with bounded dial and handshake
+// times, no proxy and no redirects.
+func NewClient(baseURL string, secret []byte, id WorkerID, hc *http.Client) *Client {
+	if hc == nil {
+		hc = &http.Client{
+			Transport: &http.Transport{
+				Proxy:                 nil, // the rendezvous is on the job's own network
+				DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+				ForceAttemptHTTP2:     true,
+				MaxIdleConns:          8,
+				MaxIdleConnsPerHost:   8,
+				IdleConnTimeout:       90 * time.Second,
+				TLSHandshakeTimeout:   5 * time.Second,
+				ExpectContinueTimeout: time.Second,
+			},
+			// A redirect would be re-signed for the wrong target; never follow one.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	return &Client{
+		base:       strings.TrimRight(baseURL, "/"),
+		key:        deriveKey(secret),
+		id:         id,
+		hc:         hc,
+		retries:    defaultRetries,
+		retryDelay: defaultRetryDelay,
+		pollWait:   defaultPollWait,
+	}
+}
+
+// CloseIdleConnections closes the client's idle keep-alive connections.
+func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+
+// Report tells the driver this worker's state in generation gen. A message longer than
+// MaxMessage is truncated. Retries carry the same report ID, so the driver sees a report
+// once even when an answer was lost.
+func (c *Client) Report(ctx context.Context, gen uint64, st State, msg string) error {
+	// Invalid UTF-8 would grow in JSON (each bad byte becomes U+FFFD), so replace it first.
+	msg = truncate(strings.ToValidUTF8(msg, "\uFFFD"), MaxMessage)
+	body, err := json.Marshal(stateRequest{Generation: &gen, State: st, Message: msg, ReportID: randomHex()})
+	if err != nil {
+		return fmt.Errorf("rendezvous: report %s: %w", st, err)
+	}
+	target := "/v1/workers/" + escapeSegment(c.id.String()) + "/state"
+	if _, _, err := c.do(ctx, http.MethodPost, target, body, 0, http.StatusNoContent); err != nil {
+		return fmt.Errorf("rendezvous: report %s for generation %d: %w", st, gen, err)
+	}
+	return nil
+}
+
+// Assignment waits (re-polling) until this worker has an assignment with Generation > after,
+// or ctx ends. An assignment with Removed set means the worker has no place any more.
+func (c *Client) Assignment(ctx context.Context, after uint64) (Assignment, error) {
+	target := "/v1/workers/" + escapeSegment(c.id.String()) + "/assignment?after=" + strconv.FormatUint(after, 10) + c.waitQuery()
+	for {
+		code, body, err := c.do(ctx, http.MethodGet, target, nil, c.pollWait, http.StatusOK, http.StatusNoContent)
+		if err != nil {
+			return Assignment{}, fmt.Errorf("rendezvous: assignment after generation %d: %w", after, err)
+		}
+		if code == http.StatusNoContent {
+			continue
+		}
+		var a Assignment
+		if err := json.Unmarshal(body, &a); err != nil {
+			return Assignment{}, fmt.Errorf("rendezvous: assignment after generation %d: decode answer: %w", after, err)
+		}
+		if a.Generation <= after {
+			return Assignment{}, fmt.Errorf("rendezvous: assignment after generation %d: server answered generation %d", after, a.Generation)
+		}
+		return a, nil
+	}
+}
+
+// HostsUpdated waits until the host-update version is > after, and returns it.
+func (c *Client) HostsUpdated(ctx context.Context, after uint64) (uint64, error) {
+	target := "/v1/hosts/version?after=" + strconv.FormatUint(after, 10) + c.waitQuery()
+	for {
+		code, body, err := c.do(ctx, http.MethodGet, target, nil, c.pollWait, http.StatusOK, http.StatusNoContent)
+		if err != nil {
+			return 0, fmt.Errorf("rendezvous: host updates after version %d: %w", after, err)
+		}
+		if code == http.StatusNoContent {
+			continue
+		}
+		var v hostsVersion
+		if err := json.Unmarshal(body, &v); err != nil {
+			return 0, fmt.Errorf("rendezvous: host updates after version %d: decode answer: %w", after, err)
+		}
+		if v.Version <= after {
+			return 0, fmt.Errorf("rendezvous: host updates after version %d: server answered version %d", after, v.Version)
+		}
+		return v.Version, nil
+	}
+}
+
+// Store returns the key-value store of generation gen. It satisfies allreduce.Store: Get
+// waits for the key; both fail with an error wrapping ErrGenerationGone once the driver has
+// published a newer generation.
+func (c *Client) Store(gen uint64) allreduce.Store { return &store{c: c, gen: gen} }
+
+type store struct {
+	c   *Client
+	gen uint64
+}
+
+func (s *store) target(key string) string {
+	return "/v1/kv/" + strconv.FormatUint(s.gen, 10) + "/" + escapeSegment(key)
+}
+
+// escapeSegment escapes s as one path segment. "." and ".." are spelled with %2E, which
+// servers do not treat as dot segments to clean away.
+func escapeSegment(s string) string {
+	if s == "." || s == ".." {
+		return strings.Repeat("%2E", len(s))
+	}
+	return url.PathEscape(s)
+}
+
+func (s *store) Set(ctx context.Context, key string, value []byte) error {
+	if _, _, err := s.c.do(ctx, http.MethodPut, s.target(key), value, 0, http.StatusNoContent); err != nil {
+		return fmt.Errorf("rendezvous: set key %q of generation %d: %w", key, s.gen, err)
+	}
+	return nil
+}
+
+func (s *store) Get(ctx context.Context, key string) ([]byte, error) {
+	target := s.target(key) + "?" + strings.TrimPrefix(s.c.waitQuery(), "&")
+	for {
+		code, body, err := s.c.do(ctx, http.MethodGet, target, nil, s.c.pollWait, http.StatusOK, http.StatusNoContent)
+		if err != nil {
+			return nil, fmt.Errorf("rendezvous: get key %q of generation %d: %w", key, s.gen, err)
+		}
+		if code == http.StatusOK {
+			return body, nil
+		}
+	}
+}
+
+func (c *Client) waitQuery() string {
+	return "&wait_ms=" + strconv.FormatInt(c.pollWait.Milliseconds(), 10)
+}
+
+// do sends a signed request and returns the status (one of want) and body of the answer.
+// Connection errors and 5xx answers are retried c.retries times, c.retryDelay apart; other
+// answers outside want come back as a *StatusError.
+func (c *Client) do(ctx context.Context, method, target string, body []byte, wait time.Duration, want ...int) (int, []byte, error) {
+	var errs []error
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			t := time.NewTimer(c.retryDelay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return 0, nil, fmt.Errorf("%s %s: %w (after: %w)", method, target, ctx.Err(), errors.Join(errs...))
+			}
+		}
+		code, data, err := c.once(ctx, method, target, body, wait)
+		if err == nil {
+			for _, w := range want {
+				if code == w {
+					return code, data, nil
+				}
+			}
+			err = &StatusError{Method: method, Target: target, Code: code, Message: errorMessage(data)}
+			if code < 500 {
+				return 0, nil, err
+			}
+		}
+		if ctx.Err() != nil {
+			return 0, nil, fmt.Errorf("%s %s: %w", method, target, ctx.Err())
+		}
+		errs = append(errs, err)
+		if attempt >= c.retries {
+			return 0, nil, fmt.Errorf("gave up after %d attempts, %v apart: %w", attempt+1, c.retryDelay, err)
+		}
+	}
+}
+
+func (c *Client) once(ctx context.Context, method, target string, body []byte, wait time.Duration) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout+wait)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+target, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	nonce := randomHex()
+	bh := bodyHash(body)
+	req.Header.Set(HeaderTimestamp, ts)
+	req.Header.Set(HeaderNonce, nonce)
+	req.Header.Set(HeaderBodyHash, bh)
+	req.Header.Set(HeaderSignature, hex.EncodeToString(signature(c.key, method, req.URL.RequestURI(), ts, nonce, bh)))
+	if body != nil {
+		req.Header.Set("Content-Type", "application/octet-stream")
+		if method == http.MethodPost {
+			req.Header.Set("Content-Type", "application/json")
+		}
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	limit := int64(maxErrorBody)
+	if resp.StatusCode == http.StatusOK {
+		limit = maxResponseBody
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return 0, nil, fmt.Errorf("read answer: %w", err)
+	}
+	if int64(len(data)) > limit {
+		if resp.StatusCode != http.StatusOK {
+			data = data[:limit]
+		} else {
+			return 0, nil, fmt.Errorf("answer longer than %d bytes", limit)
+		}
+	}
+	return resp.StatusCode, data, nil
+}
+
+func errorMessage(b []byte) string {
+	s := strings.TrimSpace(strings.ToValidUTF8(string(b), "?"))
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+func randomHex() string {
+	var b [nonceBytes]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 {
+		r, size := utf8.DecodeLastRuneInString(s)
+		if r != utf8.RuneError || size > 1 {
+			break
+		}
+		s = s[:len(s)-1]
+	}
+	return s
+}

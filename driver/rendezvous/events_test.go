@@ -1,0 +1,157 @@
+package rendezvous_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/rendezvous"
+)
+
+// TestEventsUnderLoad: 200 workers report concurrently, 5 reports each, while nobody reads
+// Events; every report returns promptly anyway. Then every event arrives, each worker's in
+// the order it sent them, none lost and none twice.
+func TestEventsUnderLoad(t *testing.T) {
+	const workers, reports = 200, 5
+	e := newEnv(t, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			c := e.client(wid(fmt.Sprintf("node-%d", w/8), w%8))
+			for g := range uint64(reports) {
+				if err := c.Report(ctx, g+1, rendezvous.Ready, fmt.Sprintf("w%d g%d", w, g+1)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait() // nobody has read Events yet: reports must not wait for a reader
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("%d reports sent in %v with nobody reading", workers*reports, time.Since(start))
+	if q := e.srv.Stats().QueuedEvents; q < workers*reports-1 { // the feeder may hold one
+		t.Fatalf("%d events queued; want %d", q, workers*reports)
+	}
+	time.Sleep(100 * time.Millisecond) // "a while"
+
+	last := map[rendezvous.WorkerID]uint64{}
+	for i := range workers * reports {
+		select {
+		case ev := <-e.srv.Events():
+			if ev.Generation != last[ev.Worker]+1 {
+				t.Fatalf("event %d: worker %v generation %d after %d: out of order or lost", i, ev.Worker, ev.Generation, last[ev.Worker])
+			}
+			last[ev.Worker] = ev.Generation
+			if want := fmt.Sprintf("w%d g%d", ev.Worker.Slot+8*atoiSuffix(ev.Worker.Host), ev.Generation); ev.Message != want || ev.State != rendezvous.Ready || ev.At.Before(start) {
+				t.Fatalf("event %+v; want message %q", ev, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("only %d of %d events arrived", i, workers*reports)
+		}
+	}
+	if len(last) != workers {
+		t.Fatalf("events from %d workers; want %d", len(last), workers)
+	}
+	select {
+	case ev := <-e.srv.Events():
+		t.Fatalf("an extra event: %+v", ev)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+func atoiSuffix(host string) int {
+	var n int
+	fmt.Sscanf(strings.TrimPrefix(host, "node-"), "%d", &n)
+	return n
+}
+
+// TestEventsArrivalOrder: reports from different workers come out in the order the server
+// received them.
+func TestEventsArrivalOrder(t *testing.T) {
+	e := newEnv(t, nil)
+	states := []rendezvous.State{rendezvous.Ready, rendezvous.Failure, rendezvous.Success}
+	for i := range 30 {
+		c := e.client(wid(fmt.Sprintf("h%d", i%4), 0))
+		if err := c.Report(t.Context(), uint64(i), states[i%3], ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 30 {
+		ev := <-e.srv.Events()
+		if ev.Generation != uint64(i) || ev.Worker.Host != fmt.Sprintf("h%d", i%4) || ev.State != states[i%3] {
+			t.Fatalf("event %d is %+v", i, ev)
+		}
+	}
+}
+
+// TestReportRetryDelivered once: a report sent twice with the same report ID (a retry after
+// a lost answer) reaches the driver once.
+func TestReportRetryDeliveredOnce(t *testing.T) {
+	e := newEnv(t, nil)
+	target := "/v1/workers/" + url.PathEscape("h/0") + "/state"
+	body := []byte(`{"generation":3,"state":"FAILURE","message":"oom","report_id":"r1"}`)
+	for range 2 {
+		if code, msg := e.send(t, signed{method: "POST", target: target, body: body}); code != http.StatusNoContent {
+			t.Fatalf("%d %q", code, msg)
+		}
+	}
+	if code, msg := e.send(t, signed{method: "POST", target: target, body: []byte(`{"generation":3,"state":"FAILURE","message":"oom again","report_id":"r2"}`)}); code != http.StatusNoContent {
+		t.Fatalf("%d %q", code, msg)
+	}
+	for _, want := range []string{"oom", "oom again"} {
+		if ev := <-e.srv.Events(); ev.Message != want {
+			t.Fatalf("event %+v; want message %q", ev, want)
+		}
+	}
+	select {
+	case ev := <-e.srv.Events():
+		t.Fatalf("the retry was delivered again: %+v", ev)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// TestEventQueueBound: with nobody reading, reports beyond MaxQueuedEvents are refused (503,
+// so the client retries and then says so), never dropped silently.
+func TestEventQueueBound(t *testing.T) {
+	e := newEnv(t, func(c *rendezvous.ServerConfig) { c.MaxQueuedEvents = 3 })
+	c := e.client(wid("h", 0))
+	var refused error
+	for i := range 5 {
+		if err := c.Report(t.Context(), uint64(i), rendezvous.Ready, ""); err != nil {
+			refused = err
+			break
+		}
+	}
+	if refused == nil || !strings.Contains(refused.Error(), "503 driver is behind on reports") {
+		t.Fatalf("reports beyond the queue bound: %v", refused)
+	}
+	for i := range 3 { // the feeder holds one, the queue three
+		if ev := <-e.srv.Events(); ev.Generation != uint64(i) {
+			t.Fatalf("event %+v; want generation %d", ev, i)
+		}
+	}
+}
+
+func TestReportTruncatesMessage(t *testing.T) {
+	e := newEnv(t, nil)
+	msg := strings.Repeat("é", rendezvous.MaxMessage) // 2 bytes each
+	if err := e.client(wid("h", 0)).Report(t.Context(), 1, rendezvous.Failure, msg+"\xff"); err != nil {
+		t.Fatal(err)
+	}
+	ev := <-e.srv.Events()
+	if len(ev.Message) != rendezvous.MaxMessage || !strings.HasPrefix(msg, ev.Message) {
+		t.Fatalf("message of %d bytes arrived as %d bytes", len(msg), len(ev.Message))
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package rendezvous_test
+
+func raiseFileLimit(uint64) error { return nil }
