@@ -30,7 +30,7 @@ func main() {
 // usage) and prints failures as one line on stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
-	err := app.RunContext(ctx, args)
+	err := app.RunContext(ctx, joinCooldownArgs(args))
 	if err == nil {
 		return 0
 	}
@@ -68,6 +68,7 @@ Every flag can also be set through an environment variable named ELASTICD_<FLAG>
 			return cli.ShowAppHelp(c)
 		},
 		Commands: []*cli.Command{
+			runCommand(),
 			benchCommand(),
 			versionCommand(),
 		},

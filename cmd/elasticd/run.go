@@ -1,0 +1,230 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/elasticd/elasticd/driver"
+	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/providers"
+	"github.com/urfave/cli/v2"
+)
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run an elastic data-parallel training job",
+		ArgsUsage: "-- COMMAND [ARGS...]",
+		Description: `Discovers hosts, launches COMMAND once per slot, and keeps the job going while workers
+fail and hosts come and go: a failed worker's slot is blacklisted for a cooldown, the others
+reset to a new generation (dense ranks, oldest worker = rank 0) and carry on from their
+last commit. The job succeeds when every worker of the final generation exits 0.
+
+Hosts come from one provider:
+   --provider local        this machine, one host per slot (the default)
+   -H host[:slots],...     a fixed list (--provider fixed)
+   --host-discovery-script a program printing one host[:slots] per line (--provider script)
+
+Examples:
+   elasticd run -np 4 --min-np 2 -- ./train
+   elasticd run -np 8 -H gpu1:4,gpu2:4 --launcher ssh -- python train.py
+   elasticd run -np 4 --max-np 16 --host-discovery-script ./hosts.sh -- ./train
+
+Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
+130 interrupted (every worker is stopped first).`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "np", Usage: "number of workers to start with (required)", EnvVars: []string{"ELASTICD_NP"}},
+			&cli.IntFlag{Name: "min-np", Usage: "fewest workers to keep training with (default: -np)", EnvVars: []string{"ELASTICD_MIN_NP"}},
+			&cli.IntFlag{Name: "max-np", Usage: "most workers to grow to (default: -np)", EnvVars: []string{"ELASTICD_MAX_NP"}},
+			&cli.StringFlag{Name: "provider", Usage: "where hosts come from: local, fixed or script (default: from -H / --host-discovery-script, else local)", EnvVars: []string{"ELASTICD_PROVIDER"}},
+			&cli.StringFlag{Name: "hosts", Aliases: []string{"H"}, Usage: "fixed hosts, `host[:slots],...`", EnvVars: []string{"ELASTICD_HOSTS"}},
+			&cli.StringFlag{Name: "host-discovery-script", Usage: "`PATH` of a program that prints host[:slots] lines", EnvVars: []string{"ELASTICD_HOST_DISCOVERY_SCRIPT"}},
+			&cli.IntFlag{Name: "slots-per-host", Usage: "slots of a host given without :slots (local: the number of local slots, default max-np)", EnvVars: []string{"ELASTICD_SLOTS_PER_HOST"}},
+			&cli.DurationFlag{Name: "discovery-interval", Value: time.Second, Usage: "how often hosts are discovered", EnvVars: []string{"ELASTICD_DISCOVERY_INTERVAL"}},
+			&cli.DurationFlag{Name: "discovery-timeout", Value: 10 * time.Second, Usage: "how long one discovery may take", EnvVars: []string{"ELASTICD_DISCOVERY_TIMEOUT"}},
+			&cli.IntFlag{Name: "reset-limit", Usage: "resets caused by failures before the job fails (0: unlimited; scale-ups and removals do not count)", EnvVars: []string{"ELASTICD_RESET_LIMIT"}},
+			&cli.DurationFlag{Name: "elastic-timeout", Value: driver.DefaultElasticTimeout, Usage: "how long fewer than --min-np slots are tolerated", EnvVars: []string{"ELASTICD_ELASTIC_TIMEOUT"}},
+			&cli.DurationFlag{Name: "start-timeout", Value: driver.DefaultStartTimeout, Usage: "how long a launched worker may take to register", EnvVars: []string{"ELASTICD_START_TIMEOUT"}},
+			&cli.DurationFlag{Name: "barrier-timeout", Value: driver.DefaultBarrierTimeout, Usage: "once a reset begins, how long a worker may take to reach it before it counts as failed", EnvVars: []string{"ELASTICD_BARRIER_TIMEOUT"}},
+			&cli.DurationFlag{Name: "comm-timeout", Value: 30 * time.Second, Usage: "how long a worker waits on a silent peer inside a collective", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
+			&cli.StringFlag{Name: "blacklist-cooldown-range", Value: "10s,5m", Usage: "`MIN,MAX` cooldown of a failed slot: MIN after the first failure, doubling per failure up to MAX (seconds or durations; 'MIN MAX' as two arguments works too)", EnvVars: []string{"ELASTICD_BLACKLIST_COOLDOWN_RANGE"}},
+			&cli.StringFlag{Name: "launcher", Value: "local", Usage: "how workers start: local or ssh", EnvVars: []string{"ELASTICD_LAUNCHER"}},
+			&cli.IntFlag{Name: "ssh-port", Usage: "ssh port (default: ssh's own)", EnvVars: []string{"ELASTICD_SSH_PORT"}},
+			&cli.StringFlag{Name: "ssh-identity-file", Usage: "ssh private key `FILE`", EnvVars: []string{"ELASTICD_SSH_IDENTITY_FILE"}},
+			&cli.StringFlag{Name: "output-dir", Usage: "also write each worker's output to `DIR`/<worker>/gen-<generation>.{stdout,stderr}", EnvVars: []string{"ELASTICD_OUTPUT_DIR"}},
+			&cli.DurationFlag{Name: "stop-grace", Value: 5 * time.Second, Usage: "time between SIGTERM and SIGKILL when stopping a worker", EnvVars: []string{"ELASTICD_STOP_GRACE"}},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log every decision of the driver", EnvVars: []string{"ELASTICD_VERBOSE"}},
+		},
+		Action: runJob,
+	}
+}
+
+func runJob(c *cli.Context) error {
+	o, err := runOptions(c)
+	if err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if c.Bool("verbose") {
+		level = slog.LevelDebug
+	}
+	o.Logger = slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level, ReplaceAttr: shortTime}))
+	o.Stdout, o.Stderr = c.App.Writer, c.App.ErrWriter
+	res, err := driver.Run(c.Context, o)
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	fmt.Fprintf(c.App.ErrWriter, "elasticd: %s (generations %d, resets %d of which %d after failures)\n", res.Reason, res.Generations, res.Resets, res.FailureResets)
+	if res.Code != 0 {
+		return cli.Exit("job failed: "+res.Reason, res.Code)
+	}
+	return nil
+}
+
+func shortTime(_ []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey {
+		return slog.String("time", a.Value.Time().Format("15:04:05.000"))
+	}
+	return a
+}
+
+// runOptions turns flags into driver options; every error names its flag (exit code 2).
+func runOptions(c *cli.Context) (driver.Options, error) {
+	var o driver.Options
+	if c.NArg() == 0 {
+		return o, cli.Exit("run: no command: put the training command after --, e.g. elasticd run -np 4 -- ./train", 2)
+	}
+	o.Command = c.Args().Slice()
+	if !c.IsSet("np") {
+		return o, usageError("np", "required: how many workers to start with, e.g. -np 4")
+	}
+	o.NP, o.MinNP, o.MaxNP, o.ResetLimit = c.Int("np"), c.Int("min-np"), c.Int("max-np"), c.Int("reset-limit")
+	o.ElasticTimeout, o.StartTimeout, o.BarrierTimeout = c.Duration("elastic-timeout"), c.Duration("start-timeout"), c.Duration("barrier-timeout")
+	for _, f := range []string{"elastic-timeout", "start-timeout", "barrier-timeout", "comm-timeout", "discovery-interval", "discovery-timeout", "stop-grace"} {
+		if c.Duration(f) <= 0 {
+			return o, usageError(f, "%v: must be positive, e.g. 30s", c.Duration(f))
+		}
+	}
+	var err error
+	if o.CooldownMin, o.CooldownMax, err = parseCooldown(c.String("blacklist-cooldown-range")); err != nil {
+		return o, usageError("blacklist-cooldown-range", "%v", err)
+	}
+	if err := o.Config.Validate(); err != nil {
+		return o, cli.Exit(err.Error(), 2)
+	}
+	o.CommTimeout, o.StopGrace = c.Duration("comm-timeout"), c.Duration("stop-grace")
+	o.DiscoveryInterval, o.DiscoveryTimeout = c.Duration("discovery-interval"), c.Duration("discovery-timeout")
+	o.OutputDir = c.String("output-dir")
+	if o.Dir, err = os.Getwd(); err != nil {
+		return o, err
+	}
+	if o.Provider, err = provider(c, max(o.MaxNP, o.NP)); err != nil {
+		return o, err
+	}
+	switch l := c.String("launcher"); l {
+	case "local":
+		o.Launcher = launch.NewLocal()
+	case "ssh":
+		o.Launcher = launch.NewSSH(launch.SSHConfig{Port: c.Int("ssh-port"), IdentityFile: c.String("ssh-identity-file")})
+		o.ListenAddr = ":0" // remote workers must reach the rendezvous
+	default:
+		return o, usageError("launcher", "%q: use local or ssh", l)
+	}
+	if c.Int("ssh-port") < 0 || c.Int("ssh-port") > 65535 {
+		return o, usageError("ssh-port", "%d: must be a TCP port", c.Int("ssh-port"))
+	}
+	return o, nil
+}
+
+func provider(c *cli.Context, maxNP int) (providers.Provider, error) {
+	slots := c.Int("slots-per-host")
+	if slots < 0 {
+		return nil, usageError("slots-per-host", "%d: must be at least 1", slots)
+	}
+	name := c.String("provider")
+	switch {
+	case name != "":
+	case c.IsSet("hosts"):
+		name = "fixed"
+	case c.IsSet("host-discovery-script"):
+		name = "script"
+	default:
+		name = "local"
+	}
+	if c.IsSet("hosts") && c.IsSet("host-discovery-script") {
+		return nil, cli.Exit("-H/--hosts and --host-discovery-script: give one or the other", 2)
+	}
+	switch name {
+	case "local":
+		return providers.NewLocal(cmpInt(slots, maxNP)), nil
+	case "fixed":
+		if !c.IsSet("hosts") {
+			return nil, usageError("hosts", "--provider fixed needs -H host[:slots],...")
+		}
+		hs, err := providers.ParseHosts(c.String("hosts"), cmpInt(slots, 1))
+		if err != nil {
+			return nil, usageError("hosts", "%v", err)
+		}
+		return providers.NewFixed(hs), nil
+	case "script":
+		path := c.String("host-discovery-script")
+		if path == "" {
+			return nil, usageError("host-discovery-script", "--provider script needs the script's path")
+		}
+		if st, err := os.Stat(path); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return nil, usageError("host-discovery-script", "%q is not an executable file", path)
+		}
+		return providers.NewScript(path, cmpInt(slots, 1), c.Duration("discovery-timeout")), nil
+	}
+	return nil, usageError("provider", "%q: use local, fixed or script (cloud providers come later)", name)
+}
+
+func cmpInt(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// parseCooldown reads "MIN,MAX" (or "MIN MAX"); bare numbers are seconds, as in horovodrun.
+func parseCooldown(s string) (time.Duration, time.Duration, error) {
+	f := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
+	if len(f) != 2 {
+		return 0, 0, fmt.Errorf("%q: want MIN,MAX, e.g. 10s,5m or 10,300", s)
+	}
+	var d [2]time.Duration
+	for i, v := range f {
+		if n, err := strconv.Atoi(v); err == nil {
+			d[i] = time.Duration(n) * time.Second
+		} else if d[i], err = time.ParseDuration(v); err != nil {
+			return 0, 0, fmt.Errorf("%q is not a duration (e.g. 10s) or a number of seconds", v)
+		}
+	}
+	if d[0] <= 0 || d[1] < d[0] || d[1] > time.Hour {
+		return 0, 0, fmt.Errorf("%v,%v: need 0 < MIN <= MAX <= 1h", d[0], d[1])
+	}
+	return d[0], d[1], nil
+}
+
+// joinCooldownArgs lets `--blacklist-cooldown-range 10 100` (horovodrun's two arguments) work.
+func joinCooldownArgs(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if (a == "--blacklist-cooldown-range" || a == "-blacklist-cooldown-range") && i+2 < len(args) &&
+			!strings.HasPrefix(args[i+1], "-") && !strings.HasPrefix(args[i+2], "-") && !strings.Contains(args[i+1], ",") {
+			out = append(out, a, args[i+1]+","+args[i+2])
+			i += 2
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}

@@ -1,0 +1,86 @@
+// Package driver is the job controller of `elasticd run`: it turns discovered hosts into
+// generations of ranked workers, launches and watches them, and resets the job when workers
+// fail or hosts come and go, through a pure state machine (Machine) and its I/O (Driver).
+package driver
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config holds the job settings the state machine needs. Every field maps to an
+// `elasticd run` flag of the same name.
+type Config struct {
+	NP, MinNP, MaxNP int           // -np, --min-np (default NP), --max-np (default NP)
+	ResetLimit       int           // --reset-limit: resets caused by failures before giving up; 0 = unlimited
+	ElasticTimeout   time.Duration // --elastic-timeout: how long fewer than --min-np slots are tolerated
+	StartTimeout     time.Duration // --start-timeout: a launched worker must register within it
+	BarrierTimeout   time.Duration // --barrier-timeout: once a reset starts, every worker must reach it within it
+	CooldownMin      time.Duration // --blacklist-cooldown-range MIN
+	CooldownMax      time.Duration // --blacklist-cooldown-range MAX
+	CooldownDecay    time.Duration // a slot without failure this long has its failure count halved
+}
+
+// Defaults, also in `elasticd run --help` and docs/operations.md.
+const (
+	DefaultElasticTimeout = 10 * time.Minute
+	DefaultStartTimeout   = 2 * time.Minute
+	DefaultBarrierTimeout = time.Minute
+	DefaultCooldownMin    = 10 * time.Second
+	DefaultCooldownMax    = 5 * time.Minute
+	DefaultCooldownDecay  = 10 * time.Minute
+)
+
+func (c Config) withDefaults() Config {
+	if c.MinNP == 0 {
+		c.MinNP = c.NP
+	}
+	if c.MaxNP == 0 {
+		c.MaxNP = c.NP
+	}
+	if c.ElasticTimeout == 0 {
+		c.ElasticTimeout = DefaultElasticTimeout
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = DefaultStartTimeout
+	}
+	if c.BarrierTimeout == 0 {
+		c.BarrierTimeout = DefaultBarrierTimeout
+	}
+	if c.CooldownMin == 0 {
+		c.CooldownMin = DefaultCooldownMin
+	}
+	if c.CooldownMax == 0 {
+		c.CooldownMax = max(DefaultCooldownMax, c.CooldownMin)
+	}
+	if c.CooldownDecay == 0 {
+		c.CooldownDecay = DefaultCooldownDecay
+	}
+	return c
+}
+
+// Validate reports the first invalid setting, naming its flag.
+func (c Config) Validate() error {
+	d := c.withDefaults()
+	switch {
+	case c.NP < 1:
+		return fmt.Errorf("-np %d: must be at least 1", c.NP)
+	case c.MinNP < 0 || d.MinNP > c.NP:
+		return fmt.Errorf("--min-np %d: must be between 1 and -np (%d)", c.MinNP, c.NP)
+	case c.MaxNP < 0 || d.MaxNP < c.NP:
+		return fmt.Errorf("--max-np %d: must be at least -np (%d)", c.MaxNP, c.NP)
+	case c.ResetLimit < 0:
+		return fmt.Errorf("--reset-limit %d: must be 0 (unlimited) or more", c.ResetLimit)
+	case c.ElasticTimeout < 0:
+		return fmt.Errorf("--elastic-timeout %v: must be positive", c.ElasticTimeout)
+	case c.StartTimeout < 0:
+		return fmt.Errorf("--start-timeout %v: must be positive", c.StartTimeout)
+	case c.BarrierTimeout < 0:
+		return fmt.Errorf("--barrier-timeout %v: must be positive", c.BarrierTimeout)
+	case c.CooldownMin < 0 || (c.CooldownMax != 0 && c.CooldownMax < d.CooldownMin):
+		return fmt.Errorf("--blacklist-cooldown-range %v %v: need 0 < MIN <= MAX", c.CooldownMin, c.CooldownMax)
+	case d.CooldownMax > time.Hour:
+		return fmt.Errorf("--blacklist-cooldown-range MAX %v: at most 1h", d.CooldownMax)
+	}
+	return nil
+}

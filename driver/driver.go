@@ -1,0 +1,340 @@
+package driver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/discovery"
+	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/providers"
+	"github.com/elasticd/elasticd/worker"
+)
+
+// Options is everything `elasticd run` needs beyond the state machine's Config.
+type Options struct {
+	Config
+	Provider          providers.Provider
+	DiscoveryInterval time.Duration // default 1s
+	DiscoveryTimeout  time.Duration // per poll; default 10s
+	Launcher          launch.Launcher
+	Command           []string
+	Env               []string // extra KEY=VALUE for every worker
+	Dir               string
+	OutputDir         string        // per worker and generation stdout/stderr files; "" = none
+	Stdout, Stderr    io.Writer     // the terminal: worker lines prefixed "[rank] "
+	StopGrace         time.Duration // SIGTERM→SIGKILL; default 5s
+	ListenAddr        string        // rendezvous listen address; default 127.0.0.1:0
+	AdvertiseAddr     string        // host:port workers use to reach the rendezvous; default the listener's
+	CommTimeout       time.Duration // workers' allreduce timeout; default 30s
+	Logger            *slog.Logger
+}
+
+// Result is how a job ended.
+type Result struct {
+	Code                  int
+	Reason                string
+	Generations           uint64
+	Resets, FailureResets int
+}
+
+// Run drives one job to its end. It returns when the job has finished or ctx ends (then
+// every worker is stopped: SIGTERM, SIGKILL after StopGrace); no worker outlives it.
+func Run(ctx context.Context, o Options) (Result, error) {
+	if err := o.Config.Validate(); err != nil {
+		return Result{}, err
+	}
+	if len(o.Command) == 0 {
+		return Result{}, errors.New("no command to run")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.StopGrace == 0 {
+		o.StopGrace = 5 * time.Second
+	}
+	if o.CommTimeout == 0 {
+		o.CommTimeout = 30 * time.Second
+	}
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	d := &runner{o: o, log: o.Logger, secret: secret, procs: map[rendezvous.WorkerID]*proc{}, events: make(chan Event, 256)}
+	d.jobID = hex.EncodeToString(secret[:4])
+	return d.run(ctx)
+}
+
+type runner struct {
+	o      Options
+	log    *slog.Logger
+	secret []byte
+	jobID  string
+	url    string
+	srv    *rendezvous.Server
+	m      *Machine
+	events chan Event
+	procs  map[rendezvous.WorkerID]*proc
+	ranks  sync.Map // WorkerID -> current rank (int), for output prefixes
+	gen    atomic.Uint64
+	wg     sync.WaitGroup // process watchers and stoppers
+}
+
+type proc struct {
+	p    launch.Process
+	outs []io.Closer
+}
+
+func (d *runner) run(ctx context.Context) (Result, error) {
+	srv, err := rendezvous.NewServer(rendezvous.ServerConfig{Secret: d.secret, Logger: d.log})
+	if err != nil {
+		return Result{}, err
+	}
+	d.srv = srv
+	listen := cmpOr(d.o.ListenAddr, "127.0.0.1:0")
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return Result{}, fmt.Errorf("rendezvous: listen on %s: %w", listen, err)
+	}
+	adv := cmpOr(d.o.AdvertiseAddr, ln.Addr().String())
+	d.url = "http://" + adv
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	serveDone := make(chan struct{})
+	go func() { defer close(serveDone); hs.Serve(ln) }()
+	d.log.Info("rendezvous listening", "addr", ln.Addr().String(), "advertised", adv)
+
+	d.m = NewMachine(d.o.Config)
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchErr := make(chan error, 1)
+	hostsCh := make(chan []providers.Host)
+	w := &discovery.Watcher{Provider: d.o.Provider, Interval: d.o.DiscoveryInterval, Timeout: d.o.DiscoveryTimeout, Logger: d.log}
+	var bg sync.WaitGroup
+	bg.Go(func() { watchErr <- w.Run(wctx, hostsCh) })
+	bg.Go(func() {
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case hs := <-hostsCh:
+				d.send(wctx, HostsDiscovered{Now: time.Now(), Hosts: hs})
+			case ev, ok := <-srv.Events():
+				if !ok {
+					return
+				}
+				d.send(wctx, WorkerReported{Now: ev.At, Worker: ev.Worker, Generation: ev.Generation, State: ev.State, Message: ev.Message})
+			}
+		}
+	})
+
+	var res Result
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	interrupted := ctx.Done()
+	for !d.m.Done() {
+		now := time.Now()
+		if dl := d.m.NextDeadline(now); !dl.IsZero() {
+			timer.Reset(max(dl.Sub(now), time.Millisecond))
+		} else {
+			timer.Reset(time.Hour)
+		}
+		var acts []Action
+		select {
+		case ev := <-d.events:
+			acts = d.m.Step(ev)
+		case <-timer.C:
+			acts = d.m.Step(Tick{Now: time.Now()})
+		case <-interrupted:
+			interrupted = nil
+			acts = d.m.Step(Interrupted{Now: time.Now(), Reason: context.Cause(ctx).Error()})
+		case err := <-watchErr:
+			if err != nil && ctx.Err() == nil {
+				acts = d.m.finish(ExitFailed, fmt.Sprintf("host discovery failed: %v", err))
+			}
+		}
+		for _, a := range acts {
+			if f, ok := a.(Finish); ok {
+				res.Code, res.Reason = f.Code, f.Reason
+			}
+			d.do(ctx, a)
+		}
+	}
+	res.Generations, res.Resets, res.FailureResets = d.m.Generation(), d.m.Resets, d.m.FailureResets
+
+	// Nothing outlives the job: stop what is still running and wait for every process.
+	for id, p := range d.procs {
+		d.stop(id, p, "job finished")
+	}
+	stopWatch()
+	d.drain(&bg)
+	srv.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	hs.Shutdown(sctx)
+	cancel()
+	<-serveDone
+	return res, nil
+}
+
+// drain waits for the background goroutines while still consuming their events.
+func (d *runner) drain(bg *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() { d.wg.Wait(); bg.Wait(); close(done) }()
+	for {
+		select {
+		case <-done:
+			return
+		case <-d.events:
+		}
+	}
+}
+
+func (d *runner) send(ctx context.Context, ev Event) {
+	select {
+	case d.events <- ev:
+	case <-ctx.Done():
+	}
+}
+
+func (d *runner) do(ctx context.Context, a Action) {
+	switch a := a.(type) {
+	case Publish:
+		d.gen.Store(a.Generation)
+		for id, as := range a.Plan {
+			d.ranks.Store(id, as.Rank)
+		}
+		d.srv.Publish(a.Generation, a.Plan)
+	case NotifyHosts:
+		d.srv.NotifyHostsUpdated()
+	case Launch:
+		d.launch(ctx, a)
+	case Stop:
+		if p := d.procs[a.Worker]; p != nil {
+			d.log.Info("stopping worker", "worker", a.Worker.String(), "reason", a.Reason)
+			d.stop(a.Worker, p, a.Reason)
+		}
+	case Note:
+		d.log.Info(a.Msg, a.Args...)
+	case Finish:
+		d.log.Info("job finished", "code", a.Code, "reason", a.Reason)
+	}
+}
+
+func (d *runner) stop(id rendezvous.WorkerID, p *proc, why string) {
+	delete(d.procs, id)
+	d.wg.Go(func() { p.p.Stop(d.o.StopGrace) })
+}
+
+func (d *runner) launch(ctx context.Context, a Launch) {
+	as := a.Assignment
+	env := append(append([]string{}, d.o.Env...),
+		worker.EnvRendezvous+"="+d.url,
+		worker.EnvSecret+"="+hex.EncodeToString(d.secret),
+		worker.EnvJobID+"="+d.jobID,
+		worker.EnvWorkerID+"="+a.Worker.String(),
+		worker.EnvGeneration+"="+strconv.FormatUint(a.Generation, 10),
+		worker.EnvHostAddr+"="+a.Addr,
+		worker.EnvCommTimeout+"="+d.o.CommTimeout.String(),
+		// The conventional names, so unmodified scripts find their place (at launch).
+		"RANK="+strconv.Itoa(as.Rank), "WORLD_SIZE="+strconv.Itoa(as.Size),
+		"LOCAL_RANK="+strconv.Itoa(as.LocalRank), "LOCAL_WORLD_SIZE="+strconv.Itoa(as.LocalSize),
+		"MASTER_ADDR="+a.MasterAddr, "MASTER_PORT=29500",
+		"HOROVOD_RANK="+strconv.Itoa(as.Rank), "HOROVOD_SIZE="+strconv.Itoa(as.Size),
+		"HOROVOD_LOCAL_RANK="+strconv.Itoa(as.LocalRank), "HOROVOD_LOCAL_SIZE="+strconv.Itoa(as.LocalSize),
+		"HOROVOD_CROSS_RANK="+strconv.Itoa(as.CrossRank), "HOROVOD_CROSS_SIZE="+strconv.Itoa(as.CrossSize),
+		"HOROVOD_HOSTNAME="+a.Addr, "HOROVOD_ELASTIC=1", "PYTHONUNBUFFERED=1",
+	)
+	prefix := func() string {
+		if r, ok := d.ranks.Load(a.Worker); ok {
+			return fmt.Sprintf("[%d] ", r.(int))
+		}
+		return "[" + a.Worker.String() + "] "
+	}
+	stdout := launch.NewPrefixWriterFunc(d.o.Stdout, prefix)
+	stderr := launch.NewPrefixWriterFunc(d.o.Stderr, prefix)
+	p := &proc{outs: []io.Closer{stdout, stderr}}
+	var out, errw io.Writer = stdout, stderr
+	if d.o.OutputDir != "" {
+		fo, fe, err := d.outputFiles(a)
+		if err != nil {
+			d.log.Error("cannot write worker output files", "worker", a.Worker.String(), "err", err)
+		} else {
+			out, errw = io.MultiWriter(stdout, fo), io.MultiWriter(stderr, fe)
+			p.outs = append(p.outs, fo, fe)
+		}
+	}
+	spec := launch.Spec{
+		Name: fmt.Sprintf("rank %d (%s)", as.Rank, a.Worker), Host: a.Addr,
+		Command: d.o.Command, Env: env, Dir: d.o.Dir, Stdout: out, Stderr: errw,
+	}
+	lp, err := d.o.Launcher.Start(ctx, spec)
+	if err != nil {
+		d.log.Error("launch failed", "worker", a.Worker.String(), "err", err)
+		fmt.Fprintf(d.o.Stderr, "%slaunch failed: %v\n", prefix(), err)
+		closeAll(p.outs)
+		go d.send(context.Background(), WorkerExited{Now: time.Now(), Worker: a.Worker, Code: 127})
+		return
+	}
+	p.p = lp
+	d.procs[a.Worker] = p
+	d.log.Info("launched worker", "worker", a.Worker.String(), "rank", as.Rank, "generation", a.Generation, "pid", lp.PID())
+	d.wg.Go(func() {
+		st, err := lp.Wait()
+		closeAll(p.outs)
+		ev := WorkerExited{Now: time.Now(), Worker: a.Worker, Code: st.Code, Signal: st.Signal}
+		if err != nil && st.Code == 0 && st.Signal == "" {
+			ev.Code = -1
+			ev.Signal = err.Error()
+		}
+		d.events <- ev // the loop or drain always reads
+	})
+}
+
+// outputFiles opens DIR/<worker>/gen-<g>.stdout and .stderr for a process launched in
+// generation g (a process that survives resets keeps writing to its launch files).
+func (d *runner) outputFiles(a Launch) (io.WriteCloser, io.WriteCloser, error) {
+	dir := filepath.Join(d.o.OutputDir, strings.NewReplacer("/", "_", ":", "_").Replace(a.Worker.String()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	base := filepath.Join(dir, fmt.Sprintf("gen-%d", a.Generation))
+	fo, err := os.Create(base + ".stdout")
+	if err != nil {
+		return nil, nil, err
+	}
+	fe, err := os.Create(base + ".stderr")
+	if err != nil {
+		fo.Close()
+		return nil, nil, err
+	}
+	return fo, fe, nil
+}
+
+func closeAll(cs []io.Closer) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

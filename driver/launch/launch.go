@@ -1,0 +1,69 @@
+// Package launch starts worker processes, locally or on other hosts over ssh, watches them, and
+// stops them so that nothing they started outlives them, even when the driver itself is killed.
+package launch
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+)
+
+// DefaultGrace is the time between SIGTERM and SIGKILL when a worker is stopped because the
+// context passed to Start was cancelled (Horovod's safe_shell_exec waits as long).
+const DefaultGrace = 5 * time.Second
+
+// Spec describes one worker process.
+type Spec struct {
+	Name    string   // for errors and logs, e.g. "rank 3 (local-2/0)"
+	Host    string   // address to run on; used by the ssh launcher, ignored by the local one
+	Command []string // argv; Command[0] is looked up in PATH (local) / the remote PATH (ssh)
+	// Env is added to the worker's environment as KEY=VALUE. It carries the job secret, so it
+	// never appears in any argv, locally or remotely.
+	Env []string
+	// Dir is the working directory; "" means the driver's current directory, for ssh too
+	// (the same path on the remote host, as Horovod does). A directory that does not exist
+	// there makes Start fail.
+	Dir string
+	// Stdout and Stderr receive the worker's output (nil discards it). Once the output has
+	// ended, a writer with a Flush() error method (PrefixWriter, bufio.Writer) is flushed, so
+	// the last line arrives even without a trailing newline. They may be the same writer.
+	Stdout, Stderr io.Writer
+}
+
+// Launcher starts workers. The process lives until it exits or is stopped; cancelling ctx stops
+// it as Stop(DefaultGrace) would.
+type Launcher interface {
+	Start(ctx context.Context, s Spec) (Process, error)
+}
+
+// Process is a started worker.
+type Process interface {
+	// PID is the local process: the worker itself, or the ssh client.
+	PID() int
+	// Wait blocks until the worker has exited and its output is flushed. It may be called from
+	// several goroutines; all get the same result. The error is non-nil when the worker's exit
+	// status could not be learned (for ssh: the connection was lost); ExitStatus then
+	// describes the local process.
+	Wait() (ExitStatus, error)
+	// Stop sends SIGTERM to the worker's whole process group, SIGKILL after grace, and returns
+	// once the worker has exited. It is idempotent and safe to call concurrently with Wait and
+	// with itself: SIGTERM is sent once, and each call escalates after its own grace.
+	Stop(grace time.Duration)
+}
+
+// ExitStatus is how a worker ended.
+type ExitStatus struct {
+	Code   int    // exit code; -1 when killed by a signal
+	Signal string // "SIGKILL" etc. when killed by a signal, else ""
+}
+
+// Success reports whether the worker exited with code 0.
+func (e ExitStatus) Success() bool { return e.Code == 0 && e.Signal == "" }
+
+func (e ExitStatus) String() string {
+	if e.Signal != "" {
+		return "killed by " + e.Signal
+	}
+	return fmt.Sprintf("exit %d", e.Code)
+}

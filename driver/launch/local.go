@@ -1,0 +1,120 @@
+package launch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// NewLocal returns a Launcher that runs workers on this machine.
+//
+// Each worker leads its own process group, so Stop reaches everything it started, and terminal
+// signals meant for the driver do not reach it. If the driver dies without stopping it (even by
+// SIGKILL), the kernel kills the worker (Pdeathsig, Linux) and a guard process kills the rest
+// of its group: the guard is a tiny sh that blocks reading a pipe whose only writer is the
+// driver, and kills the group when the pipe reports EOF, which the kernel guarantees when the
+// driver dies however it dies.
+func NewLocal() Launcher { return localLauncher{} }
+
+type localLauncher struct{}
+
+// guardScript runs as `sh -c guardScript elasticd-guard <pgid>` with stdin from the driver. It
+// ignores the signals a terminal or a shutdown would send it, because its job is to outlive
+// the driver; it is stopped with SIGKILL when its worker has been reaped.
+const guardScript = `trap "" HUP INT QUIT TERM; while read -r _; do :; done; kill -s KILL -- -"$1"`
+
+func (localLauncher) Start(ctx context.Context, s Spec) (Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", s.Name, err)
+	}
+	if len(s.Command) == 0 {
+		return nil, fmt.Errorf("start %s: empty command", s.Name)
+	}
+	if s.Dir != "" {
+		// Checked here because exec reports a missing directory as a missing program.
+		if fi, err := os.Stat(s.Dir); err != nil {
+			return nil, fmt.Errorf("start %s: working directory: %w", s.Name, err)
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("start %s: working directory %s: not a directory", s.Name, s.Dir)
+		}
+	}
+	cmd := exec.Command(s.Command[0], s.Command[1:]...)
+	cmd.Env = append(os.Environ(), s.Env...) // later entries win
+	cmd.Dir = s.Dir
+	cmd.SysProcAttr = groupAttr()
+	p, err := startProc(cmd, s.Stdout, s.Stderr)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", s.Name, err)
+	}
+	lp := &localProcess{proc: p}
+
+	guard, guardIn, err := startGuard(cmd.Process.Pid)
+	if err != nil {
+		p.signal(syscall.SIGKILL)
+		p.wait(nil)
+		return nil, fmt.Errorf("start %s: guard: %w", s.Name, err)
+	}
+	go p.wait(func() {
+		guard.Process.Kill()
+		guard.Wait()
+		guardIn.Close()
+	})
+	go lp.supervise(ctx)
+	return lp, nil
+}
+
+func startGuard(pgid int) (*exec.Cmd, *os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.Close()
+	g := exec.Command("/bin/sh", "-c", guardScript, "elasticd-guard", strconv.Itoa(pgid))
+	g.Stdin = r
+	g.Env = []string{"PATH=/usr/bin:/bin"}
+	// Its own group, so that a Ctrl-C meant for the driver does not reach it either; and no
+	// Pdeathsig, since it must survive the driver.
+	g.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := g.Start(); err != nil {
+		w.Close()
+		return nil, nil, err
+	}
+	return g, w, nil
+}
+
+type localProcess struct {
+	proc     *proc
+	termOnce sync.Once
+}
+
+func (p *localProcess) PID() int { return p.proc.cmd.Process.Pid }
+
+func (p *localProcess) Wait() (ExitStatus, error) {
+	<-p.proc.done
+	if p.proc.err != nil {
+		return p.proc.status(), fmt.Errorf("wait for pid %d: %w", p.PID(), p.proc.err)
+	}
+	return p.proc.status(), nil
+}
+
+func (p *localProcess) Stop(grace time.Duration) {
+	p.termOnce.Do(func() { p.proc.signal(syscall.SIGTERM) })
+	if !p.proc.waitDone(grace) {
+		p.proc.signal(syscall.SIGKILL)
+		<-p.proc.done
+	}
+}
+
+// supervise stops the process when ctx is cancelled; it returns once the process has exited.
+func (p *localProcess) supervise(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		p.Stop(DefaultGrace)
+	case <-p.proc.done:
+	}
+}

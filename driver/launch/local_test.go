@@ -1,0 +1,337 @@
+//go:build linux
+
+package launch_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/launch"
+)
+
+func sh(script string) []string { return []string{"/bin/sh", "-c", script} }
+
+func startLocal(t *testing.T, ctx context.Context, s launch.Spec) launch.Process {
+	t.Helper()
+	if s.Name == "" {
+		s.Name = "worker"
+	}
+	p, err := launch.NewLocal().Start(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(0) })
+	return p
+}
+
+func TestLocalExitStatus(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		script string
+		want   launch.ExitStatus
+		str    string
+	}{
+		{"exit 0", launch.ExitStatus{Code: 0}, "exit 0"},
+		{"exit 3", launch.ExitStatus{Code: 3}, "exit 3"},
+		{"kill -s KILL $$", launch.ExitStatus{Code: -1, Signal: "SIGKILL"}, "killed by SIGKILL"},
+		{"kill -s TERM $$", launch.ExitStatus{Code: -1, Signal: "SIGTERM"}, "killed by SIGTERM"},
+		{"kill -s SEGV $$", launch.ExitStatus{Code: -1, Signal: "SIGSEGV"}, "killed by SIGSEGV"},
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			t.Parallel()
+			p := startLocal(t, t.Context(), launch.Spec{Command: sh(tc.script)})
+			st, err := p.Wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st != tc.want || st.String() != tc.str {
+				t.Errorf("status %+v (%q), want %+v (%q)", st, st, tc.want, tc.str)
+			}
+			if st.Success() != (tc.script == "exit 0") {
+				t.Errorf("Success() = %v", st.Success())
+			}
+		})
+	}
+}
+
+func TestLocalStartErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		spec launch.Spec
+		want string
+	}{
+		{"no command", launch.Spec{Name: "rank 1"}, "start rank 1: empty command"},
+		{"not found", launch.Spec{Name: "rank 1", Command: []string{"elasticd-no-such-command"}}, "start rank 1: exec: \"elasticd-no-such-command\": executable file not found"},
+		{"bad dir", launch.Spec{Name: "rank 1", Command: []string{"true"}, Dir: "/nonexistent/dir"}, "/nonexistent/dir"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := launch.NewLocal().Start(t.Context(), tc.spec)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The secret reaches the worker in its environment and is in no process's argv.
+func TestLocalEnvNotInArgv(t *testing.T) {
+	t.Parallel()
+	secret := randomSecret(t)
+	var out buffer
+	p := startLocal(t, t.Context(), launch.Spec{
+		Command: sh(`printf 'secret=%s\n' "$ELASTICD_SECRET"; echo ready; exec sleep 60`),
+		Env:     []string{"ELASTICD_SECRET=" + secret, "HOME=/elasticd-overridden"},
+		Stdout:  &out,
+	})
+	waitLine(t, &out, "ready")
+	if !strings.Contains(out.String(), "secret="+secret+"\n") {
+		t.Errorf("worker did not get the secret: %q", out.String())
+	}
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.PID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(environ, []byte("\x00HOME=/elasticd-overridden\x00")) || bytes.Count(environ, []byte("\x00HOME=")) != 1 {
+		t.Errorf("Spec.Env should replace the driver's HOME, once: %q", environ)
+	}
+	if found := cmdlinesWith(t, secret); len(found) > 0 {
+		t.Errorf("secret in argv: %q", found)
+	}
+	p.Stop(time.Second)
+}
+
+// Stop sends SIGTERM to the whole group, so children and grandchildren die too.
+func TestLocalStopKillsTree(t *testing.T) {
+	t.Parallel()
+	var out buffer
+	p := startLocal(t, t.Context(), launch.Spec{
+		Command: sh(`sleep 60 & echo "pid $!"; (sleep 60 & echo "pid $!"; wait) & echo "pid $!"; echo "pid $$"; echo ready; wait`),
+		Stdout:  &out,
+	})
+	waitLine(t, &out, "ready")
+	refs := refsFrom(t, out.String(), 4)
+	start := time.Now()
+	p.Stop(10 * time.Second)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Stop took %v for a worker that obeys SIGTERM", d)
+	}
+	if st, _ := p.Wait(); st.Signal != "SIGTERM" {
+		t.Errorf("status %v, want killed by SIGTERM", st)
+	}
+	waitGone(t, 2*time.Second, refs)
+}
+
+// A worker that ignores SIGTERM (and whose children inherit that) is SIGKILLed after the grace.
+func TestLocalStopEscalates(t *testing.T) {
+	t.Parallel()
+	var out buffer
+	p := startLocal(t, t.Context(), launch.Spec{
+		Command: sh(`trap "" TERM; sleep 60 & echo "pid $!"; echo "pid $$"; echo ready; wait`),
+		Stdout:  &out,
+	})
+	waitLine(t, &out, "ready")
+	refs := refsFrom(t, out.String(), 2)
+	const grace = 300 * time.Millisecond
+	start := time.Now()
+	p.Stop(grace)
+	if d := time.Since(start); d < grace || d > 5*time.Second {
+		t.Errorf("Stop took %v, want a little over %v", d, grace)
+	}
+	if st, err := p.Wait(); err != nil || st.Signal != "SIGKILL" {
+		t.Errorf("status %v, %v; want killed by SIGKILL", st, err)
+	}
+	assertGone(t, refs[1:]) // the leader is reaped; its child died with the group
+	waitGone(t, 2*time.Second, refs)
+}
+
+// When the worker exits by itself, what it left running in its group is killed, and a child
+// holding the output pipe open does not hold Wait up.
+func TestLocalLeftoversKilledOnExit(t *testing.T) {
+	t.Parallel()
+	var out buffer
+	proceed := filepath.Join(t.TempDir(), "proceed")
+	p := startLocal(t, t.Context(), launch.Spec{
+		Command: sh(`sleep 60 & echo "pid $!"; echo ready; while [ ! -e "$PROCEED" ]; do sleep 0.01; done; exit 4`),
+		Env:     []string{"PROCEED=" + proceed},
+		Stdout:  &out,
+	})
+	waitLine(t, &out, "ready")
+	refs := refsFrom(t, out.String(), 1)
+	if err := os.WriteFile(proceed, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	st, err := p.Wait()
+	if err != nil || st.Code != 4 {
+		t.Errorf("status %v, %v; want exit 4", st, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Wait took %v: it waited for the leftover child's pipe", d)
+	}
+	waitGone(t, 2*time.Second, refs)
+}
+
+func TestLocalContextCancel(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	var out buffer
+	p := startLocal(t, ctx, launch.Spec{Command: sh(`echo "pid $$"; echo ready; exec sleep 60`), Stdout: &out})
+	waitLine(t, &out, "ready")
+	refs := refsFrom(t, out.String(), 1)
+	cancel()
+	done := make(chan launch.ExitStatus)
+	go func() {
+		st, _ := p.Wait()
+		done <- st
+	}()
+	select {
+	case st := <-done:
+		if st.Signal != "SIGTERM" {
+			t.Errorf("status %v, want killed by SIGTERM", st)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancelling the context did not stop the worker")
+	}
+	assertGone(t, refs)
+}
+
+func TestLocalStartCancelled(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := launch.NewLocal().Start(ctx, launch.Spec{Name: "w", Command: []string{"true"}}); err == nil {
+		t.Error("Start with a cancelled context succeeded")
+	}
+}
+
+// Every line arrives, complete and prefixed, the last ones too, even without a newline.
+func TestLocalOutput(t *testing.T) {
+	t.Parallel()
+	var out buffer
+	const n = 20000
+	p := startLocal(t, t.Context(), launch.Spec{
+		Command: sh(fmt.Sprintf(`seq 1 %d; printf 'e1\ne2' >&2; printf last`, n)),
+		Stdout:  launch.NewPrefixWriter(&out, "[3] "),
+		Stderr:  launch.NewPrefixWriter(&out, "[3 err] "),
+	})
+	if st, err := p.Wait(); err != nil || !st.Success() {
+		t.Fatalf("status %v, %v", st, err)
+	}
+	var stdout, stderr []string
+	for _, l := range out.lines() {
+		switch {
+		case strings.HasPrefix(l, "[3] "):
+			stdout = append(stdout, strings.TrimPrefix(l, "[3] "))
+		case strings.HasPrefix(l, "[3 err] "):
+			stderr = append(stderr, strings.TrimPrefix(l, "[3 err] "))
+		default:
+			t.Fatalf("line without prefix: %q", l)
+		}
+	}
+	if len(stdout) != n+1 || stdout[n] != "last" {
+		t.Fatalf("got %d stdout lines ending %q, want %d ending \"last\"", len(stdout), stdout[len(stdout)-1], n+1)
+	}
+	for i, l := range stdout[:n] {
+		if l != strconv.Itoa(i+1) {
+			t.Fatalf("stdout line %d is %q", i, l)
+		}
+	}
+	if strings.Join(stderr, ",") != "e1,e2" {
+		t.Errorf("stderr lines %q", stderr)
+	}
+}
+
+// Stdout and Stderr may be one writer that is not safe for concurrent use (the race detector
+// would see it otherwise).
+func TestLocalSharedWriter(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	p := startLocal(t, t.Context(), launch.Spec{
+		Command: sh(`seq 1 3000 & seq 1 3000 >&2; wait`),
+		Stdout:  &out,
+		Stderr:  &out,
+	})
+	if st, err := p.Wait(); err != nil || !st.Success() {
+		t.Fatalf("status %v, %v", st, err)
+	}
+	if got := strings.Count(out.String(), "\n"); got != 6000 {
+		t.Errorf("got %d lines, want 6000", got)
+	}
+}
+
+// Wait and Stop from many goroutines at once: all return, all see the same status.
+func TestLocalConcurrentWaitStop(t *testing.T) {
+	t.Parallel()
+	p := startLocal(t, t.Context(), launch.Spec{Command: []string{"sleep", "60"}})
+	var wg sync.WaitGroup
+	statuses := make(chan launch.ExitStatus, 8)
+	for range 5 {
+		wg.Go(func() {
+			st, err := p.Wait()
+			if err != nil {
+				t.Error(err)
+			}
+			statuses <- st
+		})
+	}
+	for _, grace := range []time.Duration{0, time.Millisecond, time.Second} {
+		wg.Go(func() { p.Stop(grace) })
+	}
+	wg.Wait()
+	p.Stop(time.Second) // again, after the fact
+	close(statuses)
+	for st := range statuses {
+		if st.Signal != "SIGTERM" && st.Signal != "SIGKILL" {
+			t.Errorf("status %v, want killed by SIGTERM or SIGKILL", st)
+		}
+	}
+}
+
+// A driver killed with SIGKILL leaves no worker and no worker's child behind.
+func TestLocalDriverKilled(t *testing.T) {
+	t.Parallel()
+	testDriverKilled(t, driverConfig{}, 2*time.Second)
+}
+
+// Many launches leave no file descriptor and no goroutine behind.
+func TestLocalNoLeaks(t *testing.T) { // not parallel: it counts the whole process's resources
+	fds := func() int {
+		e, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(e)
+	}
+	fd0, g0 := fds(), runtime.NumGoroutine()
+	for i := range 20 {
+		var out buffer
+		ctx, cancel := context.WithCancel(t.Context())
+		p, err := launch.NewLocal().Start(ctx, launch.Spec{
+			Name:    "w",
+			Command: sh(`echo hello; echo err >&2; exit ` + strconv.Itoa(i%3)),
+			Stdout:  launch.NewPrefixWriter(&out, "[x] "),
+			Stderr:  &out,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			p.Stop(time.Second)
+		}
+		p.Wait()
+		cancel()
+	}
+	waitFor(t, 5*time.Second, "goroutines and fds back to where they were", func() bool {
+		return runtime.NumGoroutine() <= g0 && fds() <= fd0
+	})
+}

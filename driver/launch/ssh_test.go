@@ -1,0 +1,321 @@
+//go:build linux
+
+package launch_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/launch"
+)
+
+func startSSH(t *testing.T, ctx context.Context, cfg launch.SSHConfig, s launch.Spec) launch.Process {
+	t.Helper()
+	if s.Name == "" {
+		s.Name = "worker"
+	}
+	p, err := launch.NewSSH(cfg).Start(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(0) })
+	return p
+}
+
+func remotePID(t *testing.T, p launch.Process) int {
+	t.Helper()
+	r, ok := p.(interface{ RemotePID() int })
+	if !ok {
+		t.Fatalf("%T has no RemotePID", p)
+	}
+	return r.RemotePID()
+}
+
+// The command runs on the host named, in the directory asked for, with the environment (quoted
+// right, whatever it holds), the secret in no process's argv on either side, and its exit code
+// comes back.
+func TestSSHRunsRemotely(t *testing.T) {
+	t.Parallel()
+	sshd := startSSHD(t)
+	secret := randomSecret(t)
+	weird := "it's \"quoted\" $HOME `x` \\n \\ ;|&<>*?\nsecond line\n"
+	dir := t.TempDir()
+	var out, errOut buffer
+	p := startSSH(t, t.Context(), sshd.config(), launch.Spec{
+		Host: sshHosts[1],
+		Command: sh(`printf '%s' "$WEIRD" >weird.out; printf 'secret=%s\n' "$ELASTICD_SECRET"; pwd; ` +
+			`echo "$SSH_CONNECTION"; echo "pid $$"; echo to-stderr >&2; echo ready; ` +
+			`while [ ! -e proceed ]; do sleep 0.01; done; exit 7`),
+		Env:    []string{"ELASTICD_SECRET=" + secret, "WEIRD=" + weird},
+		Dir:    dir,
+		Stdout: &out,
+		Stderr: &errOut,
+	})
+	waitLine(t, &out, "ready")
+	if found := cmdlinesWith(t, secret); len(found) > 0 {
+		t.Errorf("secret in argv: %q", found)
+	}
+	refs := refsFrom(t, out.String(), 1)
+	if got := remotePID(t, p); got != refs[0].pid {
+		t.Errorf("RemotePID %d, want the worker's %d", got, refs[0].pid)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "proceed"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.Wait()
+	if err != nil || st != (launch.ExitStatus{Code: 7}) {
+		t.Errorf("status %v, %v; want exit 7", st, err)
+	}
+	lines := out.lines()
+	if len(lines) != 5 || lines[0] != "secret="+secret || lines[1] != dir || !strings.Contains(lines[2], fmt.Sprintf(" %s %d", sshHosts[1], sshd.port)) {
+		t.Errorf("output %q: want the secret, %s, and a connection to %s", lines, dir, sshHosts[1])
+	}
+	if got := errOut.String(); got != "to-stderr\n" {
+		t.Errorf("stderr %q, want only the worker's", got)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "weird.out")); err != nil || string(got) != weird {
+		t.Errorf("WEIRD arrived as %q (%v), want %q", got, err, weird)
+	}
+}
+
+// Dir "" means the driver's directory; each host is reached at its own address.
+func TestSSHDefaultDirTwoHosts(t *testing.T) {
+	t.Parallel()
+	sshd := startSSHD(t)
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, host := range sshHosts {
+		wg.Go(func() {
+			var out buffer
+			p, err := launch.NewSSH(sshd.config()).Start(t.Context(), launch.Spec{
+				Name: host, Host: host, Command: sh(`pwd; echo "$SSH_CONNECTION"`), Stdout: &out,
+			})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if st, err := p.Wait(); err != nil || !st.Success() {
+				t.Errorf("%s: status %v, %v", host, st, err)
+			}
+			lines := out.lines()
+			if len(lines) != 2 || lines[0] != wd || !strings.Contains(lines[1], fmt.Sprintf(" %s %d", host, sshd.port)) {
+				t.Errorf("%s: output %q, want %s and a connection to %s", host, lines, wd, host)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Output arrives whole, with the wrapper's markers taken out, last lines without a newline too.
+func TestSSHOutput(t *testing.T) {
+	t.Parallel()
+	sshd := startSSHD(t)
+	var out buffer
+	p := startSSH(t, t.Context(), sshd.config(), launch.Spec{
+		Host:    sshHosts[0],
+		Command: sh(`seq 1 5000; printf 'e1\ne2' >&2; printf last`),
+		Stdout:  launch.NewPrefixWriter(&out, "[0] "),
+		Stderr:  launch.NewPrefixWriter(&out, "[0 err] "),
+	})
+	if st, err := p.Wait(); err != nil || !st.Success() {
+		t.Fatalf("status %v, %v", st, err)
+	}
+	var n int
+	var stderr []string
+	for _, l := range out.lines() {
+		switch {
+		case strings.HasPrefix(l, "[0] "):
+			n++
+			if want := fmt.Sprint(n); n <= 5000 && l != "[0] "+want {
+				t.Fatalf("stdout line %d is %q", n, l)
+			}
+		case strings.HasPrefix(l, "[0 err] "):
+			stderr = append(stderr, strings.TrimPrefix(l, "[0 err] "))
+		default:
+			t.Fatalf("line without prefix: %q", l)
+		}
+	}
+	if n != 5001 || !strings.Contains(out.String(), "[0] last\n") {
+		t.Errorf("got %d stdout lines, want 5001 ending with \"last\"", n)
+	}
+	if strings.Join(stderr, ",") != "e1,e2" {
+		t.Errorf("stderr lines %q, want e1, e2", stderr)
+	}
+}
+
+// Stop reaches the remote worker's whole tree: SIGTERM, then SIGKILL after the grace for a tree
+// that ignores SIGTERM. Wait, called meanwhile, returns the remote status.
+func TestSSHStop(t *testing.T) {
+	t.Parallel()
+	sshd := startSSHD(t)
+	for _, tc := range []struct {
+		name   string
+		script string
+		grace  time.Duration
+		code   int
+	}{
+		{"obeys SIGTERM", `sleep 60 & echo "pid $!"; (sleep 60 & echo "pid $!"; wait) & echo "pid $!"; echo "pid $$"; echo ready; wait`, 10 * time.Second, 128 + 15},
+		{"ignores SIGTERM", treeScript, 500 * time.Millisecond, 128 + 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var out buffer
+			p := startSSH(t, t.Context(), sshd.config(), launch.Spec{Host: sshHosts[0], Command: sh(tc.script), Stdout: &out})
+			waitLine(t, &out, "ready")
+			refs := refsFrom(t, out.String(), 4)
+			waited := make(chan launch.ExitStatus)
+			go func() {
+				st, err := p.Wait()
+				if err != nil {
+					t.Error(err)
+				}
+				waited <- st
+			}()
+			start := time.Now()
+			p.Stop(tc.grace)
+			if d := time.Since(start); d > tc.grace+3*time.Second || (tc.code == 137 && d < tc.grace) {
+				t.Errorf("Stop took %v with grace %v", d, tc.grace)
+			}
+			if st := <-waited; st != (launch.ExitStatus{Code: tc.code}) {
+				t.Errorf("status %v, want exit %d", st, tc.code)
+			}
+			waitGone(t, 2*time.Second, refs)
+		})
+	}
+}
+
+// Cancelling Start's context stops the remote worker.
+func TestSSHContextCancel(t *testing.T) {
+	t.Parallel()
+	sshd := startSSHD(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	var out buffer
+	p := startSSH(t, ctx, sshd.config(), launch.Spec{Host: sshHosts[0], Command: sh(`echo "pid $$"; echo ready; exec sleep 60`), Stdout: &out})
+	waitLine(t, &out, "ready")
+	refs := refsFrom(t, out.String(), 1)
+	cancel()
+	done := make(chan launch.ExitStatus)
+	go func() {
+		st, _ := p.Wait()
+		done <- st
+	}()
+	select {
+	case st := <-done:
+		if st.Code != 128+15 {
+			t.Errorf("status %v, want exit 143 (SIGTERM)", st)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancelling the context did not stop the worker")
+	}
+	waitGone(t, 2*time.Second, refs)
+}
+
+// When the local ssh client dies (kill -9), the remote tree dies too, SIGTERM-ignorers included
+// after DisconnectGrace, and Wait says the connection was lost.
+func TestSSHClientKilled(t *testing.T) {
+	t.Parallel()
+	sshd := startSSHD(t)
+	var out buffer
+	p := startSSH(t, t.Context(), sshd.config(), launch.Spec{Host: sshHosts[1], Command: sh(treeScript), Stdout: &out})
+	waitLine(t, &out, "ready")
+	refs := refsFrom(t, out.String(), 4)
+	if err := syscall.Kill(p.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.Wait()
+	if err == nil || !strings.Contains(err.Error(), "connection lost") || st.Signal != "SIGKILL" {
+		t.Errorf("Wait: %v, %v; want the ssh client killed and an error saying the connection was lost", st, err)
+	}
+	waitGone(t, 5*time.Second, refs) // DisconnectGrace 1 s, then SIGKILL
+}
+
+// A driver killed with SIGKILL takes its ssh clients with it, and so the remote trees.
+func TestSSHDriverKilled(t *testing.T) {
+	t.Parallel()
+	sshd := startSSHD(t)
+	cfg := sshd.config()
+	testDriverKilled(t, driverConfig{SSH: &cfg, Host: sshHosts[0]}, 5*time.Second)
+}
+
+// Launches that cannot work fail in Start, quickly, saying why.
+func TestSSHStartErrors(t *testing.T) {
+	t.Parallel()
+	sshd := startSSHD(t)
+
+	// A server that accepts connections and never says a word.
+	silent, err := net.Listen("tcp", "127.0.0.4:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	conns.Go(func() {
+		var held []net.Conn
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				break
+			}
+			held = append(held, c)
+		}
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	t.Cleanup(func() {
+		silent.Close()
+		conns.Wait()
+	})
+
+	otherKey := filepath.Join(t.TempDir(), "other_key")
+	keygen(t, otherKey)
+	good := sshd.config()
+	wrongKey := good
+	wrongKey.IdentityFile = otherKey
+	silentPort := good
+	silentPort.Port = silent.Addr().(*net.TCPAddr).Port
+	silentPort.StartTimeout = time.Second
+
+	for _, tc := range []struct {
+		name string
+		cfg  launch.SSHConfig
+		spec launch.Spec
+		want string
+	}{
+		{"unreachable", good, launch.Spec{Host: "127.0.0.9"}, "Connection refused"},
+		{"wrong key", wrongKey, launch.Spec{Host: sshHosts[0]}, "Permission denied"},
+		{"silent server", silentPort, launch.Spec{Host: "127.0.0.4"}, "127.0.0.4"},
+		{"no such command", good, launch.Spec{Host: sshHosts[0], Command: []string{"elasticd-no-such-command"}}, "elasticd-no-such-command: command not found"},
+		{"no such dir", good, launch.Spec{Host: sshHosts[0], Dir: "/nonexistent/dir"}, "/nonexistent/dir"},
+		{"bad env", good, launch.Spec{Host: sshHosts[0], Env: []string{"1X=y"}}, `environment entry "1X"`},
+		{"bad host", good, launch.Spec{Host: "-oProxyCommand=x"}, "bad host"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := tc.spec
+			s.Name = "rank 5"
+			if s.Command == nil {
+				s.Command = []string{"true"}
+			}
+			start := time.Now()
+			_, err := launch.NewSSH(tc.cfg).Start(t.Context(), s)
+			t.Log(err)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "start rank 5 on "+s.Host+": ") {
+				t.Errorf("error %v, want one naming the worker and host, containing %q", err, tc.want)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("Start took %v to fail", d)
+			}
+		})
+	}
+}

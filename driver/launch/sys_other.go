@@ -1,0 +1,16 @@
+//go:build !linux
+
+package launch
+
+import "syscall"
+
+// groupAttr puts the child in a process group of its own. Without Linux's parent-death signal,
+// a worker whose driver is SIGKILLed is left to the guard (local) or to the remote wrapper (ssh).
+func groupAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
+
+// waitExited reports false at once: only Linux can wait without reaping, so elsewhere the
+// leader is reaped before its leftover group is killed (POSIX keeps a group's ID from being
+// reused while the group has members).
+func waitExited(pid int) bool { return false }

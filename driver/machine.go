@@ -1,0 +1,524 @@
+package driver
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/hosts"
+	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/providers"
+)
+
+// The job controller is a pure state machine: Step takes one event and returns the actions to
+// carry out. It holds no goroutines, sockets or clock (time arrives in events), so every
+// scenario is a table test; Driver.Run does the I/O around it.
+
+// Event is something that happened to the job.
+type Event interface{ at() time.Time }
+
+// HostsDiscovered is a discovery result.
+type HostsDiscovered struct {
+	Now   time.Time
+	Hosts []providers.Host
+}
+
+// WorkerReported is a worker's report to the rendezvous. READY for generation g means "done
+// with g, ready for the next": a worker being registered reports the generation before the one
+// it was launched for; a worker of the current generation that reports it wants a reset.
+type WorkerReported struct {
+	Now        time.Time
+	Worker     rendezvous.WorkerID
+	Generation uint64
+	State      rendezvous.State
+	Message    string
+}
+
+// WorkerExited is a worker process ending.
+type WorkerExited struct {
+	Now    time.Time
+	Worker rendezvous.WorkerID
+	Code   int    // exit code; -1 when killed by a signal
+	Signal string // non-empty when killed by a signal
+}
+
+// Tick is the clock reaching Machine.NextDeadline.
+type Tick struct{ Now time.Time }
+
+// Interrupted is the driver being told to stop (SIGINT, SIGTERM).
+type Interrupted struct {
+	Now    time.Time
+	Reason string
+}
+
+func (e HostsDiscovered) at() time.Time { return e.Now }
+func (e WorkerReported) at() time.Time  { return e.Now }
+func (e WorkerExited) at() time.Time    { return e.Now }
+func (e Tick) at() time.Time            { return e.Now }
+func (e Interrupted) at() time.Time     { return e.Now }
+
+// Action is something the driver must do.
+type Action interface{ action() }
+
+// Launch starts a worker process for generation Generation.
+type Launch struct {
+	Worker     rendezvous.WorkerID
+	Addr       string // host address to launch on
+	Generation uint64
+	Assignment rendezvous.Assignment
+	MasterAddr string // address of rank 0's host
+}
+
+// Stop ends a worker process (SIGTERM, then SIGKILL after the grace period).
+type Stop struct {
+	Worker rendezvous.WorkerID
+	Reason string
+}
+
+// Publish makes a generation current at the rendezvous.
+type Publish struct {
+	Generation uint64
+	Plan       map[rendezvous.WorkerID]rendezvous.Assignment
+}
+
+// NotifyHosts tells workers that the hosts changed, so they agree on a reset at a commit.
+type NotifyHosts struct{}
+
+// Finish ends the job with an exit code and a one-line reason.
+type Finish struct {
+	Code   int
+	Reason string
+}
+
+// Note is something worth logging.
+type Note struct {
+	Msg  string
+	Args []any
+}
+
+func (Launch) action()      {}
+func (Stop) action()        {}
+func (Publish) action()     {}
+func (NotifyHosts) action() {}
+func (Finish) action()      {}
+func (Note) action()        {}
+
+// Exit codes of `elasticd run`.
+const (
+	ExitOK          = 0
+	ExitFailed      = 1
+	ExitInterrupted = 130
+)
+
+type phase int
+
+const (
+	phaseStarting  phase = iota // no generation yet: waiting for enough slots
+	phaseRunning                // a generation is training
+	phaseResetting              // waiting for every live worker to report READY for the current generation
+	phaseWaiting                // between generations: fewer usable slots than --min-np
+	phaseFinishing              // a worker of the final generation exited 0: waiting for the rest
+	phaseDone
+)
+
+// workerInfo is what the machine knows of one worker process.
+type workerInfo struct {
+	id        rendezvous.WorkerID
+	addr      string
+	launched  time.Time
+	gen       uint64 // generation it was launched for
+	ready     uint64 // highest generation it reported READY for, plus one (0 = none)
+	exited    bool
+	succeeded bool
+	stopping  bool
+}
+
+// Machine is the job state machine. It is not safe for concurrent use: one goroutine owns it.
+type Machine struct {
+	cfg   Config
+	hosts *hosts.Manager
+
+	gen        uint64
+	phase      phase
+	order      []rendezvous.WorkerID // rank order of the current generation
+	plan       map[rendezvous.WorkerID]rendezvous.Assignment
+	workers    map[rendezvous.WorkerID]*workerInfo // processes not yet exited
+	failed     bool                                // the reset under way was caused by a failure
+	deadline   time.Time                           // barrier / start / elastic deadline of the phase
+	since      time.Time                           // when waiting for slots began
+	regDue     map[rendezvous.WorkerID]time.Time   // workers that must register by then
+	discovered []providers.Host                    // the latest discovery result, one pseudo-host per slot
+
+	Resets, FailureResets int
+	lastFailure           string
+}
+
+// NewMachine returns a machine for cfg, which must be valid (Config.Validate).
+func NewMachine(cfg Config) *Machine {
+	cfg = cfg.withDefaults()
+	return &Machine{
+		cfg:     cfg,
+		hosts:   hosts.New(hosts.Config{CooldownMin: cfg.CooldownMin, CooldownMax: cfg.CooldownMax, DecayAfter: cfg.CooldownDecay}),
+		workers: map[rendezvous.WorkerID]*workerInfo{},
+		regDue:  map[rendezvous.WorkerID]time.Time{},
+	}
+}
+
+// Generation returns the current generation (0 before the first).
+func (m *Machine) Generation() uint64 { return m.gen }
+
+// WorldSize returns the size of the current generation.
+func (m *Machine) WorldSize() int { return len(m.order) }
+
+// Done reports whether the machine has finished.
+func (m *Machine) Done() bool { return m.phase == phaseDone }
+
+// NextDeadline is when the machine wants a Tick, or zero.
+func (m *Machine) NextDeadline(now time.Time) time.Time {
+	t := m.deadline
+	for _, due := range m.regDue {
+		if t.IsZero() || due.Before(t) {
+			t = due
+		}
+	}
+	if h := m.hosts.NextEvent(now); !h.IsZero() && (t.IsZero() || h.Before(t)) {
+		t = h
+	}
+	return t
+}
+
+// slotHosts expands hosts into one pseudo-host per slot, so that blacklisting, ordering and
+// cooldowns work per slot: a failed worker holds out its own slot, not its whole host.
+func slotHosts(hs []providers.Host) []providers.Host {
+	var out []providers.Host
+	for _, h := range hs {
+		for s := range h.Slots {
+			sh := h
+			sh.ID = rendezvous.WorkerID{Host: h.ID, Slot: s}.String()
+			sh.Slots = 1
+			out = append(out, sh)
+		}
+	}
+	return out
+}
+
+func slotWorker(h providers.Host) rendezvous.WorkerID {
+	id, err := rendezvous.ParseWorkerID(h.ID)
+	if err != nil { // slotHosts made it; cannot happen
+		panic(err)
+	}
+	return id
+}
+
+// Step applies one event and returns what to do.
+func (m *Machine) Step(ev Event) []Action {
+	if m.phase == phaseDone {
+		return nil
+	}
+	now := ev.at()
+	var acts []Action
+	switch e := ev.(type) {
+	case HostsDiscovered:
+		m.discovered = slotHosts(e.Hosts)
+		acts = m.refreshHosts(now)
+	case WorkerReported:
+		acts = m.reported(now, e)
+	case WorkerExited:
+		acts = m.exited(now, e)
+	case Interrupted:
+		return m.finish(ExitInterrupted, "interrupted: "+e.Reason)
+	case Tick:
+		acts = m.tick(now)
+	}
+	return append(acts, m.advance(now)...)
+}
+
+func (m *Machine) reported(now time.Time, e WorkerReported) []Action {
+	w := m.workers[e.Worker]
+	if w == nil || w.exited {
+		return []Action{Note{"report from an unknown or exited worker ignored", []any{"worker", e.Worker.String(), "state", string(e.State)}}}
+	}
+	if e.State != rendezvous.Ready {
+		return nil // SUCCESS/FAILURE are confirmed by the exit status
+	}
+	w.ready = max(w.ready, e.Generation+1)
+	if e.Generation < m.gen {
+		delete(m.regDue, e.Worker) // registered for the current generation
+		return nil
+	}
+	if e.Generation == m.gen && m.phase == phaseRunning {
+		var acts []Action
+		m.beginReset(now, false)
+		acts = append(acts, Note{"worker asked for a reset", []any{"worker", e.Worker.String(), "generation", m.gen, "reason", e.Message}})
+		return acts
+	}
+	return nil
+}
+
+func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
+	w := m.workers[e.Worker]
+	if w == nil {
+		return nil
+	}
+	w.exited = true
+	delete(m.regDue, e.Worker)
+	_, inPlan := m.plan[e.Worker]
+	status := fmt.Sprintf("exit %d", e.Code)
+	if e.Signal != "" {
+		status = "killed by " + e.Signal
+	}
+	if !inPlan || w.stopping {
+		delete(m.workers, e.Worker)
+		return []Action{Note{"worker outside the current generation exited", []any{"worker", e.Worker.String(), "status", status}}}
+	}
+	rank := m.plan[e.Worker].Rank
+	if e.Code == 0 && e.Signal == "" {
+		w.succeeded = true
+		if m.phase != phaseFinishing {
+			m.phase = phaseFinishing
+			m.deadline = time.Time{}
+			return []Action{Note{"a worker finished training; waiting for the others", []any{"rank", rank, "worker", e.Worker.String()}}}
+		}
+		return nil
+	}
+	delete(m.workers, e.Worker)
+	m.lastFailure = fmt.Sprintf("rank %d (%s) %s", rank, e.Worker, status)
+	if m.phase == phaseFinishing {
+		return m.finish(ExitFailed, fmt.Sprintf("%s after another worker had finished", m.lastFailure))
+	}
+	m.hosts.Blacklist(now, e.Worker.String())
+	acts := []Action{Note{"worker failed; its slot is blacklisted", []any{"rank", rank, "worker", e.Worker.String(), "status", status}}}
+	if m.phase == phaseRunning || m.phase == phaseResetting {
+		m.beginReset(now, true)
+	}
+	return acts
+}
+
+func (m *Machine) beginReset(now time.Time, failure bool) {
+	if m.phase == phaseRunning {
+		m.phase = phaseResetting
+		m.deadline = now.Add(m.cfg.BarrierTimeout)
+	}
+	m.failed = m.failed || failure
+}
+
+// refreshHosts applies the latest discovery result. Discovery reports only changes, so when
+// a cooldown expires the last result, which still lists the slot, is applied again.
+func (m *Machine) refreshHosts(now time.Time) []Action {
+	if m.hosts.Update(now, m.discovered) && m.phase == phaseRunning {
+		return []Action{NotifyHosts{}, Note{"hosts changed; workers will reset at their next commit", []any{"usable_slots", len(m.hosts.Usable(now))}}}
+	}
+	return nil
+}
+
+func (m *Machine) tick(now time.Time) []Action {
+	acts := m.refreshHosts(now)
+	// Workers that did not register in time are failed.
+	for id, due := range m.regDue {
+		if !now.Before(due) {
+			delete(m.regDue, id)
+			acts = append(acts, m.failWorker(now, id, fmt.Sprintf("did not register within --start-timeout %v", m.cfg.StartTimeout))...)
+		}
+	}
+	if m.deadline.IsZero() || now.Before(m.deadline) {
+		return acts
+	}
+	switch m.phase {
+	case phaseResetting: // the barrier timed out: whoever has not reported is hung
+		for _, id := range m.order {
+			if w := m.workers[id]; w != nil && !w.exited && !w.stopping && w.ready == m.gen {
+				acts = append(acts, m.failWorker(now, id, fmt.Sprintf("did not reach the reset barrier within --barrier-timeout %v", m.cfg.BarrierTimeout))...)
+			}
+		}
+	case phaseStarting, phaseWaiting:
+		n := len(m.hosts.Usable(now))
+		if n >= m.cfg.MinNP && m.phase == phaseStarting {
+			return append(acts, m.startGeneration(now)...) // -np never came: start with what there is
+		}
+		return append(acts, m.finish(ExitFailed, fmt.Sprintf("only %d usable slots, fewer than --min-np %d, for longer than --elastic-timeout %v%s", n, m.cfg.MinNP, m.cfg.ElasticTimeout, m.lastFailureSuffix()))...)
+	}
+	return acts
+}
+
+// failWorker stops a worker that is hung or late and blacklists its slot.
+func (m *Machine) failWorker(now time.Time, id rendezvous.WorkerID, why string) []Action {
+	w := m.workers[id]
+	if w == nil || w.exited {
+		return nil
+	}
+	w.stopping = true
+	m.hosts.Blacklist(now, id.String())
+	m.lastFailure = fmt.Sprintf("%s %s", id, why)
+	if m.phase == phaseRunning {
+		m.beginReset(now, true)
+	}
+	m.failed = true
+	return []Action{Stop{Worker: id, Reason: why}, Note{"worker failed", []any{"worker", id.String(), "reason", why}}}
+}
+
+func (m *Machine) lastFailureSuffix() string {
+	if m.lastFailure == "" {
+		return ""
+	}
+	return "; last failure: " + m.lastFailure
+}
+
+// advance moves between phases once their conditions hold.
+func (m *Machine) advance(now time.Time) []Action {
+	switch m.phase {
+	case phaseStarting:
+		if len(m.hosts.Usable(now)) >= m.cfg.NP {
+			return m.startGeneration(now)
+		}
+		if m.deadline.IsZero() {
+			m.deadline = now.Add(m.cfg.ElasticTimeout)
+		}
+	case phaseResetting:
+		live := 0
+		for _, id := range m.order {
+			w := m.workers[id]
+			if w == nil || w.exited || w.stopping {
+				continue
+			}
+			live++
+			// A worker registered for this generation (READY for the one before) that has not yet
+			// reported READY for this one may still be training: wait for it. One launched for
+			// this generation and not yet registered is still starting; it will be given the
+			// next generation when it asks, and --start-timeout covers it if it hangs.
+			if w.ready == m.gen {
+				return nil
+			}
+		}
+		if live == 0 && m.failed {
+			return m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed%s", len(m.order), m.gen, m.lastFailureSuffix()))
+		}
+		m.Resets++
+		if m.failed {
+			m.FailureResets++
+			if m.cfg.ResetLimit > 0 && m.FailureResets > m.cfg.ResetLimit {
+				return m.finish(ExitFailed, fmt.Sprintf("reset limit reached: %d resets caused by failures, --reset-limit %d%s", m.FailureResets, m.cfg.ResetLimit, m.lastFailureSuffix()))
+			}
+		}
+		return m.nextGeneration(now)
+	case phaseWaiting:
+		if len(m.hosts.Usable(now)) >= m.cfg.MinNP {
+			return m.nextGeneration(now)
+		}
+	case phaseFinishing:
+		for _, id := range m.order {
+			if w := m.workers[id]; w != nil && !w.succeeded {
+				return nil
+			}
+		}
+		return m.finish(ExitOK, fmt.Sprintf("all %d workers of generation %d finished", len(m.order), m.gen))
+	}
+	return nil
+}
+
+func (m *Machine) startGeneration(now time.Time) []Action {
+	return m.nextGeneration(now)
+}
+
+// nextGeneration plans generation gen+1 from the usable slots: survivors keep their rank
+// order (the oldest worker is rank 0, holding the newest state); new slots follow in the
+// host manager's deterministic order; at most --max-np.
+func (m *Machine) nextGeneration(now time.Time) []Action {
+	usable := m.hosts.Usable(now)
+	if len(usable) < m.cfg.MinNP {
+		if m.phase != phaseWaiting {
+			m.phase, m.since, m.deadline = phaseWaiting, now, now.Add(m.cfg.ElasticTimeout)
+		}
+		return []Action{Note{"waiting for slots", []any{"usable", len(usable), "min_np", m.cfg.MinNP, "elastic_timeout", m.cfg.ElasticTimeout}}}
+	}
+	addrOf := map[rendezvous.WorkerID]string{}
+	for _, h := range usable {
+		addrOf[slotWorker(h)] = h.Addr
+	}
+	var order []rendezvous.WorkerID
+	for _, id := range m.order { // survivors first, in their old order
+		if w := m.workers[id]; w != nil && !w.exited && !w.stopping && addrOf[id] != "" && len(order) < m.cfg.MaxNP {
+			order = append(order, id)
+		}
+	}
+	for _, h := range usable {
+		id := slotWorker(h)
+		if len(order) < m.cfg.MaxNP && !slices.Contains(order, id) {
+			if w := m.workers[id]; w != nil && !w.exited { // a process of this slot is still winding down
+				continue
+			}
+			order = append(order, id)
+		}
+	}
+	if len(order) < m.cfg.MinNP {
+		if m.phase != phaseWaiting {
+			m.phase, m.since, m.deadline = phaseWaiting, now, now.Add(m.cfg.ElasticTimeout)
+		}
+		return nil
+	}
+	m.gen++
+	m.order = order
+	m.plan = assign(order, addrOf, m.gen)
+	m.phase, m.failed, m.deadline, m.since = phaseRunning, false, time.Time{}, time.Time{}
+	acts := []Action{Publish{Generation: m.gen, Plan: m.plan}}
+	master := addrOf[order[0]]
+	for _, id := range order {
+		if w := m.workers[id]; w == nil || w.exited {
+			m.workers[id] = &workerInfo{id: id, addr: addrOf[id], launched: now, gen: m.gen}
+			m.regDue[id] = now.Add(m.cfg.StartTimeout)
+			acts = append(acts, Launch{Worker: id, Addr: addrOf[id], Generation: m.gen, Assignment: m.plan[id], MasterAddr: master})
+		}
+	}
+	for id, w := range m.workers { // workers left out (removed hosts, over --max-np) are stopped
+		if _, ok := m.plan[id]; !ok && !w.exited && !w.stopping {
+			w.stopping = true
+			acts = append(acts, Stop{Worker: id, Reason: "not part of generation " + strconv.FormatUint(m.gen, 10)})
+		}
+	}
+	acts = append(acts, Note{"generation started", []any{"generation", m.gen, "world_size", len(order), "resets", m.Resets}})
+	return acts
+}
+
+// assign gives dense ranks in order; local ranks count workers on the same address, cross
+// ranks count addresses among the workers of the same local rank.
+func assign(order []rendezvous.WorkerID, addrOf map[rendezvous.WorkerID]string, gen uint64) map[rendezvous.WorkerID]rendezvous.Assignment {
+	plan := make(map[rendezvous.WorkerID]rendezvous.Assignment, len(order))
+	localCount := map[string]int{}
+	localRank := make([]int, len(order))
+	for i, id := range order {
+		localRank[i] = localCount[addrOf[id]]
+		localCount[addrOf[id]]++
+	}
+	crossCount := map[int]int{}
+	for i, id := range order {
+		a := rendezvous.Assignment{
+			Generation: gen, Rank: i, Size: len(order),
+			LocalRank: localRank[i], LocalSize: localCount[addrOf[id]],
+			CrossRank: crossCount[localRank[i]],
+		}
+		crossCount[localRank[i]]++
+		plan[id] = a
+	}
+	for id, a := range plan {
+		a.CrossSize = crossCount[a.LocalRank]
+		plan[id] = a
+	}
+	return plan
+}
+
+func (m *Machine) finish(code int, reason string) []Action {
+	m.phase = phaseDone
+	acts := []Action{}
+	ids := make([]rendezvous.WorkerID, 0, len(m.workers))
+	for id, w := range m.workers {
+		if !w.exited && !w.succeeded {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, func(a, b rendezvous.WorkerID) int { return strings.Compare(a.String(), b.String()) })
+	for _, id := range ids {
+		acts = append(acts, Stop{Worker: id, Reason: "job finished"})
+	}
+	return append(acts, Finish{Code: code, Reason: reason})
+}

@@ -1,0 +1,359 @@
+package driver
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/providers"
+)
+
+var t0 = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+
+// sim drives a Machine through a scenario with its own clock.
+type sim struct {
+	t   *testing.T
+	m   *Machine
+	now time.Time
+}
+
+func newSim(t *testing.T, cfg Config) *sim {
+	t.Helper()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return &sim{t: t, m: NewMachine(cfg), now: t0}
+}
+
+func (s *sim) after(d time.Duration) *sim { s.now = s.now.Add(d); return s }
+
+func (s *sim) hosts(ids ...string) []Action {
+	var hs []providers.Host
+	for _, id := range ids {
+		hs = append(hs, providers.Host{ID: id, Addr: "127.0.0.1", Slots: 1})
+	}
+	return s.m.Step(HostsDiscovered{Now: s.now, Hosts: hs})
+}
+
+func wid(host string) rendezvous.WorkerID { return rendezvous.WorkerID{Host: host, Slot: 0} }
+
+func (s *sim) ready(gen uint64, hosts ...string) []Action {
+	var acts []Action
+	for _, h := range hosts {
+		acts = append(acts, s.m.Step(WorkerReported{Now: s.now, Worker: wid(h), Generation: gen, State: rendezvous.Ready})...)
+	}
+	return acts
+}
+
+func (s *sim) exit(host string, code int) []Action {
+	return s.m.Step(WorkerExited{Now: s.now, Worker: wid(host), Code: code})
+}
+
+func (s *sim) tick() []Action { return s.m.Step(Tick{Now: s.now}) }
+
+// plan returns the hosts of the last Publish in rank order.
+func plan(acts []Action) (uint64, []string) {
+	for i := len(acts) - 1; i >= 0; i-- {
+		if p, ok := acts[i].(Publish); ok {
+			order := make([]string, len(p.Plan))
+			for id, a := range p.Plan {
+				order[a.Rank] = id.Host
+			}
+			return p.Generation, order
+		}
+	}
+	return 0, nil
+}
+
+func launched(acts []Action) []string {
+	var out []string
+	for _, a := range acts {
+		if l, ok := a.(Launch); ok {
+			out = append(out, l.Worker.Host)
+		}
+	}
+	return out
+}
+
+func stopped(acts []Action) []string {
+	var out []string
+	for _, a := range acts {
+		if s, ok := a.(Stop); ok {
+			out = append(out, s.Worker.Host)
+		}
+	}
+	return out
+}
+
+func finish(acts []Action) *Finish {
+	for _, a := range acts {
+		if f, ok := a.(Finish); ok {
+			return &f
+		}
+	}
+	return nil
+}
+
+func has[T Action](acts []Action) bool {
+	for _, a := range acts {
+		if _, ok := a.(T); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *sim) expectPlan(acts []Action, gen uint64, order ...string) {
+	s.t.Helper()
+	g, got := plan(acts)
+	if g != gen || !slices.Equal(got, order) {
+		s.t.Fatalf("plan: generation %d %v, want generation %d %v (actions %v)", g, got, gen, order, acts)
+	}
+}
+
+// start runs the first generation on hosts h0..h(n-1) and registers everyone.
+func (s *sim) start(n int) []string {
+	s.t.Helper()
+	var ids []string
+	for i := range n {
+		ids = append(ids, fmt.Sprintf("h%d", i))
+	}
+	acts := s.hosts(ids...)
+	s.expectPlan(acts, 1, ids...)
+	if got := launched(acts); !slices.Equal(got, ids) {
+		s.t.Fatalf("launched %v, want %v", got, ids)
+	}
+	s.ready(0, ids...)
+	return ids
+}
+
+func TestStartWaitsForNPThenLaunchesInOrder(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2})
+	if acts := s.hosts("b", "a"); has[Publish](acts) {
+		t.Fatalf("started with 2 of -np 3 slots: %v", acts)
+	}
+	acts := s.after(time.Second).hosts("b", "a", "c")
+	s.expectPlan(acts, 1, "a", "b", "c") // new hosts ordered by launch time, then ID
+}
+
+func TestStartWithMinNPAfterElasticTimeout(t *testing.T) {
+	s := newSim(t, Config{NP: 4, MinNP: 2, ElasticTimeout: time.Minute})
+	s.hosts("a", "b")
+	if acts := s.after(59 * time.Second).tick(); has[Publish](acts) {
+		t.Fatal("started before --elastic-timeout")
+	}
+	s.expectPlan(s.after(time.Second).tick(), 1, "a", "b")
+}
+
+func TestBelowMinNPPastElasticTimeoutFails(t *testing.T) {
+	s := newSim(t, Config{NP: 4, MinNP: 3, ElasticTimeout: time.Minute})
+	s.hosts("a", "b")
+	f := finish(s.after(time.Minute).tick())
+	if f == nil || f.Code != ExitFailed || !strings.Contains(f.Reason, "fewer than --min-np 3") {
+		t.Fatalf("finish = %+v", f)
+	}
+}
+
+// A worker dies: its slot is blacklisted, the survivors keep their order, and the job goes on
+// smaller; after the cooldown, when discovery lists the slot again, the job grows back and the
+// returning slot is appended at the end.
+func TestFailureShrinksThenGrowsBack(t *testing.T) {
+	s := newSim(t, Config{NP: 4, MinNP: 2, CooldownMin: 10 * time.Second})
+	ids := s.start(4)
+	acts := s.after(time.Second).exit("h1", 137)
+	if has[Publish](acts) {
+		t.Fatal("published before the survivors reached the barrier")
+	}
+	acts = s.ready(1, "h0", "h2")
+	if has[Publish](acts) {
+		t.Fatal("published before every survivor reached the barrier")
+	}
+	acts = s.ready(1, "h3")
+	s.expectPlan(acts, 2, "h0", "h2", "h3")
+	if len(launched(acts)) != 0 {
+		t.Fatalf("survivors relaunched: %v", launched(acts))
+	}
+	if s.m.Resets != 1 || s.m.FailureResets != 1 {
+		t.Fatalf("resets %d/%d, want 1/1", s.m.Resets, s.m.FailureResets)
+	}
+	// Still in cooldown: discovery lists it, nothing changes.
+	if acts := s.after(5 * time.Second).hosts(ids...); has[NotifyHosts](acts) {
+		t.Fatalf("blacklisted slot came back during its cooldown: %v", acts)
+	}
+	// Discovery reports only changes: the cooldown's end alone brings the slot back, since
+	// the latest discovery result still lists it.
+	acts = s.after(6 * time.Second).tick()
+	if !has[NotifyHosts](acts) {
+		t.Fatalf("slot back after its cooldown, but workers not told: %v", acts)
+	}
+	acts = s.ready(2, "h0", "h2", "h3")
+	s.expectPlan(acts, 3, "h0", "h2", "h3", "h1")
+	if got := launched(acts); !slices.Equal(got, []string{"h1"}) {
+		t.Fatalf("launched %v, want [h1]", got)
+	}
+	if s.m.Resets != 2 || s.m.FailureResets != 1 {
+		t.Fatalf("resets %d/%d, want 2/1: a scale-up is not a failure", s.m.Resets, s.m.FailureResets)
+	}
+	s.ready(2, "h1") // registers for generation 3
+	for _, h := range []string{"h0", "h2", "h3"} {
+		if f := finish(s.exit(h, 0)); f != nil {
+			t.Fatalf("finished before every worker did: %+v", f)
+		}
+	}
+	if f := finish(s.exit("h1", 0)); f == nil || f.Code != ExitOK {
+		t.Fatalf("finish = %+v, want success", f)
+	}
+}
+
+// Horovod #3852: a worker removed with its host exits 0; that must not end the job.
+// A slot whose host discovery no longer lists does not come back when its cooldown ends.
+func TestBlacklistedSlotOfVanishedHostStaysOut(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, CooldownMin: 10 * time.Second})
+	s.start(3)
+	s.exit("h1", 1)
+	s.expectPlan(s.ready(1, "h0", "h2"), 2, "h0", "h2")
+	s.hosts("h0", "h2")
+	if acts := s.after(time.Minute).tick(); has[NotifyHosts](acts) {
+		t.Fatalf("a slot discovery no longer lists came back: %v", acts)
+	}
+}
+
+func TestRemovedWorkerExitZeroDoesNotEndJob(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2})
+	s.start(3)
+	if acts := s.hosts("h0", "h1"); !has[NotifyHosts](acts) {
+		t.Fatalf("host removal not notified: %v", acts)
+	}
+	acts := s.ready(1, "h0", "h1", "h2")
+	s.expectPlan(acts, 2, "h0", "h1")
+	if got := stopped(acts); !slices.Equal(got, []string{"h2"}) {
+		t.Fatalf("stopped %v, want the removed worker", got)
+	}
+	if f := finish(s.exit("h2", 0)); f != nil {
+		t.Fatalf("the removed worker's exit 0 ended the job: %+v", f)
+	}
+	if s.m.FailureResets != 0 {
+		t.Fatalf("a removal counted as a failure reset")
+	}
+}
+
+func TestHungWorkerFailsAtBarrierTimeout(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, BarrierTimeout: 30 * time.Second})
+	s.start(3)
+	s.ready(1, "h0", "h2") // h1 is stopped (SIGSTOP): it never arrives
+	if acts := s.after(29 * time.Second).tick(); has[Publish](acts) || len(stopped(acts)) > 0 {
+		t.Fatal("acted before --barrier-timeout")
+	}
+	acts := s.after(time.Second).tick()
+	if got := stopped(acts); !slices.Equal(got, []string{"h1"}) {
+		t.Fatalf("stopped %v, want the hung worker", got)
+	}
+	s.expectPlan(acts, 2, "h0", "h2")
+	if s.m.FailureResets != 1 {
+		t.Fatalf("failure resets %d, want 1", s.m.FailureResets)
+	}
+}
+
+func TestUnregisteredWorkerFailsAtStartTimeout(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, StartTimeout: time.Minute})
+	s.hosts("h0", "h1", "h2")
+	s.ready(0, "h0", "h2")
+	acts := s.after(time.Minute).tick()
+	if got := stopped(acts); !slices.Equal(got, []string{"h1"}) {
+		t.Fatalf("stopped %v, want the worker that never registered", got)
+	}
+	acts = append(acts, s.ready(1, "h0", "h2")...)
+	s.expectPlan(acts, 2, "h0", "h2")
+}
+
+func TestAllWorkersFailing(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 1})
+	s.start(3)
+	s.exit("h0", 1)
+	s.exit("h1", 1)
+	f := finish(s.exit("h2", 3))
+	if f == nil || f.Code != ExitFailed || !strings.Contains(f.Reason, "all 3 workers of generation 1 failed") || !strings.Contains(f.Reason, "exit 3") {
+		t.Fatalf("finish = %+v", f)
+	}
+}
+
+func TestResetLimit(t *testing.T) {
+	s := newSim(t, Config{NP: 4, MinNP: 1, ResetLimit: 1})
+	s.start(4)
+	s.exit("h3", 1)
+	s.expectPlan(s.ready(1, "h0", "h1", "h2"), 2, "h0", "h1", "h2")
+	s.exit("h2", 1)
+	f := finish(s.ready(2, "h0", "h1"))
+	if f == nil || f.Code != ExitFailed || !strings.Contains(f.Reason, "reset limit reached") {
+		t.Fatalf("finish = %+v", f)
+	}
+}
+
+func TestFailureAfterAnotherFinished(t *testing.T) {
+	s := newSim(t, Config{NP: 2})
+	s.start(2)
+	s.exit("h0", 0)
+	f := finish(s.exit("h1", 2))
+	if f == nil || f.Code != ExitFailed || !strings.Contains(f.Reason, "after another worker had finished") {
+		t.Fatalf("finish = %+v", f)
+	}
+}
+
+func TestInterruptStopsEveryWorker(t *testing.T) {
+	s := newSim(t, Config{NP: 3})
+	s.start(3)
+	acts := s.m.Step(Interrupted{Now: s.now, Reason: "SIGTERM"})
+	if got := stopped(acts); !slices.Equal(got, []string{"h0", "h1", "h2"}) {
+		t.Fatalf("stopped %v", got)
+	}
+	if f := finish(acts); f == nil || f.Code != ExitInterrupted {
+		t.Fatalf("finish = %+v", f)
+	}
+	if acts := s.exit("h0", 0); len(acts) != 0 || !s.m.Done() {
+		t.Fatalf("acted after finishing: %v", acts)
+	}
+}
+
+func TestMaxNPCapsAndExtraSlotsWait(t *testing.T) {
+	s := newSim(t, Config{NP: 2, MaxNP: 3})
+	s.expectPlan(s.hosts("a", "b", "c", "d"), 1, "a", "b", "c")
+}
+
+func TestAssignLocalAndCrossRanks(t *testing.T) {
+	order := []rendezvous.WorkerID{{Host: "x", Slot: 0}, {Host: "y", Slot: 0}, {Host: "x", Slot: 1}, {Host: "z", Slot: 0}}
+	addr := map[rendezvous.WorkerID]string{order[0]: "10.0.0.1", order[1]: "10.0.0.2", order[2]: "10.0.0.1", order[3]: "10.0.0.3"}
+	p := assign(order, addr, 5)
+	want := []rendezvous.Assignment{
+		{Generation: 5, Rank: 0, Size: 4, LocalRank: 0, LocalSize: 2, CrossRank: 0, CrossSize: 3},
+		{Generation: 5, Rank: 1, Size: 4, LocalRank: 0, LocalSize: 1, CrossRank: 1, CrossSize: 3},
+		{Generation: 5, Rank: 2, Size: 4, LocalRank: 1, LocalSize: 2, CrossRank: 0, CrossSize: 1},
+		{Generation: 5, Rank: 3, Size: 4, LocalRank: 0, LocalSize: 1, CrossRank: 2, CrossSize: 3},
+	}
+	for i, id := range order {
+		got := p[id]
+		got.HostsVersion = 0
+		if got != want[i] {
+			t.Errorf("%v: %+v, want %+v", id, got, want[i])
+		}
+	}
+}
+
+func TestConfigValidateNamesTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{NP: 0}, "-np 0"},
+		{Config{NP: 2, MinNP: 3}, "--min-np 3"},
+		{Config{NP: 4, MaxNP: 2}, "--max-np 2"},
+		{Config{NP: 1, ResetLimit: -1}, "--reset-limit"},
+		{Config{NP: 1, CooldownMin: time.Minute, CooldownMax: time.Second}, "--blacklist-cooldown-range"},
+	} {
+		if err := tc.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+}

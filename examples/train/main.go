@@ -1,0 +1,219 @@
+// Command train is the demo trainer: data-parallel softmax regression on a generated data set
+// with a known answer, run under `elasticd run`. Each rank computes the gradient of its share
+// of every global batch; gradients are averaged with allreduce; the model and the step are
+// the elastic state, so the job survives workers dying and joining.
+//
+//	elasticd run -np 4 --min-np 2 -- ./train --steps 600
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/elasticd/elasticd/allreduce"
+	"github.com/elasticd/elasticd/worker"
+)
+
+const (
+	features = 16
+	classes  = 4
+)
+
+type options struct {
+	steps, batch, logEvery, dieAtStep, dieRank int
+	lr                                         float64
+	stepDelay                                  time.Duration
+	seed                                       uint64
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.steps, "steps", 600, "global steps to train")
+	flag.IntVar(&o.batch, "batch", 512, "global batch size (split across the ranks)")
+	flag.Float64Var(&o.lr, "lr", 0.5, "learning rate")
+	flag.IntVar(&o.logEvery, "log-every", 50, "rank 0 prints progress every this many steps")
+	flag.DurationVar(&o.stepDelay, "step-delay", 0, "sleep per step, to watch a demo at human speed")
+	flag.IntVar(&o.dieAtStep, "die-at-step", 0, "demo: the worker with rank --die-rank in the first generation kills itself with SIGKILL at this step")
+	flag.IntVar(&o.dieRank, "die-rank", 1, "demo: which rank dies (see --die-at-step)")
+	flag.Uint64Var(&o.seed, "seed", 1, "data set seed")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	w, err := worker.Init(ctx, log)
+	if errors.Is(err, worker.ErrRemoved) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "train:", err)
+		os.Exit(1)
+	}
+	err = train(ctx, w, o)
+	w.Close(context.Background(), err)
+	switch {
+	case errors.Is(err, worker.ErrRemoved):
+		fmt.Println("removed from the job; exiting")
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "train:", err)
+		os.Exit(1)
+	}
+}
+
+// dataset is a deterministic classification problem: labels come from a hidden linear model,
+// so a perfect softmax regression exists and accuracy says how close training got.
+type dataset struct {
+	x      []float32 // n × features
+	y      []int
+	n      int
+	hidden []float32 // classes × features
+}
+
+// makeData draws n samples (with sampleSeed) labelled by the hidden model of seed.
+func makeData(seed, sampleSeed uint64, n int) *dataset {
+	d := &dataset{x: make([]float32, n*features), y: make([]int, n), n: n, hidden: make([]float32, classes*features)}
+	model := rand.New(rand.NewPCG(seed, 42))
+	for i := range d.hidden {
+		d.hidden[i] = float32(model.NormFloat64())
+	}
+	rng := rand.New(rand.NewPCG(seed, sampleSeed))
+	for i := range n {
+		row := d.x[i*features : (i+1)*features]
+		for j := range row {
+			row[j] = float32(rng.NormFloat64())
+		}
+		best, bestV := 0, float32(math.Inf(-1))
+		for c := range classes {
+			v := dot(d.hidden[c*features:(c+1)*features], row)
+			if v > bestV {
+				best, bestV = c, v
+			}
+		}
+		d.y[i] = best
+	}
+	return d
+}
+
+func dot(a, b []float32) float32 {
+	var s float32
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+func train(ctx context.Context, w *worker.Worker, o options) error {
+	data := makeData(o.seed, 1, 50000)
+	test := makeData(o.seed, 2, 5000) // same hidden model, unseen samples
+	// Model: weights (classes×features) then biases (classes). Identical on every rank.
+	model := make([]float32, classes*features+classes)
+	var step int64
+	st := worker.NewState(w)
+	if err := st.Register("model", model); err != nil {
+		return err
+	}
+	if err := st.Register("step", &step); err != nil {
+		return err
+	}
+	firstGen := w.Generation()
+	grad := make([]float32, len(model)+2) // gradient, then loss sum and sample count
+	lastLog, lastStep := time.Now(), int64(0)
+
+	return worker.Run(ctx, w, st, func(ctx context.Context) error {
+		comm := w.Comm()
+		if w.Rank() == 0 {
+			fmt.Printf("generation %d: world size %d, resuming at step %d\n", w.Generation(), w.Size(), step)
+		}
+		for step < int64(o.steps) {
+			if o.dieAtStep > 0 && step == int64(o.dieAtStep) && w.Generation() == firstGen && w.Rank() == o.dieRank {
+				fmt.Printf("demo: rank %d kills itself with SIGKILL at step %d\n", w.Rank(), step)
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+			clear(grad)
+			// The global batch of this step, split across the ranks by position.
+			for k := w.Rank(); k < o.batch; k += w.Size() {
+				i := int((step*int64(o.batch) + int64(k)) % int64(data.n))
+				addGradient(grad, model, data.x[i*features:(i+1)*features], data.y[i])
+			}
+			if err := comm.Allreduce(ctx, grad, allreduce.Sum); err != nil {
+				return err
+			}
+			count := grad[len(grad)-1]
+			for j := range model {
+				model[j] -= float32(o.lr) * grad[j] / count
+			}
+			step++
+			if w.Rank() == 0 && (step%int64(o.logEvery) == 0 || step == int64(o.steps)) {
+				rate := float64(step-lastStep) * float64(o.batch) / time.Since(lastLog).Seconds()
+				fmt.Printf("step %4d  world %d  loss %.4f  %8.0f samples/s\n", step, w.Size(), grad[len(grad)-2]/count, rate)
+				lastLog, lastStep = time.Now(), step
+			}
+			if o.stepDelay > 0 {
+				time.Sleep(o.stepDelay)
+			}
+			if err := st.Step(ctx); err != nil {
+				return err
+			}
+		}
+		if w.Rank() == 0 {
+			fmt.Printf("done: %d steps, test accuracy %.2f%%\n", step, 100*accuracy(model, test))
+		}
+		return nil
+	})
+}
+
+// addGradient adds the softmax cross-entropy gradient of one sample, its loss and a count of 1.
+func addGradient(grad, model, x []float32, y int) {
+	var logits [classes]float64
+	maxL := math.Inf(-1)
+	for c := range classes {
+		logits[c] = float64(dot(model[c*features:(c+1)*features], x) + model[classes*features+c])
+		maxL = max(maxL, logits[c])
+	}
+	var sum float64
+	for c := range classes {
+		logits[c] = math.Exp(logits[c] - maxL)
+		sum += logits[c]
+	}
+	for c := range classes {
+		p := logits[c] / sum
+		g := p
+		if c == y {
+			g -= 1
+		}
+		row := grad[c*features : (c+1)*features]
+		for j := range row {
+			row[j] += float32(g) * x[j]
+		}
+		grad[classes*features+c] += float32(g)
+	}
+	grad[len(grad)-2] += float32(-math.Log(max(logits[y]/sum, 1e-12)))
+	grad[len(grad)-1]++
+}
+
+func accuracy(model []float32, d *dataset) float64 {
+	right := 0
+	for i := range d.n {
+		x := d.x[i*features : (i+1)*features]
+		best, bestV := 0, float32(math.Inf(-1))
+		for c := range classes {
+			v := dot(model[c*features:(c+1)*features], x) + model[classes*features+c]
+			if v > bestV {
+				best, bestV = c, v
+			}
+		}
+		if best == d.y[i] {
+			right++
+		}
+	}
+	return float64(right) / float64(d.n)
+}

@@ -1,0 +1,242 @@
+// Package providertest is the conformance suite every providers.Provider must pass, so the
+// discovery watcher and host manager can rely on the same behaviour from each of them.
+package providertest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/elasticd/elasticd/providers"
+)
+
+// Harness makes the providers under test.
+type Harness struct {
+	// NewGroup returns a provider for a fresh group of at least one host. Each subtest calls
+	// it once.
+	NewGroup func(t *testing.T) Group
+}
+
+// Group is one provider under test and what the harness can do to its group. The optional
+// fields are nil when the provider cannot do that; the subtests that need them are skipped.
+type Group struct {
+	Provider providers.Provider
+	// Want is the group the provider must list (in any order), or nil when not known ahead.
+	Want []providers.Host
+	// Change alters the group and returns the new Want; the next poll must list it.
+	Change func(t *testing.T) []providers.Host
+	// Fail makes every later poll fail.
+	Fail func(t *testing.T)
+	// Stall makes every later poll wait until its context ends.
+	Stall func(t *testing.T)
+}
+
+// prompt is how long a provider may take to notice that its context has ended.
+const prompt = 2 * time.Second
+
+// Run runs the suite. The contract it checks:
+//   - hosts have non-empty, unique IDs, an Addr without spaces or a port, and Slots >= 1;
+//   - repeated and concurrent polls of an unchanged group return the same set;
+//   - the returned slice belongs to the caller: changing it does not change the next poll;
+//   - a context that has ended (before or during a poll) makes Hosts return promptly, with
+//     no hosts and an error that wraps ctx.Err();
+//   - a failed poll returns no hosts; a changed group shows on the next poll.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	t.Run("ValidHosts", func(t *testing.T) {
+		g := h.NewGroup(t)
+		got := poll(t, g.Provider)
+		if len(got) == 0 {
+			t.Fatal("Hosts returned no hosts for a group of at least one")
+		}
+		if g.Want != nil {
+			sameSet(t, "Hosts", got, g.Want)
+		}
+	})
+	t.Run("RepeatedPollsAgree", func(t *testing.T) {
+		g := h.NewGroup(t)
+		first := poll(t, g.Provider)
+		for i := range 3 {
+			sameSet(t, fmt.Sprintf("poll %d", i+2), poll(t, g.Provider), first)
+		}
+	})
+	t.Run("CallerOwnsResult", func(t *testing.T) {
+		g := h.NewGroup(t)
+		first := poll(t, g.Provider)
+		keep := slices.Clone(first)
+		for i := range first {
+			first[i].ID += "-changed-by-caller"
+			first[i].Slots = 0
+		}
+		_ = append(first[:0], providers.Host{ID: "intruder", Addr: "intruder", Slots: 1})
+		sameSet(t, "poll after the caller changed the first result", poll(t, g.Provider), keep)
+	})
+	t.Run("ConcurrentPolls", func(t *testing.T) {
+		g := h.NewGroup(t)
+		want := poll(t, g.Provider)
+		const n = 8
+		results := make([][]providers.Host, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+				defer cancel()
+				results[i], errs[i] = g.Provider.Hosts(ctx)
+			})
+		}
+		wg.Wait()
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("concurrent poll %d: %v", i, errs[i])
+			}
+			sameSet(t, fmt.Sprintf("concurrent poll %d", i), results[i], want)
+		}
+	})
+	// A context that has ended before the poll, or ends during it (when the harness can stall
+	// the provider so that the poll is still running then).
+	for _, c := range []struct {
+		name   string
+		during bool
+		want   error
+	}{
+		{"CancelledContext", false, context.Canceled},
+		{"ExpiredDeadline", false, context.DeadlineExceeded},
+		{"CancelDuringPoll", true, context.Canceled},
+		{"DeadlineDuringPoll", true, context.DeadlineExceeded},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := h.NewGroup(t)
+			var after time.Duration
+			if c.during {
+				if g.Stall == nil {
+					t.Skip("the harness cannot stall this provider")
+				}
+				g.Stall(t)
+				after = 50 * time.Millisecond
+			}
+			var ctx context.Context
+			var cancel context.CancelFunc
+			switch {
+			case c.want == context.DeadlineExceeded:
+				ctx, cancel = context.WithTimeout(t.Context(), after) // 0: expired already
+			case c.during:
+				ctx, cancel = context.WithCancel(t.Context())
+				time.AfterFunc(after, cancel)
+			default:
+				ctx, cancel = context.WithCancel(t.Context())
+				cancel()
+			}
+			defer cancel()
+			ended(t, g.Provider, ctx, c.want)
+		})
+	}
+	t.Run("Change", func(t *testing.T) {
+		g := h.NewGroup(t)
+		if g.Change == nil {
+			t.Skip("the harness cannot change this provider's group")
+		}
+		poll(t, g.Provider)
+		want := g.Change(t)
+		sameSet(t, "poll after the group changed", poll(t, g.Provider), want)
+	})
+	t.Run("Failure", func(t *testing.T) {
+		g := h.NewGroup(t)
+		if g.Fail == nil {
+			t.Skip("the harness cannot make this provider fail")
+		}
+		poll(t, g.Provider)
+		g.Fail(t)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		hosts, err := g.Provider.Hosts(ctx)
+		if err == nil {
+			t.Fatalf("Hosts after Fail: no error, hosts %v", hosts)
+		}
+		if len(hosts) != 0 {
+			t.Errorf("Hosts returned hosts %v with its error %v; a failed poll must return none", hosts, err)
+		}
+		t.Logf("the failure reads: %v", err)
+	})
+}
+
+// poll polls once, fails the test on an error, and checks every host.
+func poll(t *testing.T, p providers.Provider) []providers.Host {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	hosts, err := p.Hosts(ctx)
+	if err != nil {
+		t.Fatalf("Hosts: %v", err)
+	}
+	seen := make(map[string]bool, len(hosts))
+	for _, h := range hosts {
+		if h.ID == "" {
+			t.Errorf("host %+v has an empty ID", h)
+		}
+		if seen[h.ID] {
+			t.Errorf("host ID %q is listed twice", h.ID)
+		}
+		seen[h.ID] = true
+		if h.Slots < 1 {
+			t.Errorf("host %q has %d slots; a listed host has at least 1", h.ID, h.Slots)
+		}
+		if h.Addr == "" || strings.ContainsAny(h.Addr, " \t\r\n") {
+			t.Errorf("host %q has Addr %q; it must be a host name or IP without spaces", h.ID, h.Addr)
+		}
+		if _, port, err := net.SplitHostPort(h.Addr); err == nil {
+			t.Errorf("host %q has Addr %q with port %s; Addr is a host name or IP only", h.ID, h.Addr, port)
+		}
+	}
+	return hosts
+}
+
+// ended checks that a poll under a context that has ended, or soon ends, returns promptly
+// with an error wrapping want.
+func ended(t *testing.T, p providers.Provider, ctx context.Context, want error) {
+	t.Helper()
+	type result struct {
+		hosts []providers.Host
+		err   error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		hosts, err := p.Hosts(ctx)
+		done <- result{hosts, err}
+	}()
+	timer := time.NewTimer(prompt + 30*time.Second)
+	defer timer.Stop()
+	var r result
+	select {
+	case r = <-done:
+	case <-timer.C:
+		t.Fatal("Hosts did not return after its context ended") // the goroutine is leaked: the provider is broken
+	}
+	if took := time.Since(start); took > prompt {
+		t.Errorf("Hosts took %v to notice that its context ended; want under %v", took, prompt)
+	}
+	if !errors.Is(r.err, want) {
+		t.Errorf("Hosts with an ended context: error %v; want one wrapping %v", r.err, want)
+	}
+	if len(r.hosts) != 0 {
+		t.Errorf("Hosts with an ended context returned hosts %v", r.hosts)
+	}
+}
+
+// sameSet compares hosts as sets keyed by ID, all fields included.
+func sameSet(t *testing.T, what string, got, want []providers.Host) {
+	t.Helper()
+	byID := func(a, b providers.Host) int { return cmp.Compare(a.ID, b.ID) }
+	g, w := slices.SortedFunc(slices.Values(got), byID), slices.SortedFunc(slices.Values(want), byID)
+	if !slices.EqualFunc(g, w, providers.SameHost) {
+		t.Errorf("%s:\n got  %v\n want %v", what, g, w)
+	}
+}

@@ -1,0 +1,198 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/gob"
+	"fmt"
+	"reflect"
+
+	"github.com/elasticd/elasticd/allreduce"
+)
+
+// State is the training state every rank holds: tensors ([]float32, []float64, []int64 whose
+// contents change in place) and Go values (pointers to anything gob can encode: step, epoch,
+// sampler position). It follows the FSM contract: Commit is a fast in-memory snapshot,
+// Restore discards everything since the last commit, Sync makes every rank equal to rank 0.
+type State struct {
+	w *Worker
+	// CommitEvery and CheckEvery are in steps (see Step); 0 means every step. They must be
+	// the same on every rank.
+	CommitEvery, CheckEvery int
+
+	entries []*entry
+	step    int
+}
+
+type entry struct {
+	name  string
+	live  any    // []float32, []float64, []int64, or a pointer
+	saved any    // snapshot: a slice copy, or gob bytes
+	enc   []byte // scratch for Go values
+}
+
+// NewState returns an empty state for w. Register what it holds, in the same order on every
+// rank, before Run.
+func NewState(w *Worker) *State { return &State{w: w} }
+
+// Register adds v under name: a []float32, []float64 or []int64 (its contents are the state;
+// its length must not change), or a non-nil pointer to a value gob can encode.
+func (s *State) Register(name string, v any) error {
+	switch v.(type) {
+	case []float32, []float64, []int64:
+	default:
+		if rv := reflect.ValueOf(v); rv.Kind() != reflect.Pointer || rv.IsNil() {
+			return fmt.Errorf("state %q: %T: want []float32, []float64, []int64 or a non-nil pointer", name, v)
+		}
+	}
+	for _, e := range s.entries {
+		if e.name == name {
+			return fmt.Errorf("state %q registered twice", name)
+		}
+	}
+	e := &entry{name: name, live: v}
+	s.entries = append(s.entries, e)
+	return e.save()
+}
+
+func (e *entry) save() error {
+	switch l := e.live.(type) { // snapshots reuse their buffer: Commit allocates nothing
+	case []float32:
+		saved, _ := e.saved.([]float32)
+		e.saved = append(saved[:0], l...)
+	case []float64:
+		saved, _ := e.saved.([]float64)
+		e.saved = append(saved[:0], l...)
+	case []int64:
+		saved, _ := e.saved.([]int64)
+		e.saved = append(saved[:0], l...)
+	default:
+		var b bytes.Buffer
+		if err := gob.NewEncoder(&b).Encode(e.live); err != nil {
+			return fmt.Errorf("state %q: encode: %w", e.name, err)
+		}
+		e.saved = b.Bytes()
+	}
+	return nil
+}
+
+func (e *entry) restore() error {
+	switch l := e.live.(type) {
+	case []float32:
+		copy(l, e.saved.([]float32))
+	case []float64:
+		copy(l, e.saved.([]float64))
+	case []int64:
+		copy(l, e.saved.([]int64))
+	default:
+		if err := gob.NewDecoder(bytes.NewReader(e.saved.([]byte))).Decode(e.live); err != nil {
+			return fmt.Errorf("state %q: decode: %w", e.name, err)
+		}
+	}
+	return nil
+}
+
+// Save snapshots the live state (the local half of Commit).
+func (s *State) Save() error {
+	for _, e := range s.entries {
+		if err := e.save(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Restore puts the last snapshot back.
+func (s *State) Restore() error {
+	for _, e := range s.entries {
+		if err := e.restore(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Commit saves the state, then checks for host updates; it returns ErrHostsUpdated when the
+// ranks agree (one small allreduce) that the hosts changed, all at this same step.
+func (s *State) Commit(ctx context.Context) error {
+	if err := s.Save(); err != nil {
+		return err
+	}
+	return s.CheckHosts(ctx)
+}
+
+// CheckHosts returns ErrHostsUpdated when any rank has heard of a host change. Every rank
+// contributes its own flag to an allreduce(max), so they all raise it at the same step (a
+// broadcast from rank 0, as Horovod does, deadlocks when rank 0 has not heard yet: #3494).
+func (s *State) CheckHosts(ctx context.Context) error {
+	flag := []int64{0}
+	if s.w.latest.Load() > s.w.seen {
+		flag[0] = 1
+	}
+	if err := s.w.comm.Allreduce(ctx, flag, allreduce.Max); err != nil {
+		return err
+	}
+	if flag[0] > 0 {
+		return ErrHostsUpdated
+	}
+	return nil
+}
+
+// Step ends one training step: it commits every CommitEvery steps and checks for host
+// updates every CheckEvery steps.
+func (s *State) Step(ctx context.Context) error {
+	s.step++
+	if s.CommitEvery <= 1 || s.step%s.CommitEvery == 0 {
+		if err := s.Save(); err != nil {
+			return err
+		}
+	}
+	if s.CheckEvery <= 1 || s.step%s.CheckEvery == 0 {
+		return s.CheckHosts(ctx)
+	}
+	return nil
+}
+
+// Sync makes every rank's state equal to rank 0's (the oldest worker, which holds the newest
+// commit), then commits it.
+func (s *State) Sync(ctx context.Context) error {
+	c := s.w.comm
+	for _, e := range s.entries {
+		switch l := e.live.(type) {
+		case []float32, []float64, []int64:
+			if err := c.Broadcast(ctx, l, 0); err != nil {
+				return fmt.Errorf("sync %q: %w", e.name, err)
+			}
+		default:
+			var b bytes.Buffer
+			if c.Rank() == 0 {
+				if err := gob.NewEncoder(&b).Encode(e.live); err != nil {
+					return fmt.Errorf("sync %q: encode: %w", e.name, err)
+				}
+			}
+			n := make([]byte, 8)
+			binary.LittleEndian.PutUint64(n, uint64(b.Len()))
+			if err := c.Broadcast(ctx, n, 0); err != nil {
+				return fmt.Errorf("sync %q: %w", e.name, err)
+			}
+			size := binary.LittleEndian.Uint64(n)
+			if size > 1<<30 {
+				return fmt.Errorf("sync %q: rank 0 sent %d bytes", e.name, size)
+			}
+			buf := b.Bytes()
+			if c.Rank() != 0 {
+				buf = make([]byte, size)
+			}
+			if err := c.Broadcast(ctx, buf, 0); err != nil {
+				return fmt.Errorf("sync %q: %w", e.name, err)
+			}
+			if c.Rank() != 0 {
+				if err := gob.NewDecoder(bytes.NewReader(buf)).Decode(e.live); err != nil {
+					return fmt.Errorf("sync %q: decode: %w", e.name, err)
+				}
+			}
+		}
+	}
+	return s.Save()
+}

@@ -1,0 +1,235 @@
+// Package worker is the runtime inside each training process: it joins the job through the
+// driver's rendezvous, builds the communicator for each generation, and runs the training
+// loop so that failures and host changes become resets, not lost jobs.
+package worker
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elasticd/elasticd/allreduce"
+	"github.com/elasticd/elasticd/driver/rendezvous"
+)
+
+// Environment the driver gives every worker process (docs/protocol.md §3).
+const (
+	EnvRendezvous  = "ELASTICD_RENDEZVOUS"   // base URL of the driver's rendezvous
+	EnvSecret      = "ELASTICD_SECRET"       // per-job secret, hex; never crosses the network
+	EnvJobID       = "ELASTICD_JOB_ID"       // for logs
+	EnvWorkerID    = "ELASTICD_WORKER_ID"    // stable "<host>/<slot>"
+	EnvGeneration  = "ELASTICD_GENERATION"   // the generation the process was launched for
+	EnvHostAddr    = "ELASTICD_HOST_ADDR"    // the address peers reach this host at
+	EnvCommTimeout = "ELASTICD_COMM_TIMEOUT" // allreduce.Config.Timeout, a Go duration
+)
+
+var (
+	// ErrHostsUpdated is returned by State.Commit and State.Step when the ranks agreed that
+	// the hosts changed: Run resets without restoring (the state is consistent).
+	ErrHostsUpdated = errors.New("hosts updated")
+	// ErrRemoved is returned by Run when this worker has no place in the next generation
+	// (its host was removed); the process should exit 0.
+	ErrRemoved = errors.New("worker removed from the job")
+)
+
+// Worker is one training process's membership in the job.
+type Worker struct {
+	id          rendezvous.WorkerID
+	job         string
+	client      *rendezvous.Client
+	secret      []byte
+	hostAddr    string
+	commTimeout time.Duration
+	log         *slog.Logger
+
+	assign rendezvous.Assignment
+	comm   *allreduce.Comm
+	seen   uint64        // host-update version this generation already reflects
+	latest atomic.Uint64 // newest host-update version the watcher has heard of
+
+	onReset []func(ctx context.Context) error
+
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
+	closeOnce sync.Once
+}
+
+// Init joins the job from the environment the driver set: it registers, waits for this
+// worker's assignment and builds the communicator. log may be nil.
+func Init(ctx context.Context, log *slog.Logger) (*Worker, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	env := func(k string) (string, error) {
+		v := os.Getenv(k)
+		if v == "" {
+			return "", fmt.Errorf("worker: %s is not set: run this program under `elasticd run`", k)
+		}
+		return v, nil
+	}
+	var errs []error
+	get := func(k string) string { v, err := env(k); errs = append(errs, err); return v }
+	url, secretHex, idText, genText, hostAddr := get(EnvRendezvous), get(EnvSecret), get(EnvWorkerID), get(EnvGeneration), get(EnvHostAddr)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	secret, err := hex.DecodeString(secretHex)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %s is not hex: %w", EnvSecret, err)
+	}
+	id, err := rendezvous.ParseWorkerID(idText)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %s: %w", EnvWorkerID, err)
+	}
+	gen, err := strconv.ParseUint(genText, 10, 64)
+	if err != nil || gen == 0 {
+		return nil, fmt.Errorf("worker: %s %q: want a generation number >= 1", EnvGeneration, genText)
+	}
+	timeout := 30 * time.Second
+	if v := os.Getenv(EnvCommTimeout); v != "" {
+		if timeout, err = time.ParseDuration(v); err != nil || timeout <= 0 {
+			return nil, fmt.Errorf("worker: %s %q: want a positive duration like 30s", EnvCommTimeout, v)
+		}
+	}
+	w := &Worker{
+		id: id, job: os.Getenv(EnvJobID), secret: secret, hostAddr: hostAddr, commTimeout: timeout,
+		client: rendezvous.NewClient(url, secret, id, nil),
+		log:    log.With("worker", id.String()),
+	}
+	// Registering = READY for the generation before the one we were launched for.
+	if err := w.join(ctx, gen-1, "registering"); err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(context.Background()) // owned by w: Close stops it
+	w.stopWatch, w.watchDone = cancel, make(chan struct{})
+	go w.watchHosts(wctx)
+	return w, nil
+}
+
+// join reports READY after generation `after` and builds the communicator of the next
+// generation this worker is part of, skipping generations abandoned while it connected.
+func (w *Worker) join(ctx context.Context, after uint64, reason string) error {
+	for {
+		if err := w.client.Report(ctx, after, rendezvous.Ready, reason); err != nil {
+			return fmt.Errorf("worker %s: report ready: %w", w.id, err)
+		}
+		a, err := w.client.Assignment(ctx, after)
+		if err != nil {
+			return fmt.Errorf("worker %s: wait for an assignment after generation %d: %w", w.id, after, err)
+		}
+		if a.Removed {
+			return ErrRemoved
+		}
+		comm, err := allreduce.New(ctx, allreduce.Config{
+			Rank: a.Rank, Size: a.Size, Generation: a.Generation,
+			Store:      w.client.Store(a.Generation),
+			ListenAddr: w.hostAddr + ":0", AdvertiseHost: w.hostAddr,
+			Timeout: w.commTimeout, Secret: w.secret, Logger: w.log,
+		})
+		if err == nil {
+			w.assign, w.comm = a, comm
+			w.seen = max(w.seen, a.HostsVersion)
+			w.log.Info("joined generation", "generation", a.Generation, "rank", a.Rank, "world_size", a.Size)
+			return nil
+		}
+		if !commError(err) || ctx.Err() != nil {
+			return fmt.Errorf("worker %s: connect generation %d: %w", w.id, a.Generation, err)
+		}
+		w.log.Info("generation ended while connecting; asking for the next", "generation", a.Generation, "err", err)
+		after, reason = a.Generation, err.Error()
+	}
+}
+
+// watchHosts long-polls the driver's host-update version; Commit compares it with seen.
+func (w *Worker) watchHosts(ctx context.Context) {
+	defer close(w.watchDone)
+	var v uint64
+	for ctx.Err() == nil {
+		nv, err := w.client.HostsUpdated(ctx, v)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("host-update watch failed; retrying", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+			continue
+		}
+		v = nv
+		w.latest.Store(nv)
+	}
+}
+
+// reset leaves the current generation and joins the next one.
+func (w *Worker) reset(ctx context.Context, why error) error {
+	old := w.assign.Generation
+	// Tell ranks still connecting to this generation that it is over (best effort: the
+	// driver may already have dropped it).
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_ = allreduce.Abandon(actx, w.client.Store(old), old, fmt.Sprintf("rank %d reset: %v", w.assign.Rank, why))
+	cancel()
+	w.comm.Close()
+	w.comm = nil
+	if err := w.join(ctx, old, why.Error()); err != nil {
+		return err
+	}
+	for _, fn := range w.onReset {
+		if err := fn(ctx); err != nil {
+			return fmt.Errorf("reset callback: %w", err)
+		}
+	}
+	return nil
+}
+
+// OnReset registers fn to run after every reset, once the new communicator is up (for
+// example to scale the learning rate with the world size).
+func (w *Worker) OnReset(fn func(ctx context.Context) error) { w.onReset = append(w.onReset, fn) }
+
+// Comm is the communicator of the current generation.
+func (w *Worker) Comm() *allreduce.Comm { return w.comm }
+
+// Rank, Size, LocalRank, Generation describe this worker's place in the current generation.
+func (w *Worker) Rank() int          { return w.assign.Rank }
+func (w *Worker) Size() int          { return w.assign.Size }
+func (w *Worker) LocalRank() int     { return w.assign.LocalRank }
+func (w *Worker) Generation() uint64 { return w.assign.Generation }
+
+// ID is this worker's stable identity.
+func (w *Worker) ID() rendezvous.WorkerID { return w.id }
+
+// Close reports how the worker ended (err nil = success), stops the host watcher and closes
+// the communicator.
+func (w *Worker) Close(ctx context.Context, err error) {
+	w.closeOnce.Do(func() {
+		st, msg := rendezvous.Success, ""
+		if err != nil && !errors.Is(err, ErrRemoved) {
+			st, msg = rendezvous.Failure, err.Error()
+		}
+		if err == nil || !errors.Is(err, ErrRemoved) {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if rerr := w.client.Report(rctx, w.assign.Generation, st, msg); rerr != nil {
+				w.log.Warn("could not report the end", "err", rerr)
+			}
+			cancel()
+		}
+		w.stopWatch()
+		<-w.watchDone
+		if w.comm != nil {
+			w.comm.Close()
+		}
+		w.client.CloseIdleConnections()
+	})
+}
+
+// commError reports whether err means the generation's communicator is broken.
+func commError(err error) bool {
+	return errors.Is(err, allreduce.ErrPeerLost) || errors.Is(err, allreduce.ErrProtocol) || errors.Is(err, allreduce.ErrClosed)
+}
