@@ -95,12 +95,17 @@ func (r procRef) alive() bool {
 	return ok && start == r.start && state != 'Z' && state != 'X'
 }
 
-// refsFrom returns the processes named by "pid N" lines in out, which must all be running now.
-// They are SIGKILLed at cleanup if still alive, so a failing test leaves nothing behind.
-func refsFrom(t *testing.T, out string, want int) []procRef {
+// waitPIDs waits for a "ready" line and want "pid N" lines in out (a subshell may print after
+// "ready"), and returns the processes they name, which must all be running then. They are
+// SIGKILLed at cleanup if still alive, so that a failing test leaves nothing behind.
+func waitPIDs(t *testing.T, out *buffer, want int) []procRef {
 	t.Helper()
+	waitLine(t, out, "ready")
+	waitFor(t, 10*time.Second, fmt.Sprintf("%d pid lines in %q", want, out), func() bool {
+		return len(pidLine.FindAllString(out.String(), -1)) >= want
+	})
 	var refs []procRef
-	for _, m := range pidLine.FindAllStringSubmatch(out, -1) {
+	for _, m := range pidLine.FindAllStringSubmatch(out.String(), -1) {
 		pid, _ := strconv.Atoi(m[1])
 		state, start, ok := stat(pid)
 		if !ok || state == 'Z' {

@@ -25,9 +25,10 @@ type Spec struct {
 	// (the same path on the remote host, as Horovod does). A directory that does not exist
 	// there makes Start fail.
 	Dir string
-	// Stdout and Stderr receive the worker's output (nil discards it). Once the output has
-	// ended, a writer with a Flush() error method (PrefixWriter, bufio.Writer) is flushed, so
-	// the last line arrives even without a trailing newline. They may be the same writer.
+	// Stdout and Stderr receive the worker's output (nil discards it); its stdin is /dev/null.
+	// Once the output has ended, a writer with a Flush() error method (PrefixWriter,
+	// bufio.Writer) is flushed, so the last line arrives even without a trailing newline.
+	// They may be the same writer. A writer that fails is given no more output.
 	Stdout, Stderr io.Writer
 }
 

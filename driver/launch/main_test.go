@@ -76,8 +76,7 @@ func testDriverKilled(t *testing.T, c driverConfig, timeout time.Duration) {
 		syscall.Kill(driver.Process.Pid, syscall.SIGKILL)
 		driver.Wait()
 	})
-	waitLine(t, &out, "ready")
-	refs := refsFrom(t, out.String(), 4)
+	refs := waitPIDs(t, &out, 4)
 	if err := syscall.Kill(driver.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

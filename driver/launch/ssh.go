@@ -42,8 +42,8 @@ import (
 // rewrites \n as \r\n and echoes stdin back, secret included.
 //
 // The remote login shell may be any shell, so the bootstrap is written to parse the same way in
-// sh, bash, zsh and fish; everything else runs in /bin/sh. The remote host needs /bin/sh and
-// setsid (util-linux; busybox has one too).
+// sh, bash, zsh, fish and csh; everything else runs in /bin/sh. The remote host needs /bin/sh
+// and setsid (util-linux; busybox has one too).
 //
 // Not covered: a network partition with no FIN or RST. The remote sshd then notices the dead
 // client only through its ClientAliveInterval (or TCP keepalive), and only then the wrapper sees
@@ -68,9 +68,26 @@ type SSHConfig struct {
 	DisconnectGrace time.Duration
 }
 
+// Validate reports a configuration that cannot work. Start checks it too.
+func (c SSHConfig) Validate() error {
+	if c.Port < 0 || c.Port > 65535 {
+		return fmt.Errorf("ssh port %d out of range", c.Port)
+	}
+	if c.StartTimeout < 0 || c.DisconnectGrace < 0 {
+		return errors.New("ssh timeouts must not be negative")
+	}
+	for _, o := range c.Options {
+		if k, _, ok := strings.Cut(o, "="); !ok || k == "" || strings.HasPrefix(k, "-") {
+			return fmt.Errorf("ssh option %q: want Key=Value", o)
+		}
+	}
+	return nil
+}
+
 // NewSSH returns a Launcher that runs each worker on Spec.Host through the ssh client, with the
 // environment sent over the session's stdin. See the comment above SSHConfig for how the remote
-// worker is made to die with its connection.
+// worker is made to die with its connection. The exit code is the one the remote shell reports:
+// a worker killed by signal N there reads as exit 128+N.
 func NewSSH(cfg SSHConfig) Launcher {
 	if cfg.Binary == "" {
 		cfg.Binary = "ssh"
@@ -190,10 +207,7 @@ func (l *sshLauncher) check(s Spec) error {
 			return fmt.Errorf("environment entry %s: value contains NUL", k)
 		}
 	}
-	if l.cfg.Port < 0 || l.cfg.Port > 65535 {
-		return fmt.Errorf("bad ssh port %d", l.cfg.Port)
-	}
-	return nil
+	return l.cfg.Validate()
 }
 
 func (l *sshLauncher) args(host, remote string) []string {
@@ -204,7 +218,11 @@ func (l *sshLauncher) args(host, remote string) []string {
 	a = append(a, "-T",
 		"-o", "BatchMode=yes",
 		"-o", "PasswordAuthentication=no",
-		"-o", "StrictHostKeyChecking=no", // as Horovod: spot hosts come and go
+		// As Horovod, accept any host key: spot hosts come and go. And as Ray's launcher, keep
+		// no record: a replaced instance at a reused address would otherwise get a page of
+		// "REMOTE HOST IDENTIFICATION HAS CHANGED" on every worker's stderr.
+		"-o", "StrictHostKeyChecking=no",
+		"-o", "UserKnownHostsFile=/dev/null",
 		"-o", "LogLevel=ERROR",
 		"-o", "ControlPath=none", // a shared master connection would outlive this client
 		"-o", "ConnectTimeout="+strconv.Itoa(int(math.Ceil(l.cfg.StartTimeout.Seconds()))),
@@ -232,23 +250,28 @@ func newToken() (string, error) {
 }
 
 // bootstrap is the remote command: it reads lines from stdin up to the line token and evaluates
-// them. It contains no quote or backslash that sh, bash, zsh or fish would read differently.
+// them. Inside its single quotes there is nothing that sh, bash, zsh, fish or csh would read
+// differently.
 func bootstrap(token string) string {
-	return `exec /bin/sh -c 'n=$(printf "\n."); n=${n%.}; p=; ` +
-		`while IFS= read -r l; do if [ "$l" = ` + token + ` ]; then eval "$p"; exit; fi; p=$p$l$n; done; ` +
+	return `exec /bin/sh -c '__n=$(printf "\n."); __n=${__n%.}; __p=; ` +
+		`while IFS= read -r __l; do if [ "$__l" = ` + token + ` ]; then eval "$__p"; exit; fi; __p=$__p$__l$__n; done; ` +
 		`exit 125'`
 }
 
-// wrapperScript is what the bootstrap evaluates, with $m the marker, $g the disconnect grace in
-// seconds and "$@" the command.
+// wrapperScript is what the bootstrap evaluates. Its own variables start with __, so that they
+// do not collide with the worker's environment, and the tools it needs are found before that
+// environment (which may set PATH) is exported.
 func wrapperScript(token string, env []string, dir string, argv []string, grace int) string {
 	var b strings.Builder
+	fmt.Fprintf(&b, "__m=%s __g=%d\n", token, grace)
+	b.WriteString(`__S=$(command -v setsid) || { echo "setsid not found (util-linux)" >&2; echo "$__m exit 127" >&2; exit 127; }` + "\n")
+	b.WriteString(`__Z=$(command -v sleep)` + "\n")
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
 	}
-	fmt.Fprintf(&b, "m=%s g=%d\n", token, grace)
-	fmt.Fprintf(&b, "cd -- %s || { echo \"$m exit 1\" >&2; exit 1; }\nset --", shellQuote(dir))
+	fmt.Fprintf(&b, "cd -- %s || { echo \"$__m exit 1\" >&2; exit 1; }\n", shellQuote(dir))
+	b.WriteString("set --")
 	for _, a := range argv {
 		b.WriteString(" " + shellQuote(a))
 	}
@@ -256,32 +279,32 @@ func wrapperScript(token string, env []string, dir string, argv []string, grace 
 	return b.String()
 }
 
-// wrapperBody: see the comment above SSHConfig. fd 3 keeps the session's stdin for the watcher,
-// since sh gives background jobs /dev/null as stdin unless told otherwise.
+// wrapperBody runs the command "$@" (see the comment above SSHConfig). fd 3 keeps the session's
+// stdin for the watcher, since sh gives background jobs /dev/null as stdin unless told otherwise.
 const wrapperBody = `exec 3<&0
-setsid /bin/sh -c 'command -v "$1" >/dev/null || { printf "%s: command not found\n" "$1" >&2; exit 127; }
-echo "$0 started $$" >&2; exec "$@"' "$m" "$@" </dev/null 3<&- &
-pid=$!
+"$__S" /bin/sh -c 'command -v "$1" >/dev/null || { printf "%s: command not found\n" "$1" >&2; exit 127; }
+echo "$0 started $$" >&2; exec "$@"' "$__m" "$@" </dev/null 3<&- &
+__pid=$!
 (
-	while IFS= read -r c; do
-		case $c in
-		term) kill -s TERM -- -"$pid" ;;
-		kill) kill -s KILL -- -"$pid" ;;
+	while IFS= read -r __c; do
+		case $__c in
+		term) kill -s TERM -- -"$__pid" ;;
+		kill) kill -s KILL -- -"$__pid" ;;
 		esac
 	done
-	kill -s TERM -- -"$pid" || exit 0
-	i=0
-	while [ "$i" -lt "$g" ] && kill -s 0 -- -"$pid"; do sleep 1; i=$((i + 1)); done
-	kill -s KILL -- -"$pid"
+	kill -s TERM -- -"$__pid" || exit 0
+	__i=0
+	while [ "$__i" -lt "$__g" ] && kill -s 0 -- -"$__pid"; do "$__Z" 1; __i=$((__i + 1)); done
+	kill -s KILL -- -"$__pid"
 ) <&3 >/dev/null 2>&1 &
-w=$!
+__w=$!
 exec 3<&-
-wait "$pid" 2>/dev/null
-rc=$?
-kill -s KILL -- -"$pid" 2>/dev/null
-kill -s KILL "$w" 2>/dev/null
-echo "$m exit $rc" >&2
-exit "$rc"
+wait "$__pid" 2>/dev/null
+__rc=$?
+kill -s KILL -- -"$__pid" 2>/dev/null
+kill -s KILL "$__w" 2>/dev/null
+echo "$__m exit $__rc" >&2
+exit "$__rc"
 `
 
 func shellQuote(s string) string {
@@ -338,7 +361,9 @@ func (p *sshProcess) send(line string) {
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
 	if p.stdin != nil {
-		p.stdin.WriteString(line + "\n") // fails only when the client is gone, which Stop sees
+		// Fails only when the client is gone or stuck, which Stop sees by waiting.
+		p.stdin.SetWriteDeadline(time.Now().Add(time.Second))
+		p.stdin.WriteString(line + "\n")
 	}
 }
 

@@ -52,18 +52,18 @@ func TestSSHRunsRemotely(t *testing.T) {
 	p := startSSH(t, t.Context(), sshd.config(), launch.Spec{
 		Host: sshHosts[1],
 		Command: sh(`printf '%s' "$WEIRD" >weird.out; printf 'secret=%s\n' "$ELASTICD_SECRET"; pwd; ` +
-			`echo "$SSH_CONNECTION"; echo "pid $$"; echo to-stderr >&2; echo ready; ` +
-			`while [ ! -e proceed ]; do sleep 0.01; done; exit 7`),
-		Env:    []string{"ELASTICD_SECRET=" + secret, "WEIRD=" + weird},
+			`echo "$SSH_CONNECTION"; echo "pid $$"; echo "vars $m $p $l $PATH"; echo to-stderr >&2; echo ready; ` +
+			`while [ ! -e proceed ]; do /bin/sleep 0.01; done; exit 7`),
+		// Names a shell script might use for itself, and a PATH without the usual tools.
+		Env:    []string{"ELASTICD_SECRET=" + secret, "WEIRD=" + weird, "m=M", "p=P", "l=L", "PATH=/nonexistent"},
 		Dir:    dir,
 		Stdout: &out,
 		Stderr: &errOut,
 	})
-	waitLine(t, &out, "ready")
+	refs := waitPIDs(t, &out, 1)
 	if found := cmdlinesWith(t, secret); len(found) > 0 {
 		t.Errorf("secret in argv: %q", found)
 	}
-	refs := refsFrom(t, out.String(), 1)
 	if got := remotePID(t, p); got != refs[0].pid {
 		t.Errorf("RemotePID %d, want the worker's %d", got, refs[0].pid)
 	}
@@ -75,8 +75,9 @@ func TestSSHRunsRemotely(t *testing.T) {
 		t.Errorf("status %v, %v; want exit 7", st, err)
 	}
 	lines := out.lines()
-	if len(lines) != 5 || lines[0] != "secret="+secret || lines[1] != dir || !strings.Contains(lines[2], fmt.Sprintf(" %s %d", sshHosts[1], sshd.port)) {
-		t.Errorf("output %q: want the secret, %s, and a connection to %s", lines, dir, sshHosts[1])
+	if len(lines) != 6 || lines[0] != "secret="+secret || lines[1] != dir || !strings.Contains(lines[2], fmt.Sprintf(" %s %d", sshHosts[1], sshd.port)) ||
+		lines[4] != "vars M P L /nonexistent" {
+		t.Errorf("output %q: want the secret, %s, a connection to %s, and the environment as given", lines, dir, sshHosts[1])
 	}
 	if got := errOut.String(); got != "to-stderr\n" {
 		t.Errorf("stderr %q, want only the worker's", got)
@@ -172,8 +173,7 @@ func TestSSHStop(t *testing.T) {
 			t.Parallel()
 			var out buffer
 			p := startSSH(t, t.Context(), sshd.config(), launch.Spec{Host: sshHosts[0], Command: sh(tc.script), Stdout: &out})
-			waitLine(t, &out, "ready")
-			refs := refsFrom(t, out.String(), 4)
+			refs := waitPIDs(t, &out, 4)
 			waited := make(chan launch.ExitStatus)
 			go func() {
 				st, err := p.Wait()
@@ -195,6 +195,58 @@ func TestSSHStop(t *testing.T) {
 	}
 }
 
+// A remote process that left the worker's group (setsid) keeps the session open, but the exit
+// status is back and Wait returns soon after.
+func TestSSHEscapedProcess(t *testing.T) {
+	t.Parallel()
+	sshd := startSSHD(t)
+	var out buffer
+	dir := t.TempDir()
+	p := startSSH(t, t.Context(), sshd.config(), launch.Spec{
+		Host:    sshHosts[0],
+		Command: sh(`setsid sleep 60 </dev/null & echo "pid $!"; echo ready; while [ ! -e proceed ]; do sleep 0.01; done; exit 5`),
+		Dir:     dir,
+		Stdout:  &out,
+	})
+	waitPIDs(t, &out, 1) // and killed at cleanup
+	if err := os.WriteFile(filepath.Join(dir, "proceed"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if st, err := p.Wait(); err != nil || st.Code != 5 {
+		t.Errorf("status %v, %v; want exit 5", st, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Wait took %v", d)
+	}
+}
+
+// A host that comes back at the same address with a new host key (a replaced spot instance) is
+// still reached, as with Horovod's StrictHostKeyChecking=no, even when the user has a
+// known_hosts file that remembers the old key.
+func TestSSHChangedHostKey(t *testing.T) {
+	t.Parallel()
+	sshd := startSSHD(t)
+	cfg := sshd.config()
+	oldKey := filepath.Join(t.TempDir(), "old_host_key")
+	keygen(t, oldKey)
+	pub, err := os.ReadFile(oldKey + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
+	line := fmt.Sprintf("[%s]:%d %s", sshHosts[0], sshd.port, pub)
+	if err := os.WriteFile(knownHosts, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Options = []string{"UserKnownHostsFile=" + knownHosts}
+	var out, errOut buffer
+	p := startSSH(t, t.Context(), cfg, launch.Spec{Host: sshHosts[0], Command: []string{"echo", "reached"}, Stdout: &out, Stderr: &errOut})
+	if st, err := p.Wait(); err != nil || !st.Success() || out.String() != "reached\n" {
+		t.Errorf("status %v, %v, output %q, stderr %q", st, err, out.String(), errOut.String())
+	}
+}
+
 // Cancelling Start's context stops the remote worker.
 func TestSSHContextCancel(t *testing.T) {
 	t.Parallel()
@@ -202,8 +254,7 @@ func TestSSHContextCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var out buffer
 	p := startSSH(t, ctx, sshd.config(), launch.Spec{Host: sshHosts[0], Command: sh(`echo "pid $$"; echo ready; exec sleep 60`), Stdout: &out})
-	waitLine(t, &out, "ready")
-	refs := refsFrom(t, out.String(), 1)
+	refs := waitPIDs(t, &out, 1)
 	cancel()
 	done := make(chan launch.ExitStatus)
 	go func() {
@@ -228,8 +279,7 @@ func TestSSHClientKilled(t *testing.T) {
 	sshd := startSSHD(t)
 	var out buffer
 	p := startSSH(t, t.Context(), sshd.config(), launch.Spec{Host: sshHosts[1], Command: sh(treeScript), Stdout: &out})
-	waitLine(t, &out, "ready")
-	refs := refsFrom(t, out.String(), 4)
+	refs := waitPIDs(t, &out, 4)
 	if err := syscall.Kill(p.PID(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -285,6 +335,8 @@ func TestSSHStartErrors(t *testing.T) {
 	silentPort := good
 	silentPort.Port = silent.Addr().(*net.TCPAddr).Port
 	silentPort.StartTimeout = time.Second
+	badOption := good
+	badOption.Options = []string{"-oProxyCommand=x"}
 
 	for _, tc := range []struct {
 		name string
@@ -299,6 +351,7 @@ func TestSSHStartErrors(t *testing.T) {
 		{"no such dir", good, launch.Spec{Host: sshHosts[0], Dir: "/nonexistent/dir"}, "/nonexistent/dir"},
 		{"bad env", good, launch.Spec{Host: sshHosts[0], Env: []string{"1X=y"}}, `environment entry "1X"`},
 		{"bad host", good, launch.Spec{Host: "-oProxyCommand=x"}, "bad host"},
+		{"bad option", badOption, launch.Spec{Host: sshHosts[0]}, `ssh option "-oProxyCommand=x": want Key=Value`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

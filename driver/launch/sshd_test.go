@@ -201,13 +201,12 @@ MaxStartups 100
 	return true
 }
 
-// config is a client configuration for this sshd, with its own known_hosts file.
+// config is a client configuration for this sshd.
 func (s *testSSHD) config() launch.SSHConfig {
 	return launch.SSHConfig{
 		Port:            s.port,
 		IdentityFile:    s.key,
 		User:            s.user,
-		Options:         []string{"UserKnownHostsFile=" + filepath.Join(s.dir, "known_hosts")},
 		StartTimeout:    10 * time.Second,
 		DisconnectGrace: time.Second,
 	}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what `go test ./...` needs beyond Go on a fresh Debian machine, and nothing when it is
+# all there already (safe to run before every test run):
+#   - openssh-server (/usr/sbin/sshd) and openssh-client (ssh, ssh-keygen): driver/launch tests
+#     start a real sshd on loopback and launch workers through it;
+#   - util-linux (setsid): the remote launch wrapper runs each worker in its own session.
+# Also creates /run/sshd, which sshd needs for privilege separation. Run as root (CI does) or
+# with sudo available.
+set -euo pipefail
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+	command -v sudo >/dev/null || { echo "install-test-deps: run as root or install sudo" >&2; exit 1; }
+	sudo=(sudo)
+fi
+
+missing=()
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+{ command -v ssh && command -v ssh-keygen; } >/dev/null || missing+=(openssh-client)
+command -v setsid >/dev/null || missing+=(util-linux)
+
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "install-test-deps: installing ${missing[*]}"
+	"${sudo[@]}" apt-get update -q
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+"${sudo[@]}" mkdir -p /run/sshd
+"${sudo[@]}" chmod 0755 /run/sshd
