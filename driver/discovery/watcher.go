@@ -55,9 +55,10 @@ func (w *Watcher) Validate() error {
 //
 // Run sends on out only when the set of hosts (every field; not their order) differs from the
 // last one sent; the first good poll is always sent. Each send is a fresh slice, sorted by
-// ID, that the receiver owns. While the receiver is not ready, polling goes on and only the latest set waits to be
-// sent, so a slow receiver gets the current group, not a backlog. Run never blocks on out
-// past the end of ctx, and returns an error wrapping ctx.Err() when ctx ends.
+// ID, that the receiver owns. While the receiver is not ready, polling goes on and only the
+// latest set waits to be sent, so a slow receiver gets the current group, not a backlog. Run
+// never blocks on out past the end of ctx, and returns an error wrapping ctx.Err() when ctx
+// ends.
 //
 // The provider must honour its context (providertest checks that): a poll runs in Run's
 // goroutine, so Run returns only once the provider does.
@@ -73,25 +74,22 @@ func (w *Watcher) Run(ctx context.Context, out chan<- []providers.Host) error {
 	}
 
 	var (
-		current  []providers.Host // the latest good set, sorted by ID
-		sent     []providers.Host // the last set sent, sorted by ID
-		everSent bool
-		failures int       // consecutive failed polls
-		failing  time.Time // when the first of them started
+		current  []providers.Host // the latest good set, sorted by ID; nil before the first
+		sent     []providers.Host // the last set sent; nil before the first send
+		failures int              // consecutive failed polls
+		failing  time.Time        // when the first of them started
 	)
 	timer := time.NewTimer(0) // the first poll at once
 	defer timer.Stop()
 	for {
 		var send chan<- []providers.Host // nil, so never ready, when there is nothing new
 		var msg []providers.Host
-		if current != nil && (!everSent || !slices.EqualFunc(current, sent, providers.SameHost)) {
+		if current != nil && (sent == nil || !slices.EqualFunc(current, sent, providers.SameHost)) {
 			send, msg = out, slices.Clone(current)
-		}
-		if send != nil {
 			// A receiver that is ready gets the news before the next poll starts.
 			select {
 			case send <- msg:
-				sent, everSent = current, true
+				sent = current
 				continue
 			default:
 			}
@@ -100,7 +98,7 @@ func (w *Watcher) Run(ctx context.Context, out chan<- []providers.Host) error {
 		case <-ctx.Done():
 			return fmt.Errorf("discovery: %w", ctx.Err())
 		case send <- msg:
-			sent, everSent = current, true
+			sent = current
 		case <-timer.C:
 			start := time.Now()
 			hosts, err := w.poll(ctx, timeout)

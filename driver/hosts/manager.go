@@ -2,8 +2,8 @@
 // stable assignment order, with a blacklist whose cooldown grows per failure and decays.
 //
 // The Manager is pure: no goroutines, no clock, no I/O. Every call that depends on time takes
-// now, so scenarios are table tests. It is not safe for concurrent use; the driver's one state
-// goroutine owns it.
+// now, so scenarios are table tests; a now earlier than one already seen counts as the latest.
+// It is not safe for concurrent use; the driver's one state goroutine owns it.
 //
 // # Rules
 //
