@@ -10,14 +10,19 @@ all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/elasticd
+	$(GO) build -o bin/train ./examples/train
 
 # The whole suite, with the race detector, as CI runs it.
 test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-# For now: an allreduce across 4 local processes, compared with this machine's limits.
+# An elastic job on this machine: 4 workers train the demo model; at step 150 one of them is
+# killed with SIGKILL; the job goes on with 3 from the last commit; 3 s later the dead slot's
+# cooldown ends, it comes back and the job grows to 4 again; it ends with the test accuracy.
 demo: build
-	./$(BIN) bench allreduce --np 4 --sizes 4KB,64KB,1MB,16MB,64MB
+	@echo "== elasticd run -np 4 --min-np 2: rank 1 will be killed with SIGKILL at step 150 =="
+	./$(BIN) run -np 4 --min-np 2 --blacklist-cooldown-range 3s,30s -- \
+		./bin/train --steps 800 --step-delay 10ms --die-at-step 150
 
 # The figures in docs/benchmarks.md: 2 and 4 ranks, 4 KB to 256 MB, then the Go benchmarks.
 BENCH_SIZES ?= 4KB,64KB,1MB,16MB,64MB,256MB

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/elasticd/elasticd/allreduce"
 	"github.com/elasticd/elasticd/driver/discovery"
 	"github.com/elasticd/elasticd/driver/launch"
 	"github.com/elasticd/elasticd/driver/rendezvous"
@@ -222,6 +223,9 @@ func (d *runner) do(ctx context.Context, a Action) {
 		d.srv.Publish(a.Generation, a.Plan)
 	case NotifyHosts:
 		d.srv.NotifyHostsUpdated()
+	case Abandon:
+		// Best effort: the generation's store may already be gone.
+		_ = allreduce.Abandon(ctx, d.srv.Store(a.Generation), a.Generation, a.Reason)
 	case Launch:
 		d.launch(ctx, a)
 	case Stop:

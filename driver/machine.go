@@ -86,6 +86,13 @@ type Publish struct {
 // NotifyHosts tells workers that the hosts changed, so they agree on a reset at a commit.
 type NotifyHosts struct{}
 
+// Abandon tells ranks still connecting to a generation that it is over (a reset began), so
+// they stop waiting for peers that will not come (allreduce.Abandon).
+type Abandon struct {
+	Generation uint64
+	Reason     string
+}
+
 // Finish ends the job with an exit code and a one-line reason.
 type Finish struct {
 	Code   int
@@ -101,6 +108,7 @@ type Note struct {
 func (Launch) action()      {}
 func (Stop) action()        {}
 func (Publish) action()     {}
+func (Abandon) action()     {}
 func (NotifyHosts) action() {}
 func (Finish) action()      {}
 func (Note) action()        {}
@@ -249,10 +257,8 @@ func (m *Machine) reported(now time.Time, e WorkerReported) []Action {
 		return nil
 	}
 	if e.Generation == m.gen && m.phase == phaseRunning {
-		var acts []Action
-		m.beginReset(now, false)
-		acts = append(acts, Note{"worker asked for a reset", []any{"worker", e.Worker.String(), "generation", m.gen, "reason", e.Message}})
-		return acts
+		acts := []Action{Note{"worker asked for a reset", []any{"worker", e.Worker.String(), "generation", m.gen, "reason", e.Message}}}
+		return append(acts, m.beginReset(now, false, e.Worker.String()+" reset: "+e.Message)...)
 	}
 	return nil
 }
@@ -290,18 +296,34 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 	}
 	m.hosts.Blacklist(now, e.Worker.String())
 	acts := []Action{Note{"worker failed; its slot is blacklisted", []any{"rank", rank, "worker", e.Worker.String(), "status", status}}}
+	if m.allFailed() {
+		return append(acts, m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed; last failure: %s", len(m.order), m.gen, m.lastFailure))...)
+	}
 	if m.phase == phaseRunning || m.phase == phaseResetting {
-		m.beginReset(now, true)
+		acts = append(acts, m.beginReset(now, true, m.lastFailure)...)
 	}
 	return acts
 }
 
-func (m *Machine) beginReset(now time.Time, failure bool) {
-	if m.phase == phaseRunning {
-		m.phase = phaseResetting
-		m.deadline = now.Add(m.cfg.BarrierTimeout)
-	}
+// beginReset starts the reset barrier of the current generation.
+func (m *Machine) beginReset(now time.Time, failure bool, why string) []Action {
 	m.failed = m.failed || failure
+	if m.phase != phaseRunning {
+		return nil
+	}
+	m.phase = phaseResetting
+	m.deadline = now.Add(m.cfg.BarrierTimeout)
+	return []Action{Abandon{Generation: m.gen, Reason: why}}
+}
+
+// allFailed reports whether every worker of the current generation has failed.
+func (m *Machine) allFailed() bool {
+	for _, id := range m.order {
+		if w := m.workers[id]; w != nil && !w.exited && !w.stopping {
+			return false
+		}
+	}
+	return len(m.order) > 0
 }
 
 // refreshHosts applies the latest discovery result. Discovery reports only changes, so when
@@ -351,11 +373,8 @@ func (m *Machine) failWorker(now time.Time, id rendezvous.WorkerID, why string) 
 	w.stopping = true
 	m.hosts.Blacklist(now, id.String())
 	m.lastFailure = fmt.Sprintf("%s %s", id, why)
-	if m.phase == phaseRunning {
-		m.beginReset(now, true)
-	}
-	m.failed = true
-	return []Action{Stop{Worker: id, Reason: why}, Note{"worker failed", []any{"worker", id.String(), "reason", why}}}
+	acts := []Action{Stop{Worker: id, Reason: why}, Note{"worker failed", []any{"worker", id.String(), "reason", why}}}
+	return append(acts, m.beginReset(now, true, m.lastFailure)...)
 }
 
 func (m *Machine) lastFailureSuffix() string {

@@ -167,6 +167,9 @@ func TestFailureShrinksThenGrowsBack(t *testing.T) {
 	if has[Publish](acts) {
 		t.Fatal("published before the survivors reached the barrier")
 	}
+	if !has[Abandon](acts) {
+		t.Fatal("generation 1 not abandoned: ranks still connecting would wait for the dead one")
+	}
 	acts = s.ready(1, "h0", "h2")
 	if has[Publish](acts) {
 		t.Fatal("published before every survivor reached the barrier")
@@ -276,6 +279,19 @@ func TestAllWorkersFailing(t *testing.T) {
 	s.exit("h1", 1)
 	f := finish(s.exit("h2", 3))
 	if f == nil || f.Code != ExitFailed || !strings.Contains(f.Reason, "all 3 workers of generation 1 failed") || !strings.Contains(f.Reason, "exit 3") {
+		t.Fatalf("finish = %+v", f)
+	}
+}
+
+// Workers failing one by one before they register (a broken command) end the job as soon as
+// the last one fails, not after --elastic-timeout.
+func TestAllWorkersFailingBeforeRegistering(t *testing.T) {
+	s := newSim(t, Config{NP: 3})
+	s.hosts("h0", "h1", "h2")
+	s.exit("h0", 2)
+	s.after(time.Second).exit("h1", 2)
+	f := finish(s.exit("h2", 2))
+	if f == nil || f.Code != ExitFailed || !strings.Contains(f.Reason, "all 3 workers of generation 1 failed") {
 		t.Fatalf("finish = %+v", f)
 	}
 }

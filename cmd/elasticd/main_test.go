@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-var binary string // built once by TestMain
+var binary, trainer string // built once by TestMain
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "elasticd-cli-test-*")
@@ -27,6 +27,14 @@ func TestMain(m *testing.M) {
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build elasticd:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	trainer = filepath.Join(dir, "train")
+	build = exec.Command("go", "build", "-o", trainer, "../../examples/train")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build train:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}

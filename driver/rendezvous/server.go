@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/elasticd/elasticd/allreduce"
 )
 
 // ServerConfig configures a Server. Zero values take the defaults.
@@ -500,6 +503,15 @@ func (s *Server) handleKVPut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	value, _ := io.ReadAll(r.Body) // already in memory, and bounded
+	if status, msg := s.set(gen, key, value); status != 0 {
+		http.Error(w, msg, status)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// set stores a key of generation gen; a non-zero status says why it could not.
+func (s *Server) set(gen uint64, key string, value []byte) (int, string) {
 	s.mu.Lock()
 	g, status, msg := s.kvGenLocked(gen)
 	if g != nil {
@@ -518,11 +530,52 @@ func (s *Server) handleKVPut(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	if g == nil {
-		http.Error(w, msg, status)
-		return
+		return status, msg
 	}
 	s.log.Debug("key set", "generation", gen, "key", key, "bytes", len(value))
-	w.WriteHeader(http.StatusNoContent)
+	return 0, ""
+}
+
+// Store is the driver's own view of generation gen's key-value store, the same data
+// workers reach over HTTP (the driver uses it to abandon a generation at a reset).
+func (s *Server) Store(gen uint64) allreduce.Store { return serverStore{s, gen} }
+
+type serverStore struct {
+	s   *Server
+	gen uint64
+}
+
+func (st serverStore) Set(_ context.Context, key string, value []byte) error {
+	if status, msg := st.s.set(st.gen, key, bytes.Clone(value)); status != 0 {
+		return &StatusError{Code: status, Message: msg}
+	}
+	return nil
+}
+
+func (st serverStore) Get(ctx context.Context, key string) ([]byte, error) {
+	for {
+		st.s.mu.Lock()
+		g, status, msg := st.s.kvGenLocked(st.gen)
+		if g == nil {
+			st.s.mu.Unlock()
+			return nil, &StatusError{Code: status, Message: msg}
+		}
+		if v, ok := g.vals[key]; ok {
+			st.s.mu.Unlock()
+			return bytes.Clone(v), nil
+		}
+		ch, ok := g.waiting[key]
+		if !ok {
+			ch = make(chan struct{})
+			g.waiting[key] = ch
+		}
+		st.s.mu.Unlock()
+		select {
+		case <-ch: // set, or the generation dropped: look again
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 func (s *Server) handleKVGet(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,346 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// job is a real `elasticd run` process whose combined output the test watches.
+type job struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+	err  error
+}
+
+type lockedWriter struct{ j *job }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.j.mu.Lock()
+	defer w.j.mu.Unlock()
+	return w.j.out.Write(p)
+}
+
+// startJob runs elasticd with args; every job is bounded and killed (by PID) at cleanup.
+func startJob(t *testing.T, args ...string) *job {
+	t.Helper()
+	j := &job{t: t, done: make(chan struct{})}
+	j.cmd = exec.Command(binary, args...)
+	j.cmd.Stdout, j.cmd.Stderr = lockedWriter{j}, lockedWriter{j}
+	if err := j.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { j.err = j.cmd.Wait(); close(j.done) }()
+	t.Cleanup(func() {
+		j.cmd.Process.Kill()
+		<-j.done
+		if t.Failed() {
+			t.Logf("elasticd output:\n%s", j.output())
+		}
+	})
+	return j
+}
+
+func (j *job) output() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.out.String()
+}
+
+// waitFor waits until the output matches re, and returns the submatches of the first match.
+func (j *job) waitFor(re string, timeout time.Duration) []string {
+	j.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.After(timeout)
+	for {
+		if m := rx.FindStringSubmatch(j.output()); m != nil {
+			return m
+		}
+		select {
+		case <-deadline:
+			j.t.Fatalf("no %q in the output within %v", re, timeout)
+		case <-j.done:
+			if m := rx.FindStringSubmatch(j.output()); m != nil {
+				return m
+			}
+			j.t.Fatalf("elasticd exited (%v) without printing %q", j.err, re)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// wait waits for the job to end and returns its exit code.
+func (j *job) wait(timeout time.Duration) int {
+	j.t.Helper()
+	select {
+	case <-j.done:
+	case <-time.After(timeout):
+		j.t.Fatalf("elasticd still running after %v", timeout)
+	}
+	var ee *exec.ExitError
+	if errors.As(j.err, &ee) {
+		return ee.ExitCode()
+	}
+	if j.err != nil {
+		j.t.Fatal(j.err)
+	}
+	return 0
+}
+
+// workerPIDs reads the PIDs the driver logged for its workers.
+func (j *job) workerPIDs() map[string]int {
+	pids := map[string]int{}
+	for _, m := range regexp.MustCompile(`launched worker" worker=(\S+) rank=\d+ generation=\d+ pid=(\d+)`).FindAllStringSubmatch(j.output(), -1) {
+		pid, _ := strconv.Atoi(m[2])
+		pids[m[1]] = pid
+	}
+	return pids
+}
+
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil {
+		return false
+	}
+	// A zombie still answers kill(0); it is not running.
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !strings.Contains(string(b), ") Z ")
+}
+
+// waitGone waits until none of pids runs.
+func waitGone(t *testing.T, pids []int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var left []int
+		for _, p := range pids {
+			if alive(p) {
+				left = append(left, p)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, p := range left {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+			t.Fatalf("worker processes %v outlived the driver", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var resumeRe = regexp.MustCompile(`generation (\d+): world size (\d+), resuming at step (\d+)`)
+
+// generations lists (world size, resume step) per generation rank 0 printed.
+func generations(out string) [][2]int {
+	var g [][2]int
+	for _, m := range resumeRe.FindAllStringSubmatch(out, -1) {
+		size, _ := strconv.Atoi(m[2])
+		step, _ := strconv.Atoi(m[3])
+		g = append(g, [2]int{size, step})
+	}
+	return g
+}
+
+func trainArgs(extra ...string) []string {
+	return append([]string{"--", trainer, "--log-every", "1000"}, extra...)
+}
+
+// SIGKILL of one of four workers: the job continues with three from the last commit (no
+// step lost), grows back to four when the slot's cooldown ends, and succeeds.
+func TestRunSurvivesSIGKILLAndGrowsBack(t *testing.T) {
+	args := append([]string{"run", "-np", "4", "--min-np", "2", "--blacklist-cooldown-range", "2s,10s"},
+		trainArgs("--steps", "600", "--step-delay", "5ms", "--die-at-step", "100", "--die-rank", "2")...)
+	j := startJob(t, args...)
+	if code := j.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	out := j.output()
+	gens := generations(out)
+	if len(gens) != 3 {
+		t.Fatalf("generations %v, want 4 workers, then 3, then 4 again", gens)
+	}
+	if gens[0] != [2]int{4, 0} || gens[1] != [2]int{3, 100} || gens[2][0] != 4 || gens[2][1] < 100 {
+		t.Fatalf("generations (size, resumed at) %v: want (4,0) (3,100) (4,>=100)", gens)
+	}
+	if !strings.Contains(out, "killed by SIGKILL") || !strings.Contains(out, "resets 2 of which 1 after failures") {
+		t.Fatalf("output lacks the kill or the reset count")
+	}
+	if m := regexp.MustCompile(`test accuracy (\d+\.\d+)%`).FindStringSubmatch(out); m == nil {
+		t.Fatal("no final accuracy")
+	} else if acc, _ := strconv.ParseFloat(m[1], 64); acc < 90 {
+		t.Fatalf("test accuracy %.2f%%, want > 90%%", acc)
+	}
+}
+
+// A hung worker (SIGSTOP) is treated as failed within the barrier timeout; the others go on.
+func TestRunHungWorkerIsFailed(t *testing.T) {
+	args := append([]string{"run", "-np", "3", "--min-np", "2", "--comm-timeout", "1s", "--barrier-timeout", "2s", "--stop-grace", "1s"},
+		trainArgs("--steps", "100000", "--step-delay", "5ms")...)
+	j := startJob(t, args...)
+	j.waitFor(`generation 1: world size 3`, 30*time.Second)
+	time.Sleep(300 * time.Millisecond) // let training run (the scenario, not a synchronisation)
+	pids := j.workerPIDs()
+	victim := pids["local-1/0"]
+	if victim == 0 {
+		t.Fatalf("no pid for local-1/0 in %v", pids)
+	}
+	stoppedAt := time.Now()
+	syscall.Kill(victim, syscall.SIGSTOP)
+	defer syscall.Kill(victim, syscall.SIGKILL)
+	j.waitFor(`generation 2: world size 2`, 20*time.Second)
+	if d := time.Since(stoppedAt); d > 8*time.Second {
+		t.Errorf("took %v to go on without the hung worker (comm timeout 1s + barrier timeout 2s)", d)
+	}
+	if !strings.Contains(j.output(), "did not reach the reset barrier") {
+		t.Errorf("the hung worker was not reported as failed at the barrier")
+	}
+	waitGone(t, []int{victim}, 10*time.Second)
+	syscall.Kill(j.cmd.Process.Pid, syscall.SIGTERM)
+	j.wait(30 * time.Second)
+}
+
+// SIGTERM to the driver: every worker is stopped and none survives it.
+func TestRunSIGTERMLeavesNoOrphans(t *testing.T) {
+	args := append([]string{"run", "-np", "3", "--stop-grace", "2s"}, trainArgs("--steps", "1000000", "--step-delay", "5ms")...)
+	j := startJob(t, args...)
+	j.waitFor(`generation 1: world size 3`, 30*time.Second)
+	pids := j.workerPIDs()
+	if len(pids) != 3 {
+		t.Fatalf("pids %v", pids)
+	}
+	syscall.Kill(j.cmd.Process.Pid, syscall.SIGTERM)
+	if code := j.wait(30 * time.Second); code != 130 {
+		t.Errorf("exit %d, want 130 (interrupted)", code)
+	}
+	var list []int
+	for _, p := range pids {
+		list = append(list, p)
+	}
+	waitGone(t, list, 5*time.Second)
+	if !strings.Contains(j.output(), "interrupted") {
+		t.Errorf("no reason printed")
+	}
+}
+
+// All workers failing ends the job with a non-zero exit and the reason.
+func TestRunAllWorkersFail(t *testing.T) {
+	j := startJob(t, "run", "-np", "3", "--", "sh", "-c", "exit 3")
+	if code := j.wait(time.Minute); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !regexp.MustCompile(`all 3 workers of generation 1 failed; last failure: rank \d \(local-\d/0\) exit 3`).MatchString(j.output()) {
+		t.Fatal("reason missing")
+	}
+}
+
+// The reset limit counts failure resets (not scale-ups) and ends the job when passed: one
+// slot fails each time it is launched, and comes back after a 1 s cooldown.
+func TestRunResetLimit(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "w.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\nif [ \"$ELASTICD_WORKER_ID\" = local-1/0 ]; then sleep 0.3; exit 1; fi\nexec "+trainer+" --steps 1000000 --step-delay 5ms --log-every 1000\n"), 0o755)
+	j := startJob(t, "run", "-np", "3", "--min-np", "1", "--reset-limit", "1", "--blacklist-cooldown-range", "1s,1s", "--", script)
+	if code := j.wait(time.Minute); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(j.output(), "reset limit reached: 2 resets caused by failures, --reset-limit 1") {
+		t.Fatal("reason missing")
+	}
+}
+
+// Fewer than --min-np usable slots for longer than --elastic-timeout fails the job.
+func TestRunBelowMinNPPastElasticTimeout(t *testing.T) {
+	hosts := filepath.Join(t.TempDir(), "hosts")
+	os.WriteFile(hosts, []byte("127.0.0.1:1\n"), 0o644)
+	script := filepath.Join(t.TempDir(), "discover.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\ncat "+hosts+"\n"), 0o755)
+	start := time.Now()
+	j := startJob(t, "run", "-np", "2", "--host-discovery-script", script, "--elastic-timeout", "2s", "--", "sleep", "60")
+	if code := j.wait(time.Minute); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(j.output(), "only 1 usable slots, fewer than --min-np 2, for longer than --elastic-timeout 2s") {
+		t.Fatal("reason missing")
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("took %v", d)
+	}
+}
+
+// A host dropped by discovery: its worker is stopped and the job goes on without it.
+func TestRunHostDroppedByDiscovery(t *testing.T) {
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts")
+	os.WriteFile(hosts, []byte("127.0.0.1:1\n127.0.0.2:1\n127.0.0.3:1\n"), 0o644)
+	script := filepath.Join(dir, "discover.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\ncat "+hosts+"\n"), 0o755)
+	args := append([]string{"run", "-np", "3", "--min-np", "2", "--host-discovery-script", script, "--discovery-interval", "200ms"},
+		trainArgs("--steps", "400", "--step-delay", "10ms")...)
+	j := startJob(t, args...)
+	j.waitFor(`generation 1: world size 3`, 30*time.Second)
+	os.WriteFile(hosts, []byte("127.0.0.1:1\n127.0.0.2:1\n"), 0o644)
+	j.waitFor(`generation 2: world size 2`, 30*time.Second)
+	if code := j.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(j.output(), `stopping worker" worker=127.0.0.3/0`) {
+		t.Fatal("the dropped host's worker was not stopped")
+	}
+}
+
+// Bad discovery output on the first poll is fatal, with the line quoted.
+func TestRunBadDiscoveryOutput(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "discover.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\necho 'gpu1:two'\n"), 0o755)
+	j := startJob(t, "run", "-np", "1", "--host-discovery-script", script, "--", "true")
+	if code := j.wait(time.Minute); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(j.output(), "gpu1:two") {
+		t.Fatal("the malformed line is not quoted")
+	}
+}
+
+func TestRunUsageErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--", "true"}, "--np: required"},
+		{[]string{"run", "-np", "2"}, "no command"},
+		{[]string{"run", "-np", "2", "--min-np", "3", "--", "true"}, "--min-np 3"},
+		{[]string{"run", "-np", "2", "--launcher", "rsh", "--", "true"}, `--launcher: "rsh"`},
+		{[]string{"run", "-np", "2", "--blacklist-cooldown-range", "5m,1s", "--", "true"}, "--blacklist-cooldown-range"},
+		{[]string{"run", "-np", "2", "-H", "a:x", "--", "true"}, "--hosts"},
+		{[]string{"run", "-np", "2", "--host-discovery-script", "/nonexistent", "--", "true"}, "not an executable file"},
+	} {
+		cmd := exec.CommandContext(ctx, binary, tc.args...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%v: %v, %q; want exit 2 mentioning %q", tc.args, err, out, tc.want)
+		}
+	}
+	// horovodrun's two-argument form is accepted.
+	out, err := exec.CommandContext(ctx, binary, "run", "-np", "1", "--blacklist-cooldown-range", "10", "100", "--", "true").CombinedOutput()
+	if err != nil {
+		t.Errorf("--blacklist-cooldown-range 10 100: %v\n%s", err, out)
+	}
+}
