@@ -4,7 +4,7 @@ BIN     := bin/elasticd
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build test demo bench bench-go bench-compare lint clean
+.PHONY: all build test test-deps demo bench bench-go bench-compare lint clean
 
 all: build
 
@@ -12,9 +12,13 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/elasticd
 	$(GO) build -o bin/train ./examples/train
 
-# The whole suite, with the race detector, as CI runs it.
-test:
+# The whole suite, with the race detector, as CI runs it. test-deps installs what the tests
+# need beyond Go (OpenSSH for the ssh launcher's real-sshd tests); it does nothing when present.
+test: test-deps
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+test-deps:
+	scripts/install-test-deps.sh
 
 # An elastic job on this machine: 4 workers train the demo model; at step 150 one of them is
 # killed with SIGKILL; the job goes on with 3 from the last commit; 3 s later the dead slot's

@@ -40,7 +40,7 @@ type Options struct {
 	Stdout, Stderr    io.Writer     // the terminal: worker lines prefixed "[rank] "
 	StopGrace         time.Duration // SIGTERM→SIGKILL; default 5s
 	ListenAddr        string        // rendezvous listen address; default 127.0.0.1:0
-	AdvertiseAddr     string        // host:port workers use to reach the rendezvous; default the listener's
+	AdvertiseHost     string        // host workers use to reach the rendezvous; default the listener's, or this machine's first non-loopback IPv4 address when it listens on all interfaces
 	CommTimeout       time.Duration // workers' allreduce timeout; default 30s
 	Logger            *slog.Logger
 }
@@ -115,7 +115,11 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("rendezvous: listen on %s: %w", listen, err)
 	}
-	adv := cmpOr(d.o.AdvertiseAddr, ln.Addr().String())
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = outboundIP()
+	}
+	adv := net.JoinHostPort(cmpOr(d.o.AdvertiseHost, host), port)
 	d.url = "http://" + adv
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	serveDone := make(chan struct{})
@@ -341,4 +345,17 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// outboundIP is this machine's first non-loopback IPv4 address, or 127.0.0.1.
+func outboundIP() string {
+	addrs, err := net.InterfaceAddrs()
+	if err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+				return n.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
 }

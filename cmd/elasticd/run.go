@@ -54,6 +54,7 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.StringFlag{Name: "blacklist-cooldown-range", Value: "10s,5m", Usage: "`MIN,MAX` cooldown of a failed slot: MIN after the first failure, doubling per failure up to MAX (seconds or durations; 'MIN MAX' as two arguments works too)", EnvVars: []string{"ELASTICD_BLACKLIST_COOLDOWN_RANGE"}},
 			&cli.StringFlag{Name: "launcher", Value: "local", Usage: "how workers start: local or ssh", EnvVars: []string{"ELASTICD_LAUNCHER"}},
 			&cli.IntFlag{Name: "ssh-port", Usage: "ssh port (default: ssh's own)", EnvVars: []string{"ELASTICD_SSH_PORT"}},
+			&cli.StringFlag{Name: "driver-addr", Usage: "`HOST` workers use to reach this driver (default: 127.0.0.1 with the local launcher, else this machine's first non-loopback IPv4 address)", EnvVars: []string{"ELASTICD_DRIVER_ADDR"}},
 			&cli.StringFlag{Name: "ssh-identity-file", Usage: "ssh private key `FILE`", EnvVars: []string{"ELASTICD_SSH_IDENTITY_FILE"}},
 			&cli.StringFlag{Name: "output-dir", Usage: "also write each worker's output to `DIR`/<worker>/gen-<generation>.{stdout,stderr}", EnvVars: []string{"ELASTICD_OUTPUT_DIR"}},
 			&cli.DurationFlag{Name: "stop-grace", Value: 5 * time.Second, Usage: "time between SIGTERM and SIGKILL when stopping a worker", EnvVars: []string{"ELASTICD_STOP_GRACE"}},
@@ -131,6 +132,7 @@ func runOptions(c *cli.Context) (driver.Options, error) {
 	case "ssh":
 		o.Launcher = launch.NewSSH(launch.SSHConfig{Port: c.Int("ssh-port"), IdentityFile: c.String("ssh-identity-file")})
 		o.ListenAddr = ":0" // remote workers must reach the rendezvous
+		o.AdvertiseHost = c.String("driver-addr")
 	default:
 		return o, usageError("launcher", "%q: use local or ssh", l)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/driver/launch/sshdtest"
 )
 
 func startSSH(t *testing.T, ctx context.Context, cfg launch.SSHConfig, s launch.Spec) launch.Process {
@@ -44,13 +45,13 @@ func remotePID(t *testing.T, p launch.Process) int {
 // comes back.
 func TestSSHRunsRemotely(t *testing.T) {
 	t.Parallel()
-	sshd := startSSHD(t)
+	sshd := sshdtest.Start(t)
 	secret := randomSecret(t)
 	weird := "it's \"quoted\" $HOME `x` \\n \\ ;|&<>*?\nsecond line\n"
 	dir := t.TempDir()
 	var out, errOut buffer
-	p := startSSH(t, t.Context(), sshd.config(), launch.Spec{
-		Host: sshHosts[1],
+	p := startSSH(t, t.Context(), sshd.Config(), launch.Spec{
+		Host: sshdtest.Hosts[1],
 		Command: sh(`printf '%s' "$WEIRD" >weird.out; printf 'secret=%s\n' "$ELASTICD_SECRET"; pwd; ` +
 			`echo "$SSH_CONNECTION"; echo "pid $$"; echo "vars $m $p $l $PATH"; echo to-stderr >&2; echo ready; ` +
 			`while [ ! -e proceed ]; do /bin/sleep 0.01; done; exit 7`),
@@ -75,9 +76,9 @@ func TestSSHRunsRemotely(t *testing.T) {
 		t.Errorf("status %v, %v; want exit 7", st, err)
 	}
 	lines := out.lines()
-	if len(lines) != 6 || lines[0] != "secret="+secret || lines[1] != dir || !strings.Contains(lines[2], fmt.Sprintf(" %s %d", sshHosts[1], sshd.port)) ||
+	if len(lines) != 6 || lines[0] != "secret="+secret || lines[1] != dir || !strings.Contains(lines[2], fmt.Sprintf(" %s %d", sshdtest.Hosts[1], sshd.Port)) ||
 		lines[4] != "vars M P L /nonexistent" {
-		t.Errorf("output %q: want the secret, %s, a connection to %s, and the environment as given", lines, dir, sshHosts[1])
+		t.Errorf("output %q: want the secret, %s, a connection to %s, and the environment as given", lines, dir, sshdtest.Hosts[1])
 	}
 	if got := errOut.String(); got != "to-stderr\n" {
 		t.Errorf("stderr %q, want only the worker's", got)
@@ -90,16 +91,16 @@ func TestSSHRunsRemotely(t *testing.T) {
 // Dir "" means the driver's directory; each host is reached at its own address.
 func TestSSHDefaultDirTwoHosts(t *testing.T) {
 	t.Parallel()
-	sshd := startSSHD(t)
+	sshd := sshdtest.Start(t)
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	for _, host := range sshHosts {
+	for _, host := range sshdtest.Hosts {
 		wg.Go(func() {
 			var out buffer
-			p, err := launch.NewSSH(sshd.config()).Start(t.Context(), launch.Spec{
+			p, err := launch.NewSSH(sshd.Config()).Start(t.Context(), launch.Spec{
 				Name: host, Host: host, Command: sh(`pwd; echo "$SSH_CONNECTION"`), Stdout: &out,
 			})
 			if err != nil {
@@ -110,7 +111,7 @@ func TestSSHDefaultDirTwoHosts(t *testing.T) {
 				t.Errorf("%s: status %v, %v", host, st, err)
 			}
 			lines := out.lines()
-			if len(lines) != 2 || lines[0] != wd || !strings.Contains(lines[1], fmt.Sprintf(" %s %d", host, sshd.port)) {
+			if len(lines) != 2 || lines[0] != wd || !strings.Contains(lines[1], fmt.Sprintf(" %s %d", host, sshd.Port)) {
 				t.Errorf("%s: output %q, want %s and a connection to %s", host, lines, wd, host)
 			}
 		})
@@ -121,10 +122,10 @@ func TestSSHDefaultDirTwoHosts(t *testing.T) {
 // Output arrives whole, with the wrapper's markers taken out, last lines without a newline too.
 func TestSSHOutput(t *testing.T) {
 	t.Parallel()
-	sshd := startSSHD(t)
+	sshd := sshdtest.Start(t)
 	var out buffer
-	p := startSSH(t, t.Context(), sshd.config(), launch.Spec{
-		Host:    sshHosts[0],
+	p := startSSH(t, t.Context(), sshd.Config(), launch.Spec{
+		Host:    sshdtest.Hosts[0],
 		Command: sh(`seq 1 5000; printf 'e1\ne2' >&2; printf last`),
 		Stdout:  launch.NewPrefixWriter(&out, "[0] "),
 		Stderr:  launch.NewPrefixWriter(&out, "[0 err] "),
@@ -159,7 +160,7 @@ func TestSSHOutput(t *testing.T) {
 // that ignores SIGTERM. Wait, called meanwhile, returns the remote status.
 func TestSSHStop(t *testing.T) {
 	t.Parallel()
-	sshd := startSSHD(t)
+	sshd := sshdtest.Start(t)
 	for _, tc := range []struct {
 		name   string
 		script string
@@ -172,7 +173,7 @@ func TestSSHStop(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var out buffer
-			p := startSSH(t, t.Context(), sshd.config(), launch.Spec{Host: sshHosts[0], Command: sh(tc.script), Stdout: &out})
+			p := startSSH(t, t.Context(), sshd.Config(), launch.Spec{Host: sshdtest.Hosts[0], Command: sh(tc.script), Stdout: &out})
 			refs := waitPIDs(t, &out, 4)
 			waited := make(chan launch.ExitStatus)
 			go func() {
@@ -199,11 +200,11 @@ func TestSSHStop(t *testing.T) {
 // status is back and Wait returns soon after.
 func TestSSHEscapedProcess(t *testing.T) {
 	t.Parallel()
-	sshd := startSSHD(t)
+	sshd := sshdtest.Start(t)
 	var out buffer
 	dir := t.TempDir()
-	p := startSSH(t, t.Context(), sshd.config(), launch.Spec{
-		Host:    sshHosts[0],
+	p := startSSH(t, t.Context(), sshd.Config(), launch.Spec{
+		Host:    sshdtest.Hosts[0],
 		Command: sh(`setsid sleep 60 </dev/null & echo "pid $!"; echo ready; while [ ! -e proceed ]; do sleep 0.01; done; exit 5`),
 		Dir:     dir,
 		Stdout:  &out,
@@ -226,22 +227,22 @@ func TestSSHEscapedProcess(t *testing.T) {
 // known_hosts file that remembers the old key.
 func TestSSHChangedHostKey(t *testing.T) {
 	t.Parallel()
-	sshd := startSSHD(t)
-	cfg := sshd.config()
+	sshd := sshdtest.Start(t)
+	cfg := sshd.Config()
 	oldKey := filepath.Join(t.TempDir(), "old_host_key")
-	keygen(t, oldKey)
+	sshdtest.Keygen(t, oldKey)
 	pub, err := os.ReadFile(oldKey + ".pub")
 	if err != nil {
 		t.Fatal(err)
 	}
 	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
-	line := fmt.Sprintf("[%s]:%d %s", sshHosts[0], sshd.port, pub)
+	line := fmt.Sprintf("[%s]:%d %s", sshdtest.Hosts[0], sshd.Port, pub)
 	if err := os.WriteFile(knownHosts, []byte(line), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Options = []string{"UserKnownHostsFile=" + knownHosts}
 	var out, errOut buffer
-	p := startSSH(t, t.Context(), cfg, launch.Spec{Host: sshHosts[0], Command: []string{"echo", "reached"}, Stdout: &out, Stderr: &errOut})
+	p := startSSH(t, t.Context(), cfg, launch.Spec{Host: sshdtest.Hosts[0], Command: []string{"echo", "reached"}, Stdout: &out, Stderr: &errOut})
 	if st, err := p.Wait(); err != nil || !st.Success() || out.String() != "reached\n" {
 		t.Errorf("status %v, %v, output %q, stderr %q", st, err, out.String(), errOut.String())
 	}
@@ -250,10 +251,10 @@ func TestSSHChangedHostKey(t *testing.T) {
 // Cancelling Start's context stops the remote worker.
 func TestSSHContextCancel(t *testing.T) {
 	t.Parallel()
-	sshd := startSSHD(t)
+	sshd := sshdtest.Start(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	var out buffer
-	p := startSSH(t, ctx, sshd.config(), launch.Spec{Host: sshHosts[0], Command: sh(`echo "pid $$"; echo ready; exec sleep 60`), Stdout: &out})
+	p := startSSH(t, ctx, sshd.Config(), launch.Spec{Host: sshdtest.Hosts[0], Command: sh(`echo "pid $$"; echo ready; exec sleep 60`), Stdout: &out})
 	refs := waitPIDs(t, &out, 1)
 	cancel()
 	done := make(chan launch.ExitStatus)
@@ -276,9 +277,9 @@ func TestSSHContextCancel(t *testing.T) {
 // after DisconnectGrace, and Wait says the connection was lost.
 func TestSSHClientKilled(t *testing.T) {
 	t.Parallel()
-	sshd := startSSHD(t)
+	sshd := sshdtest.Start(t)
 	var out buffer
-	p := startSSH(t, t.Context(), sshd.config(), launch.Spec{Host: sshHosts[1], Command: sh(treeScript), Stdout: &out})
+	p := startSSH(t, t.Context(), sshd.Config(), launch.Spec{Host: sshdtest.Hosts[1], Command: sh(treeScript), Stdout: &out})
 	refs := waitPIDs(t, &out, 4)
 	if err := syscall.Kill(p.PID(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -293,15 +294,15 @@ func TestSSHClientKilled(t *testing.T) {
 // A driver killed with SIGKILL takes its ssh clients with it, and so the remote trees.
 func TestSSHDriverKilled(t *testing.T) {
 	t.Parallel()
-	sshd := startSSHD(t)
-	cfg := sshd.config()
-	testDriverKilled(t, driverConfig{SSH: &cfg, Host: sshHosts[0]}, 5*time.Second)
+	sshd := sshdtest.Start(t)
+	cfg := sshd.Config()
+	testDriverKilled(t, driverConfig{SSH: &cfg, Host: sshdtest.Hosts[0]}, 5*time.Second)
 }
 
 // Launches that cannot work fail in Start, quickly, saying why.
 func TestSSHStartErrors(t *testing.T) {
 	t.Parallel()
-	sshd := startSSHD(t)
+	sshd := sshdtest.Start(t)
 
 	// A server that accepts connections and never says a word.
 	silent, err := net.Listen("tcp", "127.0.0.4:0")
@@ -328,8 +329,8 @@ func TestSSHStartErrors(t *testing.T) {
 	})
 
 	otherKey := filepath.Join(t.TempDir(), "other_key")
-	keygen(t, otherKey)
-	good := sshd.config()
+	sshdtest.Keygen(t, otherKey)
+	good := sshd.Config()
 	wrongKey := good
 	wrongKey.IdentityFile = otherKey
 	silentPort := good
@@ -345,13 +346,13 @@ func TestSSHStartErrors(t *testing.T) {
 		want string
 	}{
 		{"unreachable", good, launch.Spec{Host: "127.0.0.9"}, "Connection refused"},
-		{"wrong key", wrongKey, launch.Spec{Host: sshHosts[0]}, "Permission denied"},
+		{"wrong key", wrongKey, launch.Spec{Host: sshdtest.Hosts[0]}, "Permission denied"},
 		{"silent server", silentPort, launch.Spec{Host: "127.0.0.4"}, "127.0.0.4"},
-		{"no such command", good, launch.Spec{Host: sshHosts[0], Command: []string{"elasticd-no-such-command"}}, "elasticd-no-such-command: command not found"},
-		{"no such dir", good, launch.Spec{Host: sshHosts[0], Dir: "/nonexistent/dir"}, "/nonexistent/dir"},
-		{"bad env", good, launch.Spec{Host: sshHosts[0], Env: []string{"1X=y"}}, `environment entry "1X"`},
+		{"no such command", good, launch.Spec{Host: sshdtest.Hosts[0], Command: []string{"elasticd-no-such-command"}}, "elasticd-no-such-command: command not found"},
+		{"no such dir", good, launch.Spec{Host: sshdtest.Hosts[0], Dir: "/nonexistent/dir"}, "/nonexistent/dir"},
+		{"bad env", good, launch.Spec{Host: sshdtest.Hosts[0], Env: []string{"1X=y"}}, `environment entry "1X"`},
 		{"bad host", good, launch.Spec{Host: "-oProxyCommand=x"}, "bad host"},
-		{"bad option", badOption, launch.Spec{Host: sshHosts[0]}, `ssh option "-oProxyCommand=x": want Key=Value`},
+		{"bad option", badOption, launch.Spec{Host: sshdtest.Hosts[0]}, `ssh option "-oProxyCommand=x": want Key=Value`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -2,7 +2,7 @@
 // worker reports, generation assignments, host-update notices and a generation-scoped
 // key-value store, every request authenticated with an HMAC of a per-job secret.
 //
-// The wire protocol is described in PROTOCOL.md beside this file. In short: the driver owns a
+// The wire protocol is described in docs/protocol.md §2. In short: the driver owns a
 // Server (an http.Handler) and calls Publish when it starts a generation; workers long-poll
 // for their Assignment, report READY/SUCCESS/FAILURE, and bootstrap their collectives through
 // Client.Store, whose keys vanish (410 Gone) once a newer generation is published, so a reset

@@ -114,7 +114,7 @@ func (c *countingConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// signed is a request signed as PROTOCOL.md says, written independently of the package so
+// signed is a request signed as docs/protocol.md §2 says, written independently of the package so
 // that the tests check the documented wire format, not the package against itself.
 type signed struct {
 	method, target string

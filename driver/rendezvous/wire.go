@@ -53,7 +53,7 @@ type Event struct {
 // server refuses them.
 const MaxMessage = 4096
 
-// Wire names. See PROTOCOL.md.
+// Wire names. See docs/protocol.md §2.
 const (
 	HeaderTimestamp = "X-Elasticd-Timestamp"      // decimal Unix seconds
 	HeaderNonce     = "X-Elasticd-Nonce"          // 32 hex digits, random, never reused

@@ -1,6 +1,9 @@
 //go:build linux
 
-package launch_test
+// Package sshdtest runs a real OpenSSH sshd on loopback for tests: generated host and client
+// keys, its own config, listening on Hosts (distinct 127.0.0.x addresses standing for hosts),
+// stopped by PID when the test ends.
+package sshdtest
 
 import (
 	"fmt"
@@ -10,6 +13,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,42 +26,42 @@ const (
 	installHint = "run scripts/install-test-deps.sh (installs openssh-server and openssh-client, creates /run/sshd)"
 )
 
-// sshHosts are the loopback addresses the test sshd listens on, standing for two hosts.
-var sshHosts = []string{"127.0.0.2", "127.0.0.3"}
+// Hosts are the loopback addresses the sshd listens on, standing for two hosts.
+var Hosts = []string{"127.0.0.2", "127.0.0.3"}
 
-// testSSHD is a real OpenSSH sshd on loopback, run by the test and killed at its end.
-type testSSHD struct {
-	dir  string
-	port int
-	user string
-	key  string // the authorised client key
+// SSHD is a real OpenSSH sshd on loopback, run by the test and killed at its end.
+type SSHD struct {
+	Dir  string
+	Port int
+	User string
+	Key  string // the authorised client key
 }
 
-// startSSHD starts sshd on sshHosts at one free port. Where sshd or ssh-keygen is missing the
+// Start starts sshd on Hosts at one free port. Where sshd or ssh-keygen is missing the
 // test is skipped, or fails when $CI is set.
-func startSSHD(t *testing.T) *testSSHD {
+func Start(t testing.TB) *SSHD {
 	t.Helper()
-	requireSSH(t)
+	Require(t)
 	u, err := user.Current()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &testSSHD{dir: t.TempDir(), user: u.Username}
-	hostKey := filepath.Join(s.dir, "host_key")
-	s.key = filepath.Join(s.dir, "client_key")
-	keygen(t, hostKey)
-	keygen(t, s.key)
-	pub, err := os.ReadFile(s.key + ".pub")
+	s := &SSHD{Dir: t.TempDir(), User: u.Username}
+	hostKey := filepath.Join(s.Dir, "host_key")
+	s.Key = filepath.Join(s.Dir, "client_key")
+	Keygen(t, hostKey)
+	Keygen(t, s.Key)
+	pub, err := os.ReadFile(s.Key + ".pub")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(s.dir, "authorized_keys"), pub, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(s.Dir, "authorized_keys"), pub, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// The port is free when chosen but may be taken before sshd binds it: then sshd exits at
 	// once and another port is tried.
 	for range 5 {
-		s.port = freePort(t)
+		s.Port = freePort(t)
 		if s.run(t, hostKey) {
 			return s
 		}
@@ -66,7 +70,8 @@ func startSSHD(t *testing.T) *testSSHD {
 	return nil
 }
 
-func requireSSH(t *testing.T) {
+// Require skips the test (fails it when $CI is set) unless sshd and the ssh client tools exist.
+func Require(t testing.TB) {
 	t.Helper()
 	var missing []string
 	if _, err := os.Stat(sshdPath); err != nil {
@@ -91,24 +96,25 @@ func requireSSH(t *testing.T) {
 	}
 }
 
-func keygen(t *testing.T, path string) {
+// Keygen writes a new passphrase-less ed25519 key pair to path and path.pub.
+func Keygen(t testing.TB, path string) {
 	t.Helper()
 	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", path).CombinedOutput(); err != nil {
 		t.Fatalf("ssh-keygen: %v: %s", err, out)
 	}
 }
 
-// freePort returns a port that is free on every one of sshHosts.
-func freePort(t *testing.T) int {
+// freePort returns a port that is free on every one of Hosts.
+func freePort(t testing.TB) int {
 	t.Helper()
 	for range 20 {
-		l, err := net.Listen("tcp", sshHosts[0]+":0")
+		l, err := net.Listen("tcp", Hosts[0]+":0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		free := true
-		for _, h := range sshHosts[1:] {
+		for _, h := range Hosts[1:] {
 			l2, err := net.Listen("tcp", fmt.Sprintf("%s:%d", h, port))
 			if err != nil {
 				free = false
@@ -121,16 +127,16 @@ func freePort(t *testing.T) int {
 			return port
 		}
 	}
-	t.Fatal("no port free on all of", sshHosts)
+	t.Fatal("no port free on all of", Hosts)
 	return 0
 }
 
 // run starts sshd and waits until it accepts connections; false if it exited first.
-func (s *testSSHD) run(t *testing.T, hostKey string) bool {
+func (s *SSHD) run(t testing.TB, hostKey string) bool {
 	t.Helper()
 	var conf strings.Builder
-	for _, h := range sshHosts {
-		fmt.Fprintf(&conf, "ListenAddress %s:%d\n", h, s.port)
+	for _, h := range Hosts {
+		fmt.Fprintf(&conf, "ListenAddress %s:%d\n", h, s.Port)
 	}
 	fmt.Fprintf(&conf, `HostKey %s
 AuthorizedKeysFile %s
@@ -144,12 +150,12 @@ PermitRootLogin prohibit-password
 PrintMotd no
 LogLevel VERBOSE
 MaxStartups 100
-`, hostKey, filepath.Join(s.dir, "authorized_keys"), filepath.Join(s.dir, "sshd.pid"))
-	confPath := filepath.Join(s.dir, "sshd_config")
+`, hostKey, filepath.Join(s.Dir, "authorized_keys"), filepath.Join(s.Dir, "sshd.pid"))
+	confPath := filepath.Join(s.Dir, "sshd_config")
 	if err := os.WriteFile(confPath, []byte(conf.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var log buffer
+	var log lockedBuffer
 	cmd := exec.Command(sshdPath, "-D", "-e", "-f", confPath)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -172,9 +178,9 @@ MaxStartups 100
 		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for _, h := range sshHosts {
+	for _, h := range Hosts {
 		for {
-			c, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", h, s.port), time.Second)
+			c, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", h, s.Port), time.Second)
 			if err == nil {
 				c.Close()
 				break
@@ -187,7 +193,7 @@ MaxStartups 100
 			}
 			if time.Now().After(deadline) {
 				stop()
-				t.Fatalf("sshd does not accept connections on %s:%d: %s", h, s.port, log.String())
+				t.Fatalf("sshd does not accept connections on %s:%d: %s", h, s.Port, log.String())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -201,13 +207,31 @@ MaxStartups 100
 	return true
 }
 
-// config is a client configuration for this sshd.
-func (s *testSSHD) config() launch.SSHConfig {
+// Config is a client configuration for this sshd.
+func (s *SSHD) Config() launch.SSHConfig {
 	return launch.SSHConfig{
-		Port:            s.port,
-		IdentityFile:    s.key,
-		User:            s.user,
+		Port:            s.Port,
+		IdentityFile:    s.Key,
+		User:            s.User,
 		StartTimeout:    10 * time.Second,
 		DisconnectGrace: time.Second,
 	}
+}
+
+// lockedBuffer collects sshd's log, written by its process and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
