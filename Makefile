@@ -28,15 +28,18 @@ demo: build
 	./$(BIN) run -np 4 --min-np 2 --blacklist-cooldown-range 3s,30s -- \
 		./bin/train --steps 800 --step-delay 10ms --die-at-step 150
 
-# The figures in docs/benchmarks.md: 2 and 4 ranks, 4 KB to 256 MB, then the Go benchmarks.
+# The figures in docs/benchmarks.md: allreduce with 2 and 4 ranks, 4 KB to 256 MB; recovery of
+# a 4-worker job; then the Go benchmarks (allreduce, and rendezvous of 64-4096 workers).
 BENCH_SIZES ?= 4KB,64KB,1MB,16MB,64MB,256MB
 bench: build
 	./$(BIN) bench allreduce --np 2 --sizes $(BENCH_SIZES)
 	./$(BIN) bench allreduce --np 4 --sizes $(BENCH_SIZES)
+	./$(BIN) bench recovery --np 4 --runs 5
 	$(MAKE) bench-go
 
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./allreduce/
+	$(GO) test -run '^$$' -bench Reset -benchtime 3x -count 1 ./driver/rendezvous/
 
 # elasticd, Gloo and Open MPI interleaved on this machine, ROUNDS times, then medians side by
 # side (installs Gloo and Open MPI with apt-get). Raw lines stay in $(COMPARE_OUT).

@@ -26,6 +26,7 @@ func benchCommand() *cli.Command {
 		Usage: "measure collectives and the machine they run on",
 		Subcommands: []*cli.Command{
 			benchAllreduceCommand(),
+			benchRecoveryCommand(),
 			benchReportCommand(),
 			benchRankCommand(),
 			benchPeerCommand(),

@@ -210,3 +210,27 @@ func TestBenchReportMediansAndSpeedup(t *testing.T) {
 		t.Errorf("missing file: exit %d, %q", code, stderr)
 	}
 }
+
+// bench recovery measures a real job: cold start, recovery and join are positive and bounded,
+// and no committed step is lost.
+func TestBenchRecoveryJSON(t *testing.T) {
+	out, stderr, code := elasticd(t, nil, "bench", "recovery", "--np", "3", "--runs", "1", "--trainer", trainer, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var r map[string]float64
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	for _, k := range []string{"cold_start_s", "recovery_s", "join_s"} {
+		if !(r[k] > 0 && r[k] < 30) {
+			t.Errorf("%s = %v, want within (0, 30) s", k, r[k])
+		}
+	}
+	if r["steps_lost"] < 0 || r["steps_lost"] > 1 {
+		t.Errorf("steps_lost = %v, want 0 or 1 (at most the step in progress)", r["steps_lost"])
+	}
+	if r["np"] != 3 || r["runs"] != 1 {
+		t.Errorf("np/runs: %v", r)
+	}
+}

@@ -33,6 +33,7 @@ type options struct {
 	lr                                         float64
 	stepDelay                                  time.Duration
 	seed                                       uint64
+	events                                     bool
 }
 
 func main() {
@@ -45,6 +46,7 @@ func main() {
 	flag.IntVar(&o.dieAtStep, "die-at-step", 0, "demo: the worker with rank --die-rank in the first generation kills itself with SIGKILL at this step")
 	flag.IntVar(&o.dieRank, "die-rank", 1, "demo: which rank dies (see --die-at-step)")
 	flag.Uint64Var(&o.seed, "seed", 1, "data set seed")
+	flag.BoolVar(&o.events, "events", false, "rank 0 prints a timestamped line per step (for elasticd bench recovery)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -152,6 +154,9 @@ func train(ctx context.Context, w *worker.Worker, o options) error {
 				model[j] -= float32(o.lr) * grad[j] / count
 			}
 			step++
+			if o.events && w.Rank() == 0 {
+				fmt.Printf("event step=%d world=%d gen=%d t=%d\n", step, w.Size(), w.Generation(), time.Now().UnixNano())
+			}
 			if w.Rank() == 0 && (step%int64(o.logEvery) == 0 || step == int64(o.steps)) {
 				rate := float64(step-lastStep) * float64(o.batch) / time.Since(lastLog).Seconds()
 				fmt.Printf("step %4d  world %d  loss %.4f  %8.0f samples/s\n", step, w.Size(), grad[len(grad)-2]/count, rate)

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// recoveryResult is `elasticd bench recovery --json`.
+type recoveryResult struct {
+	NP         int     `json:"np"`
+	Runs       int     `json:"runs"`
+	ColdStartS float64 `json:"cold_start_s"` // elasticd run started → first training step done
+	RecoveryS  float64 `json:"recovery_s"`   // SIGKILL of a worker → first step done with the smaller world
+	JoinS      float64 `json:"join_s"`       // the slot listed again after its cooldown → first step done with the full world
+	StepsLost  float64 `json:"steps_lost"`   // last step done before the kill − step the smaller world resumed at
+}
+
+func benchRecoveryCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "recovery",
+		Usage: "time cold start, recovery from a SIGKILLed worker, and rejoin, with the demo trainer",
+		Description: `Runs 'elasticd run -np N' on this machine with the demo trainer (examples/train) --runs
+times. In each run it waits for training, SIGKILLs the last-ranked worker by PID, and
+measures, from the trainer's own timestamped step events:
+
+   cold_start  elasticd run started           -> first step done
+   recovery    the SIGKILL                    -> first step done by the N-1 survivors
+   join        the dead slot listed again     -> first step done by N workers again
+               (after its 1 s cooldown)
+   steps_lost  last step done before the kill - the step the survivors resumed at
+
+and prints the medians over the runs.`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "np", Value: 4, Usage: "workers (2-32)", EnvVars: []string{"ELASTICD_NP"}},
+			&cli.IntFlag{Name: "runs", Value: 5, Usage: "jobs to run; medians are over them", EnvVars: []string{"ELASTICD_RUNS"}},
+			&cli.StringFlag{Name: "trainer", Usage: "demo trainer binary (default: train beside elasticd, as make build puts it)", EnvVars: []string{"ELASTICD_TRAINER"}},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object", EnvVars: []string{"ELASTICD_JSON"}},
+		},
+		Action: benchRecovery,
+	}
+}
+
+func benchRecovery(c *cli.Context) error {
+	np, runs := c.Int("np"), c.Int("runs")
+	switch {
+	case np < 2 || np > 32:
+		return usageError("np", "%d: must be between 2 and 32 (one worker is killed)", np)
+	case runs < 1 || runs > 100:
+		return usageError("runs", "%d: must be between 1 and 100", runs)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	trainer := c.String("trainer")
+	if trainer == "" {
+		trainer = filepath.Join(filepath.Dir(self), "train")
+	}
+	if st, err := os.Stat(trainer); err != nil || st.IsDir() {
+		return usageError("trainer", "%q not found: run make build, or give the demo trainer's path", trainer)
+	}
+	var cold, rec, join, lost []float64
+	for i := range runs {
+		r, err := recoveryRun(c.Context, self, trainer, np)
+		if err != nil {
+			return fmt.Errorf("run %d: %w", i+1, err)
+		}
+		cold, rec, join, lost = append(cold, r.ColdStartS), append(rec, r.RecoveryS), append(join, r.JoinS), append(lost, r.StepsLost)
+		if !c.Bool("json") {
+			fmt.Fprintf(c.App.ErrWriter, "run %d: cold start %s, recovery %s, join %s, steps lost %.0f\n", i+1, fmtDur(r.ColdStartS), fmtDur(r.RecoveryS), fmtDur(r.JoinS), r.StepsLost)
+		}
+	}
+	res := recoveryResult{NP: np, Runs: runs, ColdStartS: median(cold), RecoveryS: median(rec), JoinS: median(join), StepsLost: median(lost)}
+	if c.Bool("json") {
+		return json.NewEncoder(c.App.Writer).Encode(res)
+	}
+	fmt.Fprintf(c.App.Writer, "recovery: %d local workers, demo trainer, medians of %d runs\n  cold start  %s\n  recovery    %s\n  join        %s\n  steps lost  %.0f\n",
+		np, runs, fmtDur(res.ColdStartS), fmtDur(res.RecoveryS), fmtDur(res.JoinS), res.StepsLost)
+	return nil
+}
+
+var (
+	eventRe    = regexp.MustCompile(`event step=(\d+) world=(\d+) gen=\d+ t=(\d+)`)
+	resumeRe   = regexp.MustCompile(`world size (\d+), resuming at step (\d+)`)
+	launchedRe = regexp.MustCompile(`launched worker" worker=(\S+) rank=(\d+) generation=1 pid=(\d+)`)
+)
+
+// recoveryRun runs one job and measures it; the job is stopped (SIGTERM, then SIGKILL) at the end.
+func recoveryRun(ctx context.Context, self, trainer string, np int) (recoveryResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, self, "run", "-np", strconv.Itoa(np), "--min-np", strconv.Itoa(np-1),
+		"--blacklist-cooldown-range", "1s,1s", "--discovery-interval", "100ms", "--stop-grace", "1s",
+		"--", trainer, "--steps", "100000000", "--step-delay", "2ms", "--events", "--log-every", "100000000")
+	cmd.SysProcAttr = childProcAttr()
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return recoveryResult{}, err
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { cmd.Wait(); pw.Close() })
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		go io.Copy(io.Discard, pr) // keep draining until the job has exited
+		wg.Wait()
+	}()
+
+	var (
+		r                             = recoveryResult{NP: np}
+		victim, lastFull, resumed     int // lastFull: last step done by the full world
+		killedAt, rejoinAt            time.Time
+		gotCold, gotRecovery, gotJoin bool
+	)
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		line := sc.Text()
+		if m := launchedRe.FindStringSubmatch(line); m != nil && m[2] == strconv.Itoa(np-1) {
+			victim, _ = strconv.Atoi(m[3])
+		}
+		if m := resumeRe.FindStringSubmatch(line); m != nil && !killedAt.IsZero() && !gotRecovery {
+			resumed, _ = strconv.Atoi(m[2])
+		}
+		if !killedAt.IsZero() && rejoinAt.IsZero() && regexpHostsChanged.MatchString(line) {
+			rejoinAt = time.Now()
+		}
+		m := eventRe.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		step, _ := strconv.Atoi(m[1])
+		world, _ := strconv.Atoi(m[2])
+		ns, _ := strconv.ParseInt(m[3], 10, 64)
+		t := time.Unix(0, ns)
+		if world == np && !gotRecovery {
+			lastFull = step // events of steps done before the kill may still arrive after it
+		}
+		switch {
+		case !gotCold:
+			r.ColdStartS, gotCold = t.Sub(start).Seconds(), true
+		case killedAt.IsZero() && step >= 50:
+			if victim == 0 {
+				return r, fmt.Errorf("no pid logged for rank %d", np-1)
+			}
+			killedAt = time.Now()
+			syscall.Kill(victim, syscall.SIGKILL)
+		case killedAt.IsZero():
+		case !gotRecovery && world == np-1:
+			r.RecoveryS, gotRecovery = t.Sub(killedAt).Seconds(), true
+			r.StepsLost = float64(lastFull - resumed)
+		case gotRecovery && !gotJoin && world == np && !rejoinAt.IsZero():
+			r.JoinS, gotJoin = t.Sub(rejoinAt).Seconds(), true
+			return r, nil
+		}
+	}
+	return r, fmt.Errorf("the job ended before all was measured (cold start %v, recovery %v, join %v)", gotCold, gotRecovery, gotJoin)
+}
+
+var regexpHostsChanged = regexp.MustCompile(`msg="hosts changed`)
