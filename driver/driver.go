@@ -133,6 +133,8 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	w := &discovery.Watcher{Provider: d.o.Provider, Interval: d.o.DiscoveryInterval, Timeout: d.o.DiscoveryTimeout, Logger: d.log}
 	var bg sync.WaitGroup
 	bg.Go(func() { watchErr <- w.Run(wctx, hostsCh) })
+	noticeCh := make(chan providers.Notice)
+	bg.Go(func() { w.RunNotices(wctx, noticeCh) })
 	bg.Go(func() {
 		for {
 			select {
@@ -140,6 +142,8 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 				return
 			case hs := <-hostsCh:
 				d.send(wctx, HostsDiscovered{Now: time.Now(), Hosts: hs})
+			case n := <-noticeCh:
+				d.send(wctx, NoticeReceived{Now: time.Now(), Notice: n})
 			case ev, ok := <-srv.Events():
 				if !ok {
 					return
@@ -227,6 +231,18 @@ func (d *runner) do(ctx context.Context, a Action) {
 		d.srv.Publish(a.Generation, a.Plan)
 	case NotifyHosts:
 		d.srv.NotifyHostsUpdated()
+	case CompleteNotice:
+		if c, ok := d.o.Provider.(providers.NoticeCompleter); ok {
+			d.wg.Go(func() {
+				cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if err := c.CompleteNotice(cctx, a.Notice); err != nil {
+					d.log.Warn("could not complete the notice", "host", a.Notice.HostID, "notice", a.Notice.ID, "err", err)
+					return
+				}
+				d.log.Info("notice completed: the host's workers are gone", "host", a.Notice.HostID, "notice", a.Notice.ID)
+			})
+		}
 	case Abandon:
 		// Best effort: the generation's store may already be gone.
 		_ = allreduce.Abandon(ctx, d.srv.Store(a.Generation), a.Generation, a.Reason)

@@ -44,6 +44,12 @@ type WorkerExited struct {
 	Signal string // non-empty when killed by a signal
 }
 
+// NoticeReceived is the control plane announcing that a host will go away.
+type NoticeReceived struct {
+	Now    time.Time
+	Notice providers.Notice
+}
+
 // Tick is the clock reaching Machine.NextDeadline.
 type Tick struct{ Now time.Time }
 
@@ -57,6 +63,7 @@ func (e HostsDiscovered) at() time.Time { return e.Now }
 func (e WorkerReported) at() time.Time  { return e.Now }
 func (e WorkerExited) at() time.Time    { return e.Now }
 func (e Tick) at() time.Time            { return e.Now }
+func (e NoticeReceived) at() time.Time  { return e.Now }
 func (e Interrupted) at() time.Time     { return e.Now }
 
 // Action is something the driver must do.
@@ -93,6 +100,10 @@ type Abandon struct {
 	Reason     string
 }
 
+// CompleteNotice answers a notice once the host's workers are gone (an ASG lifecycle hook
+// waits for it).
+type CompleteNotice struct{ Notice providers.Notice }
+
 // Finish ends the job with an exit code and a one-line reason.
 type Finish struct {
 	Code   int
@@ -105,13 +116,14 @@ type Note struct {
 	Args []any
 }
 
-func (Launch) action()      {}
-func (Stop) action()        {}
-func (Publish) action()     {}
-func (Abandon) action()     {}
-func (NotifyHosts) action() {}
-func (Finish) action()      {}
-func (Note) action()        {}
+func (Launch) action()         {}
+func (Stop) action()           {}
+func (Publish) action()        {}
+func (Abandon) action()        {}
+func (CompleteNotice) action() {}
+func (NotifyHosts) action()    {}
+func (Finish) action()         {}
+func (Note) action()           {}
 
 // Exit codes of `elasticd run`.
 const (
@@ -158,6 +170,7 @@ type Machine struct {
 	since      time.Time                           // when waiting for slots began
 	regDue     map[rendezvous.WorkerID]time.Time   // workers that must register by then
 	discovered []providers.Host                    // the latest discovery result, one pseudo-host per slot
+	pending    map[string][]providers.Notice       // host ID -> notices to complete once its workers are gone
 
 	Resets, FailureResets int
 	lastFailure           string
@@ -171,6 +184,7 @@ func NewMachine(cfg Config) *Machine {
 		hosts:   hosts.New(hosts.Config{CooldownMin: cfg.CooldownMin, CooldownMax: cfg.CooldownMax, DecayAfter: cfg.CooldownDecay}),
 		workers: map[rendezvous.WorkerID]*workerInfo{},
 		regDue:  map[rendezvous.WorkerID]time.Time{},
+		pending: map[string][]providers.Notice{},
 	}
 }
 
@@ -202,6 +216,9 @@ func (m *Machine) NextDeadline(now time.Time) time.Time {
 func slotHosts(hs []providers.Host) []providers.Host {
 	var out []providers.Host
 	for _, h := range hs {
+		if h.Leaving { // the cloud is already taking it away: move off it now
+			continue
+		}
 		for s := range h.Slots {
 			sh := h
 			sh.ID = rendezvous.WorkerID{Host: h.ID, Slot: s}.String()
@@ -237,6 +254,8 @@ func (m *Machine) Step(ev Event) []Action {
 		acts = m.exited(now, e)
 	case Interrupted:
 		return m.finish(ExitInterrupted, "interrupted: "+e.Reason)
+	case NoticeReceived:
+		acts = m.notice(now, e.Notice)
 	case Tick:
 		acts = m.tick(now)
 	}
@@ -277,7 +296,8 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 	}
 	if !inPlan || w.stopping {
 		delete(m.workers, e.Worker)
-		return []Action{Note{"worker outside the current generation exited", []any{"worker", e.Worker.String(), "status", status}}}
+		acts := []Action{Note{"worker outside the current generation exited", []any{"worker", e.Worker.String(), "status", status}}}
+		return append(acts, m.completeNotices()...)
 	}
 	rank := m.plan[e.Worker].Rank
 	if e.Code == 0 && e.Signal == "" {
@@ -324,6 +344,49 @@ func (m *Machine) allFailed() bool {
 		}
 	}
 	return len(m.order) > 0
+}
+
+// notice moves the job off a host the cloud will take: its slots are marked leaving, the
+// workers agree on the change at their next step and reset without rollback, and the notice
+// is completed once the host's workers are gone. A rebalance recommendation is only logged:
+// leaving on a maybe would throw away capacity.
+func (m *Machine) notice(now time.Time, n providers.Notice) []Action {
+	acts := []Action{Note{"notice", []any{"host", n.HostID, "kind", string(n.Kind), "deadline", n.Deadline, "detail", n.Detail}}}
+	if n.Kind == providers.Rebalance {
+		return acts
+	}
+	changed := false
+	for _, h := range m.discovered {
+		if slotWorker(h).Host == n.HostID {
+			changed = m.hosts.SetLeaving(h.ID) || changed
+		}
+	}
+	m.pending[n.HostID] = append(m.pending[n.HostID], n)
+	if changed && m.phase == phaseRunning {
+		acts = append(acts, NotifyHosts{}, Note{"moving off the host before the cloud takes it; workers will reset at their next step", []any{"host", n.HostID}})
+	}
+	return append(acts, m.completeNotices()...)
+}
+
+// completeNotices completes the notices of hosts that have no worker left.
+func (m *Machine) completeNotices() []Action {
+	var acts []Action
+	for host, ns := range m.pending {
+		busy := false
+		for id, w := range m.workers {
+			if id.Host == host && !w.exited {
+				busy = true
+				break
+			}
+		}
+		if !busy {
+			for _, n := range ns {
+				acts = append(acts, CompleteNotice{Notice: n})
+			}
+			delete(m.pending, host)
+		}
+	}
+	return acts
 }
 
 // refreshHosts applies the latest discovery result. Discovery reports only changes, so when

@@ -373,3 +373,47 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// An interruption notice moves the job off the host before the cloud takes it: the workers
+// agree at their next step and reset without rollback (not a failure reset); the notice is
+// completed once the host's worker has exited. A rebalance recommendation changes nothing.
+func TestInterruptionNoticeMovesOffTheHost(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2})
+	s.start(3)
+	if acts := s.m.Step(NoticeReceived{Now: s.now, Notice: providers.Notice{ID: "r", HostID: "h1", Kind: providers.Rebalance}}); has[NotifyHosts](acts) {
+		t.Fatalf("a rebalance recommendation moved the job: %v", acts)
+	}
+	n := providers.Notice{ID: "n1", HostID: "h2", Kind: providers.Interruption, Deadline: s.now.Add(2 * time.Minute)}
+	acts := s.m.Step(NoticeReceived{Now: s.now, Notice: n})
+	if !has[NotifyHosts](acts) || has[CompleteNotice](acts) {
+		t.Fatalf("notice: %v, want workers told and the notice still open", acts)
+	}
+	acts = s.ready(1, "h0", "h1", "h2")
+	s.expectPlan(acts, 2, "h0", "h1")
+	if got := stopped(acts); !slices.Equal(got, []string{"h2"}) {
+		t.Fatalf("stopped %v, want the interrupted host's worker", got)
+	}
+	if s.m.FailureResets != 0 {
+		t.Fatal("a notice counted as a failure")
+	}
+	acts = s.exit("h2", 143)
+	if !has[CompleteNotice](acts) {
+		t.Fatalf("notice not completed after the host's worker exited: %v", acts)
+	}
+	// The host stays out while discovery still lists it.
+	if acts := s.after(time.Minute).hosts("h0", "h1", "h2"); has[NotifyHosts](acts) {
+		t.Fatalf("the interrupted host came back: %v", acts)
+	}
+}
+
+// A host that discovery reports as Leaving is moved off like a removed one.
+func TestLeavingHostFromDiscovery(t *testing.T) {
+	s := newSim(t, Config{NP: 2, MinNP: 1})
+	s.start(2)
+	acts := s.m.Step(HostsDiscovered{Now: s.now, Hosts: []providers.Host{
+		{ID: "h0", Addr: "127.0.0.1", Slots: 1}, {ID: "h1", Addr: "127.0.0.1", Slots: 1, Leaving: true}}})
+	if !has[NotifyHosts](acts) {
+		t.Fatalf("leaving host not acted on: %v", acts)
+	}
+	s.expectPlan(s.ready(1, "h0", "h1"), 2, "h0")
+}
