@@ -61,50 +61,98 @@ type Worker struct {
 	closeOnce sync.Once
 }
 
-// Init joins the job from the environment the driver set: it registers, waits for this
-// worker's assignment and builds the communicator. log may be nil.
+// Config is what a worker needs to join its job; the driver passes it in the environment
+// (ConfigFromEnv).
+type Config struct {
+	Rendezvous  string              // base URL of the driver's rendezvous
+	Secret      []byte              // per-job secret
+	JobID       string              // for logs
+	ID          rendezvous.WorkerID // stable worker ID
+	Generation  uint64              // the generation the process was launched for (>= 1)
+	HostAddr    string              // the address peers reach this host at
+	CommTimeout time.Duration       // allreduce.Config.Timeout; default 30s
+}
+
+// Validate reports the first missing or invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.Rendezvous == "":
+		return errors.New("worker: no rendezvous URL")
+	case len(c.Secret) == 0:
+		return errors.New("worker: no job secret")
+	case c.ID.Host == "":
+		return errors.New("worker: no worker ID")
+	case c.Generation == 0:
+		return errors.New("worker: generation must be >= 1")
+	case c.HostAddr == "":
+		return errors.New("worker: no host address")
+	case c.CommTimeout < 0:
+		return fmt.Errorf("worker: comm timeout %v: must be positive", c.CommTimeout)
+	}
+	return nil
+}
+
+// ConfigFromEnv reads the ELASTICD_* environment `elasticd run` gives every worker.
+func ConfigFromEnv() (Config, error) {
+	var errs []error
+	get := func(k string) string {
+		v := os.Getenv(k)
+		if v == "" {
+			errs = append(errs, fmt.Errorf("worker: %s is not set: run this program under `elasticd run`", k))
+		}
+		return v
+	}
+	url, secretHex, idText, genText, hostAddr := get(EnvRendezvous), get(EnvSecret), get(EnvWorkerID), get(EnvGeneration), get(EnvHostAddr)
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	cfg := Config{Rendezvous: url, JobID: os.Getenv(EnvJobID), HostAddr: hostAddr, CommTimeout: 30 * time.Second}
+	var err error
+	if cfg.Secret, err = hex.DecodeString(secretHex); err != nil {
+		return Config{}, fmt.Errorf("worker: %s is not hex: %w", EnvSecret, err)
+	}
+	if cfg.ID, err = rendezvous.ParseWorkerID(idText); err != nil {
+		return Config{}, fmt.Errorf("worker: %s: %w", EnvWorkerID, err)
+	}
+	if cfg.Generation, err = strconv.ParseUint(genText, 10, 64); err != nil || cfg.Generation == 0 {
+		return Config{}, fmt.Errorf("worker: %s %q: want a generation number >= 1", EnvGeneration, genText)
+	}
+	if v := os.Getenv(EnvCommTimeout); v != "" {
+		if cfg.CommTimeout, err = time.ParseDuration(v); err != nil || cfg.CommTimeout <= 0 {
+			return Config{}, fmt.Errorf("worker: %s %q: want a positive duration like 30s", EnvCommTimeout, v)
+		}
+	}
+	return cfg, nil
+}
+
+// Init joins the job from the environment the driver set (ConfigFromEnv, then New).
 func Init(ctx context.Context, log *slog.Logger) (*Worker, error) {
+	cfg, err := ConfigFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	return New(ctx, cfg, log)
+}
+
+// New joins the job: it registers, waits for this worker's assignment and builds the
+// communicator. log may be nil.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	env := func(k string) (string, error) {
-		v := os.Getenv(k)
-		if v == "" {
-			return "", fmt.Errorf("worker: %s is not set: run this program under `elasticd run`", k)
-		}
-		return v, nil
-	}
-	var errs []error
-	get := func(k string) string { v, err := env(k); errs = append(errs, err); return v }
-	url, secretHex, idText, genText, hostAddr := get(EnvRendezvous), get(EnvSecret), get(EnvWorkerID), get(EnvGeneration), get(EnvHostAddr)
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	secret, err := hex.DecodeString(secretHex)
-	if err != nil {
-		return nil, fmt.Errorf("worker: %s is not hex: %w", EnvSecret, err)
-	}
-	id, err := rendezvous.ParseWorkerID(idText)
-	if err != nil {
-		return nil, fmt.Errorf("worker: %s: %w", EnvWorkerID, err)
-	}
-	gen, err := strconv.ParseUint(genText, 10, 64)
-	if err != nil || gen == 0 {
-		return nil, fmt.Errorf("worker: %s %q: want a generation number >= 1", EnvGeneration, genText)
-	}
-	timeout := 30 * time.Second
-	if v := os.Getenv(EnvCommTimeout); v != "" {
-		if timeout, err = time.ParseDuration(v); err != nil || timeout <= 0 {
-			return nil, fmt.Errorf("worker: %s %q: want a positive duration like 30s", EnvCommTimeout, v)
-		}
+	if cfg.CommTimeout == 0 {
+		cfg.CommTimeout = 30 * time.Second
 	}
 	w := &Worker{
-		id: id, job: os.Getenv(EnvJobID), secret: secret, hostAddr: hostAddr, commTimeout: timeout,
-		client: rendezvous.NewClient(url, secret, id, nil),
-		log:    log.With("worker", id.String()),
+		id: cfg.ID, job: cfg.JobID, secret: cfg.Secret, hostAddr: cfg.HostAddr, commTimeout: cfg.CommTimeout,
+		client: rendezvous.NewClient(cfg.Rendezvous, cfg.Secret, cfg.ID, nil),
+		log:    log.With("worker", cfg.ID.String()),
 	}
 	// Registering = READY for the generation before the one we were launched for.
-	if err := w.join(ctx, gen-1, "registering"); err != nil {
+	if err := w.join(ctx, cfg.Generation-1, "registering"); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.Background()) // owned by w: Close stops it
