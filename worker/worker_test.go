@@ -227,7 +227,9 @@ func TestRunRestoresAndResetsOnPeerLost(t *testing.T) {
 	}()
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
+	resets := make([]int, 3)
 	for i, w := range ws {
+		w.OnReset(func(context.Context) error { resets[i]++; return nil })
 		wg.Go(func() {
 			grad := make([]float32, 4)
 			var step int64
@@ -269,6 +271,9 @@ func TestRunRestoresAndResetsOnPeerLost(t *testing.T) {
 		if l.resumed[1] < 29 || l.resumed[1] > 30 {
 			t.Fatalf("survivor %d resumed at step %d, want 29 or 30 (at most one step redone)", i, l.resumed[1])
 		}
+	}
+	if resets[0] != 1 || resets[1] != 1 {
+		t.Fatalf("reset callbacks ran %v times, want once per survivor", resets[:2])
 	}
 	if lives[0].resumed[1] != lives[1].resumed[1] {
 		t.Fatalf("survivors resumed at different steps %d and %d", lives[0].resumed[1], lives[1].resumed[1])

@@ -344,3 +344,22 @@ func TestRunUsageErrors(t *testing.T) {
 		t.Errorf("--blacklist-cooldown-range 10 100: %v\n%s", err, out)
 	}
 }
+
+// --output-dir keeps each worker's output per worker and generation, beside the terminal.
+func TestRunOutputDir(t *testing.T) {
+	dir := t.TempDir()
+	j := startJob(t, append([]string{"run", "-np", "2", "--output-dir", dir}, trainArgs("--steps", "20")...)...)
+	if code := j.wait(time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "local-0_0", "gen-1.stdout"))
+	if err != nil || !strings.Contains(string(b), "generation 1: world size 2") || !strings.Contains(string(b), "test accuracy") {
+		t.Fatalf("rank 0's stdout file: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "local-1_0", "gen-1.stderr")); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(j.output(), "[0] generation 1: world size 2") {
+		t.Fatal("the terminal lacks rank 0's prefixed line")
+	}
+}
