@@ -1,9 +1,7 @@
 package discovery
 
 import (
-	"cmp"
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/elasticd/elasticd/providers"
@@ -25,12 +23,7 @@ func (w *Watcher) RunNotices(ctx context.Context, out chan<- providers.Notice) e
 	if !ok {
 		return nil
 	}
-	interval := cmp.Or(w.Interval, DefaultInterval)
-	timeout := cmp.Or(w.Timeout, DefaultTimeout)
-	log := w.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	interval, timeout, log := w.settings()
 	seen := map[string]time.Time{}
 	failures := 0
 	for {

@@ -66,12 +66,7 @@ func (w *Watcher) Run(ctx context.Context, out chan<- []providers.Host) error {
 	if err := w.Validate(); err != nil {
 		return err
 	}
-	interval := cmp.Or(w.Interval, DefaultInterval)
-	timeout := cmp.Or(w.Timeout, DefaultTimeout)
-	log := w.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	interval, timeout, log := w.settings()
 
 	var (
 		current  []providers.Host // the latest good set, sorted by ID; nil before the first
@@ -157,4 +152,13 @@ func (w *Watcher) poll(ctx context.Context, timeout time.Duration) ([]providers.
 		}
 	}
 	return hosts, nil
+}
+
+// settings returns the interval, timeout and logger with their defaults applied.
+func (w *Watcher) settings() (time.Duration, time.Duration, *slog.Logger) {
+	log := w.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return cmp.Or(w.Interval, DefaultInterval), cmp.Or(w.Timeout, DefaultTimeout), log
 }
