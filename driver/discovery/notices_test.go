@@ -83,3 +83,41 @@ func TestRunNoticesWithoutNoticer(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// hostScript answers scripted host polls, repeating the last.
+type hostScript struct {
+	mu    sync.Mutex
+	polls [][]providers.Host
+	i     int
+}
+
+func (p *hostScript) Hosts(context.Context) ([]providers.Host, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.polls[min(p.i, len(p.polls)-1)]
+	p.i++
+	return h, nil
+}
+
+// A host that turns Leaving, with nothing else changed, is a change the driver must hear of
+// (on IBM it is the only sign of a preemption).
+func TestWatcherSendsLeavingChange(t *testing.T) {
+	up := providers.Host{ID: "i-1", Addr: "10.0.0.1", Slots: 1}
+	leaving := up
+	leaving.Leaving = true
+	w := &discovery.Watcher{Provider: &hostScript{polls: [][]providers.Host{{up}, {leaving}}}, Interval: time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := make(chan []providers.Host)
+	go w.Run(ctx, out)
+	for _, want := range []bool{false, true} {
+		select {
+		case hs := <-out:
+			if len(hs) != 1 || hs[0].Leaving != want {
+				t.Fatalf("got %+v, want Leaving=%v", hs, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("no host set with Leaving=%v was sent", want)
+		}
+	}
+}
