@@ -1,0 +1,218 @@
+package azure
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/cloud"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
+)
+
+// api is the whole of what the provider asks of Azure Resource Manager. sdk is the only
+// implementation; tests drive it against an in-process server that speaks ARM's JSON.
+type api interface {
+	// scaleSet is GET …/virtualMachineScaleSets/{vmss}: priority (spot), size, location.
+	scaleSet(ctx context.Context) (armcompute.VirtualMachineScaleSet, error)
+	// vms is GET …/virtualMachineScaleSets/{vmss}/virtualMachines?$expand=instanceView.
+	vms() pages[*armcompute.VirtualMachineScaleSetVM]
+	// nics is GET …/virtualMachineScaleSets/{vmss}/networkInterfaces: every VM's NICs in
+	// one paged listing instead of one call per VM.
+	nics() pages[*armnetwork.Interface]
+}
+
+// pages walks one paged listing.
+type pages[T any] interface {
+	More() bool
+	// Next fetches the next page: its items and the link to the page after it ("" at the end).
+	Next(ctx context.Context) (items []T, nextLink string, err error)
+}
+
+// sdk is api over the Azure SDK's clients.
+type sdk struct {
+	rg, vmss string
+	sets     *armcompute.VirtualMachineScaleSetsClient
+	vmc      *armcompute.VirtualMachineScaleSetVMsClient
+	nicc     *armnetwork.InterfacesClient
+}
+
+// SDK retry inside one request: a few quick tries for a transient failure, and Retry-After
+// honoured up to Config.MaxRetryWait (retryContext lowers it to what the poll has left).
+const (
+	sdkRetries    = 2
+	sdkRetryDelay = 500 * time.Millisecond
+)
+
+func newSDK(cfg Config, cred azcore.TokenCredential) (*sdk, error) {
+	opts := &arm.ClientOptions{
+		ClientOptions: policy.ClientOptions{
+			Cloud: cloudFor(cfg.Endpoint),
+			Retry: policy.RetryOptions{MaxRetries: sdkRetries, RetryDelay: sdkRetryDelay, MaxRetryDelay: cfg.MaxRetryWait},
+		},
+		// Registering resource providers needs write access and is never the fix for a read.
+		DisableRPRegistration: true,
+	}
+	if cfg.Endpoint != "" {
+		u, err := parseEndpoint(cfg.Endpoint)
+		if err != nil {
+			return nil, fmt.Errorf("--endpoint %q: %w", cfg.Endpoint, err)
+		}
+		opts.InsecureAllowCredentialWithHTTP = u.Scheme == "http" // loopback only, as checked
+	}
+	cred = credential{cred}
+	sets, err := armcompute.NewVirtualMachineScaleSetsClient(cfg.Subscription, cred, opts)
+	if err != nil {
+		return nil, fmt.Errorf("azure compute client: %w", err)
+	}
+	vmc, err := armcompute.NewVirtualMachineScaleSetVMsClient(cfg.Subscription, cred, opts)
+	if err != nil {
+		return nil, fmt.Errorf("azure compute client: %w", err)
+	}
+	nicc, err := armnetwork.NewInterfacesClient(cfg.Subscription, cred, opts)
+	if err != nil {
+		return nil, fmt.Errorf("azure network client: %w", err)
+	}
+	return &sdk{rg: cfg.ResourceGroup, vmss: cfg.VMSS, sets: sets, vmc: vmc, nicc: nicc}, nil
+}
+
+// cloudFor is the cloud whose ARM endpoint is endpoint: a known sovereign cloud keeps its
+// own token audience, any other endpoint is taken as the public cloud's ARM behind another
+// address (a private endpoint, a test server).
+func cloudFor(endpoint string) cloud.Configuration {
+	if endpoint == "" {
+		return cloud.AzurePublic
+	}
+	trim := func(s string) string { return strings.ToLower(strings.TrimRight(s, "/")) }
+	for _, c := range []cloud.Configuration{cloud.AzurePublic, cloud.AzureGovernment, cloud.AzureChina} {
+		if trim(c.Services[cloud.ResourceManager].Endpoint) == trim(endpoint) {
+			return c
+		}
+	}
+	c := cloud.AzurePublic
+	rm := c.Services[cloud.ResourceManager]
+	rm.Endpoint = strings.TrimRight(endpoint, "/")
+	c.Services = map[cloud.ServiceName]cloud.ServiceConfiguration{cloud.ResourceManager: rm}
+	return c
+}
+
+func (s *sdk) scaleSet(ctx context.Context) (armcompute.VirtualMachineScaleSet, error) {
+	r, err := s.sets.Get(ctx, s.rg, s.vmss, nil)
+	return r.VirtualMachineScaleSet, err
+}
+
+func (s *sdk) vms() pages[*armcompute.VirtualMachineScaleSetVM] {
+	opts := &armcompute.VirtualMachineScaleSetVMsClientListOptions{Expand: to.Ptr("instanceView")}
+	return sdkPages[armcompute.VirtualMachineScaleSetVMsClientListResponse, *armcompute.VirtualMachineScaleSetVM]{
+		pager: s.vmc.NewListPager(s.rg, s.vmss, opts),
+		items: func(r armcompute.VirtualMachineScaleSetVMsClientListResponse) ([]*armcompute.VirtualMachineScaleSetVM, *string) {
+			return r.Value, r.NextLink
+		},
+	}
+}
+
+func (s *sdk) nics() pages[*armnetwork.Interface] {
+	return sdkPages[armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesResponse, *armnetwork.Interface]{
+		pager: s.nicc.NewListVirtualMachineScaleSetNetworkInterfacesPager(s.rg, s.vmss, nil),
+		items: func(r armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesResponse) ([]*armnetwork.Interface, *string) {
+			return r.Value, r.NextLink
+		},
+	}
+}
+
+// sdkPages adapts an SDK pager.
+type sdkPages[R, T any] struct {
+	pager *runtime.Pager[R]
+	items func(R) ([]T, *string)
+}
+
+func (p sdkPages[R, T]) More() bool { return p.pager.More() }
+
+func (p sdkPages[R, T]) Next(ctx context.Context) ([]T, string, error) {
+	r, err := p.pager.NextPage(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	items, next := p.items(r)
+	return items, deref(next), nil
+}
+
+// maxPages bounds one listing. A Uniform scale set holds at most 1,000 VMs, a few pages; a
+// listing that goes on this long is an API handing out links in a loop.
+const maxPages = 10_000
+
+// collect reads every page of a listing, through the endpoint's gate.
+func collect[T any](ctx context.Context, p *Provider, g *gate, pg pages[T]) ([]T, error) {
+	var all []T
+	seen := make(map[string]bool)
+	for n := 0; pg.More(); n++ {
+		if n == maxPages {
+			return nil, fmt.Errorf("more than %d pages: the API keeps returning a nextLink", maxPages)
+		}
+		items, next, err := pg.Next(p.retryContext(ctx))
+		if err != nil {
+			p.observe(g, err)
+			return nil, err
+		}
+		g.succeeded()
+		if items == nil { // ARM sends "value": [] for an empty page; an empty 200 decodes to nothing
+			return nil, fmt.Errorf("page %d has no \"value\" list: the response is malformed", n+1)
+		}
+		all = append(all, items...)
+		if next != "" {
+			if seen[next] {
+				return nil, fmt.Errorf("page %d links back to an earlier page (%s): the API is looping", n+1, next)
+			}
+			seen[next] = true
+		}
+	}
+	return all, nil
+}
+
+// callOnce makes one unpaged call through the endpoint's gate.
+func callOnce[T any](ctx context.Context, p *Provider, g *gate, call func(context.Context) (T, error)) (T, error) {
+	r, err := call(p.retryContext(ctx))
+	if err != nil {
+		p.observe(g, err)
+		return r, err
+	}
+	g.succeeded()
+	return r, nil
+}
+
+// retryContext caps the SDK's wait for a Retry-After by what is left of the poll: a wait the
+// poll cannot outlive is not started, and the endpoint's gate remembers it instead.
+func (p *Provider) retryContext(ctx context.Context) context.Context {
+	wait := p.cfg.MaxRetryWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl))
+	}
+	return policy.WithRetryOptions(ctx, policy.RetryOptions{
+		MaxRetries:    sdkRetries,
+		RetryDelay:    sdkRetryDelay,
+		MaxRetryDelay: max(wait, time.Nanosecond), // 0 would mean the SDK's default, 60s
+	})
+}
+
+// credential marks the errors of getting a token, so that they read as a credential
+// problem rather than as whatever the last link of the credential chain said.
+type credential struct{ azcore.TokenCredential }
+
+func (c credential) GetToken(ctx context.Context, o policy.TokenRequestOptions) (azcore.AccessToken, error) {
+	tk, err := c.TokenCredential.GetToken(ctx, o)
+	if err != nil {
+		return tk, &credentialError{err}
+	}
+	return tk, nil
+}
+
+type credentialError struct{ err error }
+
+func (e *credentialError) Error() string { return e.err.Error() }
+func (e *credentialError) Unwrap() error { return e.err }
