@@ -69,6 +69,7 @@ Every flag can also be set through an environment variable named ELASTICD_<FLAG>
 		},
 		Commands: []*cli.Command{
 			runCommand(),
+			discoverCommand(),
 			benchCommand(),
 			versionCommand(),
 		},

@@ -10,7 +10,6 @@ import (
 
 	"github.com/elasticd/elasticd/driver"
 	"github.com/elasticd/elasticd/driver/launch"
-	"github.com/elasticd/elasticd/providers"
 	"github.com/urfave/cli/v2"
 )
 
@@ -36,16 +35,11 @@ Examples:
 
 Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 130 interrupted (every worker is stopped first).`,
-		Flags: []cli.Flag{
+		Flags: append(providerFlags(),
 			&cli.IntFlag{Name: "np", Usage: "number of workers to start with (required)", EnvVars: []string{"ELASTICD_NP"}},
 			&cli.IntFlag{Name: "min-np", Usage: "fewest workers to keep training with (default: -np)", EnvVars: []string{"ELASTICD_MIN_NP"}},
 			&cli.IntFlag{Name: "max-np", Usage: "most workers to grow to (default: -np)", EnvVars: []string{"ELASTICD_MAX_NP"}},
-			&cli.StringFlag{Name: "provider", Usage: "where hosts come from: local, fixed or script (default: from -H / --host-discovery-script, else local)", EnvVars: []string{"ELASTICD_PROVIDER"}},
-			&cli.StringFlag{Name: "hosts", Aliases: []string{"H"}, Usage: "fixed hosts, `host[:slots],...`", EnvVars: []string{"ELASTICD_HOSTS"}},
-			&cli.StringFlag{Name: "host-discovery-script", Usage: "`PATH` of a program that prints host[:slots] lines", EnvVars: []string{"ELASTICD_HOST_DISCOVERY_SCRIPT"}},
-			&cli.IntFlag{Name: "slots-per-host", Usage: "slots of a host given without :slots (local: the number of local slots, default max-np)", EnvVars: []string{"ELASTICD_SLOTS_PER_HOST"}},
 			&cli.DurationFlag{Name: "discovery-interval", Value: time.Second, Usage: "how often hosts are discovered", EnvVars: []string{"ELASTICD_DISCOVERY_INTERVAL"}},
-			&cli.DurationFlag{Name: "discovery-timeout", Value: 10 * time.Second, Usage: "how long one discovery may take", EnvVars: []string{"ELASTICD_DISCOVERY_TIMEOUT"}},
 			&cli.IntFlag{Name: "reset-limit", Usage: "resets caused by failures before the job fails (0: unlimited; scale-ups and removals do not count)", EnvVars: []string{"ELASTICD_RESET_LIMIT"}},
 			&cli.DurationFlag{Name: "elastic-timeout", Value: driver.DefaultElasticTimeout, Usage: "how long fewer than --min-np slots are tolerated", EnvVars: []string{"ELASTICD_ELASTIC_TIMEOUT"}},
 			&cli.DurationFlag{Name: "start-timeout", Value: driver.DefaultStartTimeout, Usage: "how long a launched worker may take to register", EnvVars: []string{"ELASTICD_START_TIMEOUT"}},
@@ -59,21 +53,21 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.StringFlag{Name: "output-dir", Usage: "also write each worker's output to `DIR`/<worker>/gen-<generation>.{stdout,stderr}", EnvVars: []string{"ELASTICD_OUTPUT_DIR"}},
 			&cli.DurationFlag{Name: "stop-grace", Value: 5 * time.Second, Usage: "time between SIGTERM and SIGKILL when stopping a worker", EnvVars: []string{"ELASTICD_STOP_GRACE"}},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log every decision of the driver", EnvVars: []string{"ELASTICD_VERBOSE"}},
-		},
+		),
 		Action: runJob,
 	}
 }
 
 func runJob(c *cli.Context) error {
-	o, err := runOptions(c)
-	if err != nil {
-		return err
-	}
 	level := slog.LevelInfo
 	if c.Bool("verbose") {
 		level = slog.LevelDebug
 	}
-	o.Logger = slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level, ReplaceAttr: shortTime}))
+	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level, ReplaceAttr: shortTime}))
+	o, err := runOptions(c, log)
+	if err != nil {
+		return err
+	}
 	o.Stdout, o.Stderr = c.App.Writer, c.App.ErrWriter
 	res, err := driver.Run(c.Context, o)
 	if err != nil {
@@ -94,8 +88,8 @@ func shortTime(_ []string, a slog.Attr) slog.Attr {
 }
 
 // runOptions turns flags into driver options; every error names its flag (exit code 2).
-func runOptions(c *cli.Context) (driver.Options, error) {
-	var o driver.Options
+func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
+	o := driver.Options{Logger: log}
 	if c.NArg() == 0 {
 		return o, cli.Exit("run: no command: put the training command after --, e.g. elasticd run -np 4 -- ./train", 2)
 	}
@@ -105,7 +99,7 @@ func runOptions(c *cli.Context) (driver.Options, error) {
 	}
 	o.NP, o.MinNP, o.MaxNP, o.ResetLimit = c.Int("np"), c.Int("min-np"), c.Int("max-np"), c.Int("reset-limit")
 	o.ElasticTimeout, o.StartTimeout, o.BarrierTimeout = c.Duration("elastic-timeout"), c.Duration("start-timeout"), c.Duration("barrier-timeout")
-	for _, f := range []string{"elastic-timeout", "start-timeout", "barrier-timeout", "comm-timeout", "discovery-interval", "discovery-timeout", "stop-grace"} {
+	for _, f := range []string{"elastic-timeout", "start-timeout", "barrier-timeout", "comm-timeout", "discovery-interval", "stop-grace"} {
 		if c.Duration(f) <= 0 {
 			return o, usageError(f, "%v: must be positive, e.g. 30s", c.Duration(f))
 		}
@@ -123,7 +117,7 @@ func runOptions(c *cli.Context) (driver.Options, error) {
 	if o.Dir, err = os.Getwd(); err != nil {
 		return o, err
 	}
-	if o.Provider, err = provider(c, max(o.MaxNP, o.NP)); err != nil {
+	if o.Provider, err = buildProvider(c, max(o.MaxNP, o.NP), o.Logger); err != nil {
 		return o, err
 	}
 	switch l := c.String("launcher"); l {
@@ -140,49 +134,6 @@ func runOptions(c *cli.Context) (driver.Options, error) {
 		return o, usageError("ssh-port", "%d: must be a TCP port", c.Int("ssh-port"))
 	}
 	return o, nil
-}
-
-func provider(c *cli.Context, maxNP int) (providers.Provider, error) {
-	slots := c.Int("slots-per-host")
-	if slots < 0 {
-		return nil, usageError("slots-per-host", "%d: must be at least 1", slots)
-	}
-	name := c.String("provider")
-	switch {
-	case name != "":
-	case c.IsSet("hosts"):
-		name = "fixed"
-	case c.IsSet("host-discovery-script"):
-		name = "script"
-	default:
-		name = "local"
-	}
-	if c.IsSet("hosts") && c.IsSet("host-discovery-script") {
-		return nil, cli.Exit("-H/--hosts and --host-discovery-script: give one or the other", 2)
-	}
-	switch name {
-	case "local":
-		return providers.NewLocal(cmpInt(slots, maxNP)), nil
-	case "fixed":
-		if !c.IsSet("hosts") {
-			return nil, usageError("hosts", "--provider fixed needs -H host[:slots],...")
-		}
-		hs, err := providers.ParseHosts(c.String("hosts"), cmpInt(slots, 1))
-		if err != nil {
-			return nil, usageError("hosts", "%v", err)
-		}
-		return providers.NewFixed(hs), nil
-	case "script":
-		path := c.String("host-discovery-script")
-		if path == "" {
-			return nil, usageError("host-discovery-script", "--provider script needs the script's path")
-		}
-		if st, err := os.Stat(path); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-			return nil, usageError("host-discovery-script", "%q is not an executable file", path)
-		}
-		return providers.NewScript(path, cmpInt(slots, 1), c.Duration("discovery-timeout")), nil
-	}
-	return nil, usageError("provider", "%q: use local, fixed or script (cloud providers come later)", name)
 }
 
 func cmpInt(a, b int) int {

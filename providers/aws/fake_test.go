@@ -1,0 +1,594 @@
+package aws_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/elasticd/elasticd/providers"
+)
+
+// fakeAWS is one in-process server for Auto Scaling and EC2 (query protocol, XML) and SQS
+// (JSON 1.0), at one URL, as --endpoint gives it to all three. It holds one group and one
+// queue. Response bodies come from testdata/; rendered pages are kept until the group
+// changes, so that a benchmark measures the client rather than the templates.
+type fakeAWS struct {
+	t        testing.TB
+	srv      *httptest.Server
+	quit     chan struct{}
+	queueURL string
+
+	mu        sync.Mutex
+	group     string
+	exists    bool
+	status    string // the group's Status ("Delete in progress")
+	insts     []*fakeInst
+	emptyPage bool // DescribeAutoScalingGroups: an empty first page, then the group
+	version   int  // bumped when the group changes; pages is keyed by it
+	pages     map[string][]byte
+	calls     map[string]int      // by operation
+	signed    map[string][]string // operation → the region/service scopes it was signed for
+	inputs    map[string][]url.Values
+	faults    map[string][]fault // answered before the real thing, one per call
+	always    map[string]fault   // answered to every call
+	stall     bool
+	queue     []*fakeMsg
+	arrived   chan struct{} // closed and replaced when a message is sent
+	received  []receiveCall
+	deleted   []string // message IDs
+	completed []url.Values
+	nextID    int
+}
+
+type fakeInst struct {
+	ID, IP, Zone, Type string
+	Lifecycle          string // Auto Scaling's LifecycleState
+	State              string // EC2's instance state
+	Spot               bool
+	Launched           time.Time
+	Hidden             bool // not (yet) visible to DescribeInstances
+}
+
+// fault is an error response: status and code, or a raw body from testdata/.
+type fault struct {
+	status     int
+	code, msg  string
+	retryAfter string
+	file       string // testdata file sent instead (with status, 200 if zero)
+}
+
+type fakeMsg struct {
+	id, body, handle string
+	invisibleUntil   time.Time
+	receives         int
+}
+
+type receiveCall struct {
+	Max, Wait, Visibility int
+}
+
+const (
+	fakeGroup   = "gpu-workers"
+	fakeAccount = "123456789012"
+)
+
+var templates = template.Must(template.New("").Funcs(template.FuncMap{
+	"json": func(s string) string { b, _ := json.Marshal(s); return string(b) },
+}).ParseGlob(filepath.Join("testdata", "*.tmpl")))
+
+var eventTemplates = template.Must(template.New("").Funcs(template.FuncMap{
+	"json": func(s string) string { b, _ := json.Marshal(s); return string(b) },
+}).ParseGlob(filepath.Join("testdata", "events", "*")))
+
+// newFake starts a server with the group fakeGroup holding insts (nil: empty).
+func newFake(t testing.TB, insts ...*fakeInst) *fakeAWS { return startFake(t, false, insts) }
+
+// newFakeTLS is newFake over HTTPS, with a certificate of its own (srv.Certificate()).
+func newFakeTLS(t testing.TB, insts ...*fakeInst) *fakeAWS { return startFake(t, true, insts) }
+
+func startFake(t testing.TB, tls bool, insts []*fakeInst) *fakeAWS {
+	f := &fakeAWS{
+		t: t, quit: make(chan struct{}), group: fakeGroup, exists: true, insts: insts,
+		pages: map[string][]byte{}, calls: map[string]int{}, signed: map[string][]string{},
+		inputs: map[string][]url.Values{}, faults: map[string][]fault{}, always: map[string]fault{},
+		arrived: make(chan struct{}),
+	}
+	if tls {
+		f.srv = httptest.NewTLSServer(http.HandlerFunc(f.serve))
+	} else {
+		f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	}
+	f.mu.Lock() // the handlers read it under the lock
+	f.queueURL = f.srv.URL + "/" + fakeAccount + "/elasticd-notices"
+	f.mu.Unlock()
+	t.Cleanup(func() {
+		close(f.quit) // releases stalled handlers before Close waits for them
+		f.srv.Close()
+	})
+	return f
+}
+
+// inst makes the n-th instance of a group: in service, running, on-demand p4d.24xlarge.
+func inst(n int) *fakeInst {
+	return &fakeInst{
+		ID: fmt.Sprintf("i-%017x", n), IP: fmt.Sprintf("10.%d.%d.%d", n>>16&0xff, n>>8&0xff, n&0xff),
+		Zone: []string{"us-east-1a", "us-east-1b", "us-east-1c"}[n%3], Type: "p4d.24xlarge",
+		Lifecycle: "InService", State: "running",
+		Launched: time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC).Add(time.Duration(n) * time.Second),
+	}
+}
+
+// host is what the provider must make of i (slots from the GPU table).
+func (i *fakeInst) host(slots int) providers.Host {
+	return providers.Host{ID: i.ID, Addr: i.IP, Slots: slots, Zone: i.Zone, Spot: i.Spot, Type: i.Type, Launched: i.Launched}
+}
+
+// change runs fn on the group under the lock and drops the rendered pages.
+func (f *fakeAWS) change(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn()
+	f.version++
+	clear(f.pages)
+}
+
+// fail queues faults for the next calls of op.
+func (f *fakeAWS) fail(op string, fs ...fault) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults[op] = append(f.faults[op], fs...)
+}
+
+// failAlways makes every later call of op answer flt.
+func (f *fakeAWS) failAlways(op string, flt fault) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.always[op] = flt
+}
+
+func (f *fakeAWS) count(op string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[op]
+}
+
+func (f *fakeAWS) resetCounts() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.calls)
+}
+
+// send puts an event, rendered from testdata/events/name with data, into the queue.
+func (f *fakeAWS) send(name string, data eventData) string {
+	f.t.Helper()
+	var b bytes.Buffer
+	if err := eventTemplates.ExecuteTemplate(&b, name, data.withDefaults()); err != nil {
+		f.t.Fatalf("render %s: %v", name, err)
+	}
+	return f.sendRaw(b.String())
+}
+
+func (f *fakeAWS) sendRaw(body string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextID++
+	id := fmt.Sprintf("5fea7756-0ea4-451a-a703-%012d", f.nextID)
+	f.queue = append(f.queue, &fakeMsg{id: id, body: body})
+	close(f.arrived)
+	f.arrived = make(chan struct{})
+	return id
+}
+
+// queued is how many messages are still in the queue, visible or not.
+func (f *fakeAWS) queued() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.queue)
+}
+
+type eventData struct {
+	ID, Instance, ASG, Time, Start, State, Token, Hook, Inner string
+}
+
+func (d eventData) withDefaults() eventData {
+	if d.ID == "" {
+		d.ID = "1e5527d7-bb36-4607-3370-4164db56a40e"
+	}
+	if d.ASG == "" {
+		d.ASG = fakeGroup
+	}
+	if d.Time == "" {
+		d.Time = time.Now().UTC().Format(time.RFC3339)
+	}
+	if d.Hook == "" {
+		d.Hook = "elasticd-drain"
+	}
+	if d.Start == "" {
+		d.Start = "Sat, 05 Jun 2027 01:00:00 GMT"
+	}
+	return d
+}
+
+// render renders an event to a string (for nesting one in an SNS notification).
+func render(t testing.TB, name string, data eventData) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := eventTemplates.ExecuteTemplate(&b, name, data.withDefaults()); err != nil {
+		t.Fatalf("render %s: %v", name, err)
+	}
+	return b.String()
+}
+
+var scope = regexp.MustCompile(`Credential=[^/]+/\d{8}/([^/]+)/([^/]+)/aws4_request`)
+
+func (f *fakeAWS) serve(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var op string
+	var form url.Values
+	sqsCall := r.Header.Get("X-Amz-Target") != ""
+	if sqsCall {
+		op = strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "AmazonSQS.")
+	} else {
+		if form, err = url.ParseQuery(string(body)); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		op = form.Get("Action")
+	}
+
+	f.mu.Lock()
+	f.calls[op]++
+	if m := scope.FindStringSubmatch(r.Header.Get("Authorization")); m != nil {
+		f.signed[op] = append(f.signed[op], m[1]+"/"+m[2])
+	} else {
+		f.signed[op] = append(f.signed[op], "unsigned")
+	}
+	if form != nil {
+		f.inputs[op] = append(f.inputs[op], form)
+	}
+	stall := f.stall
+	flt, faulty := f.always[op]
+	if !faulty && len(f.faults[op]) > 0 {
+		flt, faulty = f.faults[op][0], true
+		f.faults[op] = f.faults[op][1:]
+	}
+	f.mu.Unlock()
+
+	if stall {
+		select {
+		case <-r.Context().Done():
+		case <-f.quit:
+		}
+		return
+	}
+	if faulty {
+		f.writeFault(w, op, sqsCall, flt)
+		return
+	}
+	switch op {
+	case "DescribeAutoScalingGroups":
+		f.describeGroups(w, form)
+	case "DescribeInstances":
+		f.describeInstances(w, form)
+	case "CompleteLifecycleAction":
+		f.mu.Lock()
+		f.completed = append(f.completed, form)
+		f.mu.Unlock()
+		f.writeFile(w, http.StatusOK, "text/xml", "complete_lifecycle_action.xml")
+	case "ReceiveMessage":
+		f.receive(w, r, body)
+	case "DeleteMessageBatch":
+		f.deleteBatch(w, body)
+	default:
+		f.writeFault(w, op, sqsCall, fault{status: 400, code: "InvalidAction", msg: "The action " + op + " is not valid for this web service."})
+	}
+}
+
+func (f *fakeAWS) writeFault(w http.ResponseWriter, op string, sqsCall bool, flt fault) {
+	if flt.retryAfter != "" {
+		w.Header().Set("Retry-After", flt.retryAfter)
+	}
+	if flt.file != "" {
+		ctype := "text/xml"
+		if strings.HasSuffix(flt.file, ".html") {
+			ctype = "text/html"
+		}
+		f.writeFile(w, cmp.Or(flt.status, 200), ctype, flt.file)
+		return
+	}
+	data := map[string]string{"Code": flt.code, "Message": flt.msg, "RequestID": "b2c5c8a4-96f5-4d3c-a3f7-5d0b9c1f2e01"}
+	switch {
+	case sqsCall:
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.Header().Set("x-amzn-query-error", flt.code+";Sender")
+		w.WriteHeader(flt.status)
+		json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#" + flt.code, "message": flt.msg})
+	case op == "DescribeInstances":
+		f.writeTemplate(w, flt.status, "error_ec2.xml.tmpl", data)
+	default:
+		f.writeTemplate(w, flt.status, "error_autoscaling.xml.tmpl", data)
+	}
+}
+
+func (f *fakeAWS) writeFile(w http.ResponseWriter, status int, ctype, name string) {
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		f.t.Errorf("fake: %v", err)
+		http.Error(w, err.Error(), 500)
+		return
+	}
+	w.Header().Set("Content-Type", ctype)
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+func (f *fakeAWS) writeTemplate(w http.ResponseWriter, status int, name string, data any) {
+	var b bytes.Buffer
+	if err := templates.ExecuteTemplate(&b, name, data); err != nil {
+		f.t.Errorf("fake: render %s: %v", name, err)
+		http.Error(w, err.Error(), 500)
+		return
+	}
+	w.Header().Set("Content-Type", "text/xml")
+	w.WriteHeader(status)
+	w.Write(b.Bytes())
+}
+
+// page serves a rendered page from the cache, or renders and keeps it.
+func (f *fakeAWS) page(w http.ResponseWriter, key string, render func() (string, any)) {
+	f.mu.Lock()
+	b, ok := f.pages[key]
+	var name string
+	var data any
+	if !ok {
+		name, data = render() // under the lock: it reads the group
+	}
+	f.mu.Unlock()
+	if !ok {
+		var buf bytes.Buffer
+		if err := templates.ExecuteTemplate(&buf, name, data); err != nil {
+			f.t.Errorf("fake: render %s: %v", name, err)
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		b = buf.Bytes()
+		f.mu.Lock()
+		f.pages[key] = b
+		f.mu.Unlock()
+	}
+	w.Header().Set("Content-Type", "text/xml")
+	w.Write(b)
+}
+
+type groupData struct {
+	Name, Status string
+	Max          int
+	Instances    []*fakeInst
+}
+
+func (f *fakeAWS) describeGroups(w http.ResponseWriter, form url.Values) {
+	names := []string{}
+	for i := 1; form.Has(fmt.Sprintf("AutoScalingGroupNames.member.%d", i)); i++ {
+		names = append(names, form.Get(fmt.Sprintf("AutoScalingGroupNames.member.%d", i)))
+	}
+	token := form.Get("NextToken")
+	f.page(w, fmt.Sprintf("asg/%s/%s", strings.Join(names, ","), token), func() (string, any) {
+		data := struct {
+			Group     *groupData
+			NextToken string
+			RequestID string
+		}{RequestID: "a8f3a3a6-52a5-4a2b-8f5d-2bd0c6b0e1aa"}
+		// emptyPage: the group comes on a second page, after an empty first one.
+		onThisPage := token == "" && !f.emptyPage || token == "page-2" && f.emptyPage
+		if f.exists && slices.Contains(names, f.group) && onThisPage {
+			data.Group = &groupData{Name: f.group, Status: f.status, Max: len(f.insts) + 10, Instances: f.insts}
+		}
+		if f.emptyPage && token == "" {
+			data.NextToken = "page-2"
+		}
+		return "describe_asg.xml.tmpl", data
+	})
+}
+
+type instanceData struct {
+	*fakeInst
+	Suffix     string
+	StateCode  int
+	LaunchTime string
+}
+
+var stateCodes = map[string]int{"pending": 0, "running": 16, "shutting-down": 32, "terminated": 48, "stopping": 64, "stopped": 80}
+
+func (f *fakeAWS) describeInstances(w http.ResponseWriter, form url.Values) {
+	// Filters: tag:<key> and instance-state-name; InstanceId.N; MaxResults; NextToken = offset.
+	var tagKey, tagValue string
+	states := map[string]bool{}
+	for i := 1; form.Has(fmt.Sprintf("Filter.%d.Name", i)); i++ {
+		name := form.Get(fmt.Sprintf("Filter.%d.Name", i))
+		var values []string
+		for j := 1; form.Has(fmt.Sprintf("Filter.%d.Value.%d", i, j)); j++ {
+			values = append(values, form.Get(fmt.Sprintf("Filter.%d.Value.%d", i, j)))
+		}
+		switch {
+		case strings.HasPrefix(name, "tag:") && len(values) == 1:
+			tagKey, tagValue = strings.TrimPrefix(name, "tag:"), values[0]
+		case name == "instance-state-name":
+			for _, v := range values {
+				states[v] = true
+			}
+		default:
+			f.writeFault(w, "DescribeInstances", false, fault{status: 400, code: "InvalidParameterValue", msg: "The filter '" + name + "' is invalid"})
+			return
+		}
+	}
+	max := 1000
+	if v := form.Get("MaxResults"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 5 || n > 1000 {
+			f.writeFault(w, "DescribeInstances", false, fault{status: 400, code: "InvalidParameterValue", msg: "Value ( " + v + " ) for parameter maxResults is invalid. Expecting a value between 5 and 1000."})
+			return
+		}
+		max = n
+	}
+	offset := 0
+	if tok := form.Get("NextToken"); tok != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(tok, "offset-"))
+		if err != nil {
+			f.writeFault(w, "DescribeInstances", false, fault{status: 400, code: "InvalidParameterValue", msg: "The specified token is invalid"})
+			return
+		}
+		offset = n
+	}
+	key := fmt.Sprintf("ec2/%s=%s/%v/%d/%d", tagKey, tagValue, states, max, offset)
+	f.page(w, key, func() (string, any) {
+		var match []instanceData
+		for i, in := range f.insts {
+			if in.Hidden || (tagKey != "" && (tagKey != "aws:autoscaling:groupName" || tagValue != f.group)) ||
+				(len(states) > 0 && !states[in.State]) {
+				continue
+			}
+			match = append(match, instanceData{fakeInst: in, Suffix: fmt.Sprintf("%017x", i),
+				StateCode: stateCodes[in.State], LaunchTime: in.Launched.UTC().Format("2006-01-02T15:04:05.000Z")})
+		}
+		data := struct {
+			Group, RequestID, NextToken string
+			Instances                   []instanceData
+		}{Group: f.group, RequestID: "59dbff89-35bd-4eac-99ed-be587EXAMPLE"}
+		if offset < len(match) {
+			end := min(offset+max, len(match))
+			data.Instances = match[offset:end]
+			if end < len(match) {
+				data.NextToken = "offset-" + strconv.Itoa(end)
+			}
+		}
+		return "describe_instances.xml.tmpl", data
+	})
+}
+
+func (f *fakeAWS) sqsReply(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	w.Header().Set("x-amzn-RequestId", "c5d6e7f8-0000-4000-8000-000000000001")
+	json.NewEncoder(w).Encode(v)
+}
+
+func (f *fakeAWS) receive(w http.ResponseWriter, r *http.Request, body []byte) {
+	var in struct {
+		QueueUrl            string
+		MaxNumberOfMessages int
+		WaitTimeSeconds     int
+		VisibilityTimeout   int
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		f.writeFault(w, "ReceiveMessage", true, fault{status: 400, code: "InvalidParameterValue", msg: err.Error()})
+		return
+	}
+	f.mu.Lock()
+	if in.QueueUrl != f.queueURL {
+		f.mu.Unlock()
+		f.writeFault(w, "ReceiveMessage", true, fault{status: 400, code: "QueueDoesNotExist", msg: "The specified queue does not exist."})
+		return
+	}
+	f.received = append(f.received, receiveCall{in.MaxNumberOfMessages, in.WaitTimeSeconds, in.VisibilityTimeout})
+	f.mu.Unlock()
+	max := cmp.Or(in.MaxNumberOfMessages, 1)
+	deadline := time.NewTimer(time.Duration(in.WaitTimeSeconds) * time.Second)
+	defer deadline.Stop()
+	for {
+		f.mu.Lock()
+		now := time.Now()
+		var out []map[string]string
+		for _, m := range f.queue {
+			if len(out) == max || now.Before(m.invisibleUntil) {
+				continue
+			}
+			m.receives++
+			m.handle = fmt.Sprintf("AQEB%s-%d", m.id, m.receives)
+			m.invisibleUntil = now.Add(time.Duration(cmp.Or(in.VisibilityTimeout, 30)) * time.Second)
+			sum := md5.Sum([]byte(m.body))
+			out = append(out, map[string]string{"MessageId": m.id, "ReceiptHandle": m.handle,
+				"MD5OfBody": hex.EncodeToString(sum[:]), "Body": m.body})
+		}
+		arrived := f.arrived
+		f.mu.Unlock()
+		if len(out) > 0 {
+			f.sqsReply(w, map[string]any{"Messages": out})
+			return
+		}
+		select {
+		case <-arrived:
+		case <-deadline.C:
+			f.sqsReply(w, map[string]any{})
+			return
+		case <-r.Context().Done():
+			return
+		case <-f.quit:
+			return
+		}
+	}
+}
+
+func (f *fakeAWS) deleteBatch(w http.ResponseWriter, body []byte) {
+	var in struct {
+		QueueUrl string
+		Entries  []struct{ Id, ReceiptHandle string }
+	}
+	f.mu.Lock()
+	queueURL := f.queueURL
+	f.mu.Unlock()
+	if err := json.Unmarshal(body, &in); err != nil || in.QueueUrl != queueURL {
+		f.writeFault(w, "DeleteMessageBatch", true, fault{status: 400, code: "QueueDoesNotExist", msg: "The specified queue does not exist."})
+		return
+	}
+	type entry struct{ Id string }
+	type failed struct {
+		Id, Code, Message string
+		SenderFault       bool
+	}
+	ok, bad := []entry{}, []failed{}
+	f.mu.Lock()
+	for _, e := range in.Entries {
+		i := slices.IndexFunc(f.queue, func(m *fakeMsg) bool { return m.handle == e.ReceiptHandle })
+		if i < 0 {
+			bad = append(bad, failed{e.Id, "ReceiptHandleIsInvalid", "The input receipt handle is invalid.", true})
+			continue
+		}
+		f.deleted = append(f.deleted, f.queue[i].id)
+		f.queue = slices.Delete(f.queue, i, i+1)
+		ok = append(ok, entry{e.Id})
+	}
+	f.mu.Unlock()
+	f.sqsReply(w, map[string]any{"Successful": ok, "Failed": bad})
+}
+
+// pollCtx is a context for one poll, as the driver's watcher gives it (10 s).
+func pollCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func contextWithTimeout(t testing.TB, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(t.Context(), d)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package aws_test
+
+const raceDetector = false
