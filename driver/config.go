@@ -6,6 +6,8 @@ package driver
 import (
 	"fmt"
 	"time"
+
+	"github.com/elasticd/elasticd/driver/hosts"
 )
 
 // Config holds the job settings the state machine needs. Every field maps to an
@@ -16,9 +18,9 @@ type Config struct {
 	ElasticTimeout   time.Duration // --elastic-timeout: how long fewer than --min-np slots are tolerated
 	StartTimeout     time.Duration // --start-timeout: a launched worker must register within it
 	BarrierTimeout   time.Duration // --barrier-timeout: once a reset starts, every worker must reach it within it
-	CooldownMin      time.Duration // --blacklist-cooldown-range MIN
-	CooldownMax      time.Duration // --blacklist-cooldown-range MAX
-	CooldownDecay    time.Duration // a slot without failure this long has its failure count halved
+	CooldownMin      time.Duration // --blacklist-cooldown-range MIN (0: hosts.DefaultCooldownMin)
+	CooldownMax      time.Duration // --blacklist-cooldown-range MAX (0: hosts.DefaultCooldownMax)
+	CooldownDecay    time.Duration // a slot without failure this long has its failure count halved (0: hosts.DefaultDecayAfter)
 }
 
 // Defaults, also in `elasticd run --help` and docs/operations.md.
@@ -26,9 +28,6 @@ const (
 	DefaultElasticTimeout = 10 * time.Minute
 	DefaultStartTimeout   = 2 * time.Minute
 	DefaultBarrierTimeout = time.Minute
-	DefaultCooldownMin    = 10 * time.Second
-	DefaultCooldownMax    = 5 * time.Minute
-	DefaultCooldownDecay  = 10 * time.Minute
 )
 
 func (c Config) withDefaults() Config {
@@ -46,15 +45,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BarrierTimeout == 0 {
 		c.BarrierTimeout = DefaultBarrierTimeout
-	}
-	if c.CooldownMin == 0 {
-		c.CooldownMin = DefaultCooldownMin
-	}
-	if c.CooldownMax == 0 {
-		c.CooldownMax = max(DefaultCooldownMax, c.CooldownMin)
-	}
-	if c.CooldownDecay == 0 {
-		c.CooldownDecay = DefaultCooldownDecay
 	}
 	return c
 }
@@ -77,10 +67,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--start-timeout %v: must be positive", c.StartTimeout)
 	case c.BarrierTimeout < 0:
 		return fmt.Errorf("--barrier-timeout %v: must be positive", c.BarrierTimeout)
-	case c.CooldownMin < 0 || (c.CooldownMax != 0 && c.CooldownMax < d.CooldownMin):
-		return fmt.Errorf("--blacklist-cooldown-range %v %v: need 0 < MIN <= MAX", c.CooldownMin, c.CooldownMax)
-	case d.CooldownMax > time.Hour:
-		return fmt.Errorf("--blacklist-cooldown-range MAX %v: at most 1h", d.CooldownMax)
+	}
+	// The host manager owns the cooldown settings, their defaults and their limits.
+	if err := c.hostsConfig().Validate(); err != nil {
+		return fmt.Errorf("--blacklist-cooldown-range %v,%v: %w", c.CooldownMin, c.CooldownMax, err)
 	}
 	return nil
+}
+
+func (c Config) hostsConfig() hosts.Config {
+	return hosts.Config{CooldownMin: c.CooldownMin, CooldownMax: c.CooldownMax, DecayAfter: c.CooldownDecay}
 }

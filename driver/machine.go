@@ -181,7 +181,7 @@ func NewMachine(cfg Config) *Machine {
 	cfg = cfg.withDefaults()
 	return &Machine{
 		cfg:     cfg,
-		hosts:   hosts.New(hosts.Config{CooldownMin: cfg.CooldownMin, CooldownMax: cfg.CooldownMax, DecayAfter: cfg.CooldownDecay}),
+		hosts:   hosts.New(cfg.hostsConfig()),
 		workers: map[rendezvous.WorkerID]*workerInfo{},
 		regDue:  map[rendezvous.WorkerID]time.Time{},
 		pending: map[string][]providers.Notice{},

@@ -367,6 +367,7 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{Config{NP: 4, MaxNP: 2}, "--max-np 2"},
 		{Config{NP: 1, ResetLimit: -1}, "--reset-limit"},
 		{Config{NP: 1, CooldownMin: time.Minute, CooldownMax: time.Second}, "--blacklist-cooldown-range"},
+		{Config{NP: 1, CooldownDecay: -time.Second}, "--blacklist-cooldown-range"}, // would have made hosts.New panic
 	} {
 		if err := tc.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.cfg, err, tc.want)
