@@ -2,6 +2,8 @@
 GO      ?= go
 BIN     := bin/elasticd
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# go-nvml's header marks many functions deprecated; their warnings say nothing about our code.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION)
 
 .PHONY: all build test test-deps demo bench bench-go bench-compare lint clean

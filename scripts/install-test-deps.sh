@@ -3,7 +3,8 @@
 # all there already (safe to run before every test run):
 #   - openssh-server (/usr/sbin/sshd) and openssh-client (ssh, ssh-keygen): driver/launch tests
 #     start a real sshd on loopback and launch workers through it;
-#   - util-linux (setsid): the remote launch wrapper runs each worker in its own session.
+#   - util-linux (setsid): the remote launch wrapper runs each worker in its own session;
+#   - gcc and libc6-dev: the race detector (go test -race) and go-nvml's bindings need cgo.
 # Also creates /run/sshd, which sshd needs for privilege separation. Run as root (CI does) or
 # with sudo available.
 set -euo pipefail
@@ -18,6 +19,8 @@ missing=()
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 { command -v ssh && command -v ssh-keygen; } >/dev/null || missing+=(openssh-client)
 command -v setsid >/dev/null || missing+=(util-linux)
+# go test -race needs cgo, so a C compiler and libc headers (also for go-nvml's cgo bindings).
+command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "install-test-deps: installing ${missing[*]}"
