@@ -50,8 +50,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Description: `elasticd keeps a data-parallel training job alive and cheap while machines come and go.
 
 Start here:
-   elasticd bench allreduce --np 4          measure collectives across 4 local processes
-   elasticd version                         print the version
+   elasticd run -np 4 --min-np 2 -- ./train          an elastic job on this machine (4 slots)
+   elasticd discover --provider aws --asg NAME      the hosts a provider finds
+   elasticd bench allreduce --np 4                  collectives across 4 local processes
+   elasticd version                                 the version
+
+Guides: docs/operations.md (running jobs), docs/providers/ (clouds), docs/protocol.md.
 
 Every flag can also be set through an environment variable named ELASTICD_<FLAG>
 (for example ELASTICD_NP=4); the flag's help shows the exact name.`,
