@@ -181,7 +181,7 @@ func (p *Provider) describeGroup(ctx context.Context) (asgtypes.AutoScalingGroup
 	seen := map[string]bool{}
 	for page := 0; page < maxPages; page++ {
 		var out *autoscaling.DescribeAutoScalingGroupsOutput
-		err := p.call(ctx, &p.asgEP, maxAttempts, func(ctx context.Context) (err error) {
+		err := p.call(ctx, epASG, maxAttempts, func(ctx context.Context) (err error) {
 			out, err = p.asg.DescribeAutoScalingGroups(ctx, in)
 			return err
 		})
@@ -230,7 +230,7 @@ func (p *Provider) describeInstances(ctx context.Context, wanted map[string]cand
 	seen := map[string]bool{}
 	for page := 0; page < maxPages; page++ {
 		var out *ec2.DescribeInstancesOutput
-		err := p.call(ctx, &p.ec2EP, maxAttempts, func(ctx context.Context) (err error) {
+		err := p.call(ctx, epEC2, maxAttempts, func(ctx context.Context) (err error) {
 			out, err = p.ec2.DescribeInstances(ctx, in)
 			return err
 		})

@@ -60,7 +60,7 @@ func (p *Provider) Notices(ctx context.Context) ([]providers.Notice, error) {
 		wait = int32(longPoll / time.Second)
 	}
 	var out *sqs.ReceiveMessageOutput
-	err := p.call(ctx, &p.sqsEP, maxAttempts, func(ctx context.Context) (err error) {
+	err := p.call(ctx, epSQS, maxAttempts, func(ctx context.Context) (err error) {
 		out, err = p.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl:            awssdk.String(p.cfg.SQSQueueURL),
 			MaxNumberOfMessages: receiveBatch,
@@ -126,7 +126,7 @@ func (p *Provider) delete(ctx context.Context, entries []sqstypes.DeleteMessageB
 		return
 	}
 	var out *sqs.DeleteMessageBatchOutput
-	err := p.call(ctx, &p.sqsEP, 1, func(ctx context.Context) (err error) {
+	err := p.call(ctx, epSQS, 1, func(ctx context.Context) (err error) {
 		out, err = p.sqs.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: awssdk.String(p.cfg.SQSQueueURL), Entries: entries})
 		return err
 	})
@@ -155,7 +155,7 @@ func (p *Provider) CompleteNotice(ctx context.Context, n providers.Notice) error
 	if err := p.clients(ctx); err != nil {
 		return fmt.Errorf("aws: complete the lifecycle action of %s: %w", t.Instance, err)
 	}
-	err := p.call(ctx, &p.asgEP, maxAttempts, func(ctx context.Context) error {
+	err := p.call(ctx, epASG, maxAttempts, func(ctx context.Context) error {
 		_, err := p.asg.CompleteLifecycleAction(ctx, &autoscaling.CompleteLifecycleActionInput{
 			AutoScalingGroupName:  awssdk.String(t.ASG),
 			LifecycleHookName:     awssdk.String(t.Hook),

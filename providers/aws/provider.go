@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/elasticd/elasticd/providers"
+	"github.com/elasticd/elasticd/providers/throttle"
 )
 
 // The SDK seam: the few calls the provider makes. The SDK's clients implement these; tests
@@ -54,12 +55,13 @@ type Provider struct {
 	ec2    ec2API
 	sqs    sqsAPI
 
-	mu sync.Mutex // guards what follows: small, never held across a call
-	// autoscaling, ec2 and sqs rest independently after failures (backoff.go).
-	asgEP, ec2EP, sqsEP endpoint
-	cached              []providers.Host // the last successful poll's hosts
-	cachedAt            time.Time        // when it started; zero before the first
-	members             map[string]bool  // every instance of the group at the last poll; nil before
+	// gates: autoscaling, ec2 and sqs rest independently after failures (backoff.go).
+	gates *throttle.Gates
+
+	mu       sync.Mutex       // guards what follows: small, never held across a call
+	cached   []providers.Host // the last successful poll's hosts
+	cachedAt time.Time        // when it started; zero before the first
+	members  map[string]bool  // every instance of the group at the last poll; nil before
 }
 
 // New checks cfg and returns its provider. It makes no call and reads no file: the SDK's
@@ -72,7 +74,7 @@ func New(cfg Config) (*Provider, error) {
 	return &Provider{
 		cfg: cfg, log: cfg.Logger.With("provider", "aws"),
 		hostsTurn: make(chan struct{}, 1), noticesTurn: make(chan struct{}, 1),
-		asgEP: endpoint{name: "autoscaling"}, ec2EP: endpoint{name: "ec2"}, sqsEP: endpoint{name: "sqs"},
+		gates: throttle.New(throttle.Config{Jitter: true}),
 	}, nil
 }
 

@@ -148,7 +148,7 @@ func (p sdkPages[R, T]) Next(ctx context.Context) ([]T, string, error) {
 const maxPages = 10_000
 
 // collect reads every page of a listing, through the endpoint's gate.
-func collect[T any](ctx context.Context, p *Provider, g *gate, pg pages[T]) ([]T, error) {
+func collect[T any](ctx context.Context, p *Provider, op string, pg pages[T]) ([]T, error) {
 	var all []T
 	seen := make(map[string]bool)
 	for n := 0; pg.More(); n++ {
@@ -157,10 +157,10 @@ func collect[T any](ctx context.Context, p *Provider, g *gate, pg pages[T]) ([]T
 		}
 		items, next, err := pg.Next(p.retryContext(ctx))
 		if err != nil {
-			p.observe(g, err)
+			p.observe(op, err)
 			return nil, err
 		}
-		g.succeeded()
+		p.gates.Succeeded(op)
 		if items == nil { // ARM sends "value": [] for an empty page; an empty 200 decodes to nothing
 			return nil, fmt.Errorf("page %d has no \"value\" list: the response is malformed", n+1)
 		}
@@ -176,13 +176,13 @@ func collect[T any](ctx context.Context, p *Provider, g *gate, pg pages[T]) ([]T
 }
 
 // callOnce makes one unpaged call through the endpoint's gate.
-func callOnce[T any](ctx context.Context, p *Provider, g *gate, call func(context.Context) (T, error)) (T, error) {
+func callOnce[T any](ctx context.Context, p *Provider, op string, call func(context.Context) (T, error)) (T, error) {
 	r, err := call(p.retryContext(ctx))
 	if err != nil {
-		p.observe(g, err)
+		p.observe(op, err)
 		return r, err
 	}
-	g.succeeded()
+	p.gates.Succeeded(op)
 	return r, nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 
 	"github.com/elasticd/elasticd/providers"
+	"github.com/elasticd/elasticd/providers/throttle"
 )
 
 // Defaults of Config.
@@ -138,8 +139,8 @@ type Provider struct {
 	// Everything below is touched only while holding it.
 	sem     chan struct{}
 	hosts   []providers.Host
-	fetched time.Time // when hosts were refreshed; zero before the first success
-	gates   gates
+	fetched time.Time       // when hosts were refreshed; zero before the first success
+	gates   *throttle.Gates // keyed by opScaleSet, opVMs, opNICs
 }
 
 // New makes a provider; it does not call the network: a missing scale set or credential
@@ -171,12 +172,8 @@ func newProvider(cfg Config, a api) *Provider {
 		log: cfg.Logger.With("provider", "azure"),
 		where: fmt.Sprintf("scale set %q (resource group %q, subscription %q)",
 			cfg.VMSS, cfg.ResourceGroup, cfg.Subscription),
-		sem: make(chan struct{}, 1),
-		gates: gates{
-			scaleSet: &gate{name: "get scale set"},
-			vms:      &gate{name: "list scale set VMs"},
-			nics:     &gate{name: "list scale set network interfaces"},
-		},
+		sem:   make(chan struct{}, 1),
+		gates: throttle.New(throttle.Config{}),
 	}
 }
 
@@ -209,39 +206,39 @@ func (p *Provider) Hosts(ctx context.Context) ([]providers.Host, error) {
 
 // refresh reads the scale set, its VMs and its network interfaces: 1 + pages + pages calls.
 func (p *Provider) refresh(ctx context.Context) ([]providers.Host, error) {
-	if err := p.gates.open(time.Now()); err != nil {
+	if err := p.open(); err != nil {
 		return nil, fmt.Errorf("azure %s: %w", p.where, err)
 	}
-	ss, err := callOnce(ctx, p, p.gates.scaleSet, p.api.scaleSet)
+	ss, err := callOnce(ctx, p, opScaleSet, p.api.scaleSet)
 	if err != nil {
-		return nil, p.explain(ctx, p.gates.scaleSet.name, err)
+		return nil, p.explain(ctx, opScaleSet, err)
 	}
 	if ss.ID == nil && ss.Name == nil {
-		return nil, fmt.Errorf("azure %s: %s: the answer names no scale set: the response is malformed", p.where, p.gates.scaleSet.name)
+		return nil, fmt.Errorf("azure %s: %s: the answer names no scale set: the response is malformed", p.where, opScaleSet)
 	}
 	if ss.Properties != nil && ss.Properties.OrchestrationMode != nil &&
 		*ss.Properties.OrchestrationMode == armcompute.OrchestrationModeFlexible {
 		return nil, fmt.Errorf("azure %s uses Flexible orchestration; elasticd lists Uniform scale sets only "+
 			"(create it with orchestration mode Uniform, e.g. azurerm_linux_virtual_machine_scale_set)", p.where)
 	}
-	vms, err := collect(ctx, p, p.gates.vms, p.api.vms())
+	vms, err := collect(ctx, p, opVMs, p.api.vms())
 	if err != nil {
-		return nil, p.explain(ctx, p.gates.vms.name, err)
+		return nil, p.explain(ctx, opVMs, err)
 	}
 	if len(vms) == 0 {
 		return nil, nil
 	}
-	nics, err := collect(ctx, p, p.gates.nics, p.api.nics())
+	nics, err := collect(ctx, p, opNICs, p.api.nics())
 	if err != nil {
-		return nil, p.explain(ctx, p.gates.nics.name, err)
+		return nil, p.explain(ctx, opNICs, err)
 	}
 	addrs, err := addresses(nics)
 	if err != nil {
-		return nil, fmt.Errorf("azure %s: %s: %w", p.where, p.gates.nics.name, err)
+		return nil, fmt.Errorf("azure %s: %s: %w", p.where, opNICs, err)
 	}
 	hosts, err := p.hostsOf(ss, vms, addrs)
 	if err != nil {
-		return nil, fmt.Errorf("azure %s: %s: %w", p.where, p.gates.vms.name, err)
+		return nil, fmt.Errorf("azure %s: %s: %w", p.where, opVMs, err)
 	}
 	return hosts, nil
 }

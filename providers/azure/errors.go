@@ -41,10 +41,6 @@ func (p *Provider) explain(ctx context.Context, op string, err error) error {
 			"or set AZURE_TENANT_ID, AZURE_CLIENT_ID and AZURE_CLIENT_SECRET",
 			p.where, op, clip(oneLine(ce.err.Error()), 600))}
 	}
-	var te *throttledError
-	if errors.As(err, &te) {
-		return fmt.Errorf("azure %s: %w", p.where, err)
-	}
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) {
 		return fmt.Errorf("azure %s: %s: %w", p.where, op, err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/providers"
+	"github.com/elasticd/elasticd/providers/throttle"
 	"google.golang.org/api/option"
 )
 
@@ -102,7 +103,7 @@ type Provider struct {
 	api      computeAPI // nil until the first poll makes it
 	cached   []providers.Host
 	cachedAt time.Time // start of the poll that produced cached; zero: nothing cached
-	gates    gates
+	gates    *throttle.Gates
 }
 
 // New checks cfg and returns a provider. It does not touch the network: the SDK clients, and
@@ -128,7 +129,7 @@ func New(cfg Config) (*Provider, error) {
 		log:   log.With("provider", "gcp"),
 		where: fmt.Sprintf("gcp MIG %q (project %q, %s)", cfg.MIG, cfg.Project, loc),
 		turn:  make(chan struct{}, 1),
-		gates: gates{},
+		gates: throttle.New(throttle.Config{}),
 	}, nil
 }
 

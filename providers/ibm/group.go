@@ -16,6 +16,7 @@ import (
 	"github.com/IBM/go-sdk-core/v5/core"
 	"github.com/IBM/vpc-go-sdk/vpcv1"
 	"github.com/elasticd/elasticd/providers"
+	"github.com/elasticd/elasticd/providers/throttle"
 )
 
 // ErrThrottled is wrapped by the errors of polls that the API throttled, or that could not
@@ -60,7 +61,7 @@ type Provider struct {
 	last    time.Time // when the last poll that reached the API started
 	hosts   []providers.Host
 	err     error
-	gates   map[string]*gate
+	gates   *throttle.Gates // keyed by opGroups, opMemberships, opInstances
 	leaving map[string]bool // IDs listed as Leaving by the last good poll, to log each once
 }
 
@@ -82,7 +83,7 @@ func New(cfg Config) (*Provider, error) {
 		cfg:   cfg,
 		log:   log.With("provider", "ibm"),
 		sem:   make(chan struct{}, 1),
-		gates: map[string]*gate{opGroups: {}, opMemberships: {}, opInstances: {}},
+		gates: throttle.New(throttle.Config{Max: cfg.MaxBackoff, MaxRetryAfter: cfg.MaxBackoff}),
 	}
 	a, err := authenticator(cfg)
 	if err != nil {
@@ -490,23 +491,22 @@ func statusOf(err error) int {
 }
 
 // call makes one request of endpoint op through its gate. It waits out the endpoint's
-// backoff when that fits the poll's deadline, and retries a throttled request (maxAttempts
-// requests in all), waiting what the server asked. Other failures are returned at once:
-// polls are retried by the discovery watcher, not here.
+// backoff when that fits the poll's deadline, and retries a throttled request
+// (throttle.Tries requests in all), waiting what the server asked. Other failures are
+// returned at once: polls are retried by the discovery watcher, not here.
 func (p *Provider) call(ctx context.Context, op, what string, do func() (*core.DetailedResponse, error)) error {
-	g := p.gates[op]
 	var throttledErr error
-	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		if err := p.check(ctx, op, what); err != nil {
-			return err
-		}
-		if err := sleep(ctx, time.Until(g.notBefore)); err != nil {
+	for attempt := 1; attempt <= throttle.Tries; attempt++ {
+		if err := p.gates.Wait(ctx, op); err != nil {
+			if te := (*throttle.Error)(nil); errors.As(err, &te) {
+				return backsOff(what, te)
+			}
 			return fmt.Errorf("%s: waiting out the endpoint's backoff: %w", what, err)
 		}
 		p.auth.err = nil
 		resp, err := do()
 		if err == nil {
-			g.succeeded()
+			p.gates.Succeeded(op)
 			return nil
 		}
 		if cerr := ctx.Err(); cerr != nil {
@@ -524,16 +524,16 @@ func (p *Provider) call(ctx context.Context, op, what string, do func() (*core.D
 		switch {
 		case throttled(status):
 			why := fmt.Sprintf("HTTP %d %s: %v", status, http.StatusText(status), err)
-			wait := g.failed(now, retryAfter(resp, now), p.cfg.MaxBackoff, why)
+			wait := p.gates.Throttled(op, retryAfter(resp, now), errors.New(why))
 			p.log.Warn("VPC API throttled; this endpoint backs off", "endpoint", op, "status", status,
 				"retry_after", retryAfter(resp, now), "wait", wait, "attempt", attempt)
-			throttledErr = fmt.Errorf("%s: %w %d times in a row (last %s); not before %s", what, ErrThrottled, attempt, why, g.notBefore.Format(time.RFC3339))
+			throttledErr = fmt.Errorf("%s: %w %d times in a row (last %s); not before %s", what, ErrThrottled, attempt, why, p.gates.Until(op).Format(time.RFC3339))
 		case status == 0 || status >= 500:
 			why := fmt.Sprintf("%v", err)
 			if status != 0 {
 				why = fmt.Sprintf("HTTP %d %s: %v", status, http.StatusText(status), err)
 			}
-			wait := g.failed(now, retryAfter(resp, now), p.cfg.MaxBackoff, why)
+			wait := p.gates.Throttled(op, retryAfter(resp, now), errors.New(why))
 			p.log.Warn("VPC API request failed; this endpoint backs off", "endpoint", op, "error", why, "wait", wait)
 			return fmt.Errorf("%s: %s", what, why)
 		case status >= 200 && status < 300:
@@ -553,13 +553,16 @@ var hints = map[int]string{
 
 // check fails, without waiting, when endpoint op is backing off past the poll's deadline.
 func (p *Provider) check(ctx context.Context, op, what string) error {
-	g := p.gates[op]
-	wait := time.Until(g.notBefore)
-	if wait <= 0 || fits(ctx, wait) {
-		return nil
+	if te := (*throttle.Error)(nil); errors.As(p.gates.Ready(ctx, op), &te) {
+		return backsOff(what, te)
 	}
-	return fmt.Errorf("%s: %w: the endpoint backs off until %s (after %s), past this poll's deadline",
-		what, ErrThrottled, g.notBefore.Format(time.RFC3339), g.why)
+	return nil
+}
+
+// backsOff is the error of a call not made because its endpoint backs off too long.
+func backsOff(what string, te *throttle.Error) error {
+	return fmt.Errorf("%s: %w: the endpoint backs off until %s (after %v), past this poll's deadline",
+		what, ErrThrottled, te.Until.Format(time.RFC3339), te.Cause)
 }
 
 // authProbe tells a failed token request (a wrong API key, IAM unreachable) from an API error:

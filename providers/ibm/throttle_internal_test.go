@@ -8,45 +8,6 @@ import (
 	"github.com/IBM/go-sdk-core/v5/core"
 )
 
-// TestGateBoundedAndDecaying: the backoff doubles per failure in a row, never passes its cap
-// however many failures come (no counter grows without bound), and decays one strike per
-// success.
-func TestGateBoundedAndDecaying(t *testing.T) {
-	var g gate
-	now := time.Unix(1e9, 0)
-	const cap = 30 * time.Second
-	var waits []time.Duration
-	for range 1000 {
-		waits = append(waits, g.failed(now, -1, cap, "503"))
-	}
-	for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, cap, cap} {
-		if waits[i] != want {
-			t.Errorf("wait after %d failures: %v; want %v", i+1, waits[i], want)
-		}
-	}
-	if g.strikes != maxStrikes || waits[999] != cap {
-		t.Errorf("after 1000 failures: %d strikes, wait %v; want %d and %v", g.strikes, waits[999], maxStrikes, cap)
-	}
-	for range 1000 {
-		g.succeeded()
-	}
-	if g.strikes != 0 {
-		t.Errorf("after 1000 successes: %d strikes; want 0", g.strikes)
-	}
-	g.failed(now, -1, cap, "503")
-	g.failed(now, -1, cap, "503")
-	g.succeeded()
-	if w := g.failed(now, -1, cap, "503"); w != 2*time.Second {
-		t.Errorf("fail, fail, succeed, fail: wait %v; want 2s (one strike forgiven)", w)
-	}
-	if w := g.failed(now, 5*time.Second, cap, "429"); w != 5*time.Second || !g.notBefore.Equal(now.Add(5*time.Second)) {
-		t.Errorf("Retry-After 5s: wait %v until %v; want 5s", w, g.notBefore)
-	}
-	if w := g.failed(now, time.Hour, cap, "429"); w != cap {
-		t.Errorf("Retry-After 1h: wait %v; want the cap %v", w, cap)
-	}
-}
-
 func TestRetryAfter(t *testing.T) {
 	now := time.Date(2026, 10, 1, 8, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
@@ -59,6 +20,7 @@ func TestRetryAfter(t *testing.T) {
 		{" 3 ", 3 * time.Second},
 		{"-4", -1},
 		{"99999999999999999", 86400 * time.Second},
+		{"1.5", 1500 * time.Millisecond},
 		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
 		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
 		{"soon", -1},
