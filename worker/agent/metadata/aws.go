@@ -32,10 +32,11 @@ const (
 type AWS struct {
 	cfg Config
 
-	mu       sync.Mutex // guards the leaf cache below, never held across a request
+	id identity
+
+	mu       sync.Mutex // guards the token, never held across a request
 	token    string
 	tokenExp time.Time
-	id       string
 }
 
 // NewAWS returns the IMDSv2 watcher; it makes no call.
@@ -48,24 +49,9 @@ func NewAWS(cfg Config) (*AWS, error) {
 
 // InstanceID is this instance's ID (i-…), asked once and then remembered.
 func (a *AWS) InstanceID(ctx context.Context) (string, error) {
-	a.mu.Lock()
-	id := a.id
-	a.mu.Unlock()
-	if id != "" {
-		return id, nil
-	}
-	req, ans, err := a.get(ctx, awsIDPath)
-	if err != nil {
-		return "", fmt.Errorf("aws imds: instance ID: %w", err)
-	}
-	id = strings.TrimSpace(string(ans.body))
-	if ans.status != http.StatusOK || !strings.HasPrefix(id, "i-") || strings.ContainsAny(id, " \r\n\t") {
-		return "", fmt.Errorf("aws imds: instance ID: %w", unexpected(req, ans, "want an instance ID such as i-0abc"))
-	}
-	a.mu.Lock()
-	a.id = id
-	a.mu.Unlock()
-	return id, nil
+	return a.id.get(ctx, "aws imds: instance ID", "want an instance ID such as i-0abc",
+		func(ctx context.Context) (*http.Request, answer, error) { return a.get(ctx, awsIDPath) },
+		func(id string) bool { return strings.HasPrefix(id, "i-") && !strings.ContainsAny(id, " \r\n\t") })
 }
 
 // Notices asks the three endpoints once. A 404 from an endpoint means it has nothing to

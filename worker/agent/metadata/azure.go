@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/elasticd/elasticd/providers"
@@ -25,8 +24,7 @@ const (
 type Azure struct {
 	cfg Config
 
-	mu   sync.Mutex // guards name, never held across a request
-	name string
+	name identity
 }
 
 // NewAzure returns the Scheduled Events watcher; it makes no call.
@@ -39,24 +37,13 @@ func NewAzure(cfg Config) (*Azure, error) {
 
 // VMName is this VM's name, as Scheduled Events lists it in Resources; asked once.
 func (a *Azure) VMName(ctx context.Context) (string, error) {
-	a.mu.Lock()
-	name := a.name
-	a.mu.Unlock()
-	if name != "" {
-		return name, nil
-	}
-	req, ans, err := a.send(ctx, http.MethodGet, azureNamePath, nil)
-	if err != nil {
-		return "", fmt.Errorf("azure imds: VM name: %w", err)
-	}
-	name = strings.TrimSpace(string(ans.body))
-	if ans.status != http.StatusOK || name == "" || len(name) > 80 || strings.ContainsAny(name, " \r\n\t{}<>\"") {
-		return "", fmt.Errorf("azure imds: VM name: %w", unexpected(req, ans, "want the VM's name"))
-	}
-	a.mu.Lock()
-	a.name = name
-	a.mu.Unlock()
-	return name, nil
+	return a.name.get(ctx, "azure imds: VM name", "want the VM's name",
+		func(ctx context.Context) (*http.Request, answer, error) {
+			return a.send(ctx, http.MethodGet, azureNamePath, nil)
+		},
+		func(name string) bool {
+			return name != "" && len(name) <= 80 && !strings.ContainsAny(name, " \r\n\t{}<>\"")
+		})
 }
 
 type azureEvent struct {

@@ -30,9 +30,10 @@ const (
 type GCP struct {
 	cfg Config
 
-	mu   sync.Mutex // guards the leaf cache below, never held across a request
-	id   string
-	etag string // of instance/preempted when the last poll read FALSE; else ""
+	id identity
+
+	mu   sync.Mutex // guards etag, never held across a request
+	etag string     // of instance/preempted when the last poll read FALSE; else ""
 }
 
 // NewGCP returns the metadata-server watcher; it makes no call.
@@ -49,24 +50,9 @@ func NewGCP(cfg Config) (*GCP, error) {
 
 // InstanceID is this instance's numeric ID, asked once and then remembered.
 func (g *GCP) InstanceID(ctx context.Context) (string, error) {
-	g.mu.Lock()
-	id := g.id
-	g.mu.Unlock()
-	if id != "" {
-		return id, nil
-	}
-	req, ans, err := g.get(ctx, gcpIDPath, nil)
-	if err != nil {
-		return "", fmt.Errorf("gcp metadata: instance ID: %w", err)
-	}
-	id = strings.TrimSpace(string(ans.body))
-	if _, perr := strconv.ParseUint(id, 10, 64); ans.status != http.StatusOK || perr != nil {
-		return "", fmt.Errorf("gcp metadata: instance ID: %w", unexpected(req, ans, "want a numeric instance ID"))
-	}
-	g.mu.Lock()
-	g.id = id
-	g.mu.Unlock()
-	return id, nil
+	return g.id.get(ctx, "gcp metadata: instance ID", "want a numeric instance ID",
+		func(ctx context.Context) (*http.Request, answer, error) { return g.get(ctx, gcpIDPath, nil) },
+		func(id string) bool { _, err := strconv.ParseUint(id, 10, 64); return err == nil })
 }
 
 // Notices reads instance/maintenance-event, then instance/preempted. When neither announces

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -158,4 +159,34 @@ func bodyID(cloud, hostID, path string, body []byte) string {
 	}
 	h.Write(body)
 	return cloud + ":" + hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// identity is this host's name in its cloud (instance ID, VM name), read once from the
+// metadata service, checked, and then remembered: every watcher needs it for its notices.
+type identity struct {
+	mu sync.Mutex // never held across a request
+	v  string
+}
+
+// get returns the remembered identity, or reads it with read and keeps it when valid
+// accepts it; label and want make the errors say what was asked and what was expected.
+func (c *identity) get(ctx context.Context, label, want string, read func(context.Context) (*http.Request, answer, error), valid func(string) bool) (string, error) {
+	c.mu.Lock()
+	v := c.v
+	c.mu.Unlock()
+	if v != "" {
+		return v, nil
+	}
+	req, ans, err := read(ctx)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", label, err)
+	}
+	v = strings.TrimSpace(string(ans.body))
+	if ans.status != http.StatusOK || !valid(v) {
+		return "", fmt.Errorf("%s: %w", label, unexpected(req, ans, want))
+	}
+	c.mu.Lock()
+	c.v = v
+	c.mu.Unlock()
+	return v, nil
 }
