@@ -2,22 +2,12 @@ package allreduce_test
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/elasticd/elasticd/allreduce"
 )
-
-// testLogger routes a communicator's log to t.Log.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) { w.t.Helper(); w.t.Log(string(p)); return len(p), nil }
 
 // newWorld builds n communicators of one generation in this process, over loopback TCP.
 func newWorld(t testing.TB, n int, gen uint64, store allreduce.Store, tweak func(*allreduce.Config)) []*allreduce.Comm {

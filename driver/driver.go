@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/elasticd/elasticd/allreduce"
@@ -94,8 +94,7 @@ type runner struct {
 	m      *Machine
 	events chan Event
 	procs  map[rendezvous.WorkerID]*proc
-	ranks  sync.Map // WorkerID -> current rank (int), for output prefixes
-	gen    atomic.Uint64
+	ranks  sync.Map       // WorkerID -> current rank (int), for output prefixes
 	wg     sync.WaitGroup // process watchers and stoppers
 }
 
@@ -110,7 +109,7 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	d.srv = srv
-	listen := cmpOr(d.o.ListenAddr, "127.0.0.1:0")
+	listen := cmp.Or(d.o.ListenAddr, "127.0.0.1:0")
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return Result{}, fmt.Errorf("rendezvous: listen on %s: %w", listen, err)
@@ -119,7 +118,7 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		host = outboundIP()
 	}
-	adv := net.JoinHostPort(cmpOr(d.o.AdvertiseHost, host), port)
+	adv := net.JoinHostPort(cmp.Or(d.o.AdvertiseHost, host), port)
 	d.url = "http://" + adv
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	serveDone := make(chan struct{})
@@ -224,7 +223,6 @@ func (d *runner) send(ctx context.Context, ev Event) {
 func (d *runner) do(ctx context.Context, a Action) {
 	switch a := a.(type) {
 	case Publish:
-		d.gen.Store(a.Generation)
 		for id, as := range a.Plan {
 			d.ranks.Store(id, as.Rank)
 		}
@@ -354,13 +352,6 @@ func closeAll(cs []io.Closer) {
 	for _, c := range cs {
 		c.Close()
 	}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // outboundIP is this machine's first non-loopback IPv4 address, or 127.0.0.1.

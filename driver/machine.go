@@ -145,10 +145,6 @@ const (
 
 // workerInfo is what the machine knows of one worker process.
 type workerInfo struct {
-	id        rendezvous.WorkerID
-	addr      string
-	launched  time.Time
-	gen       uint64 // generation it was launched for
 	ready     uint64 // highest generation it reported READY for, plus one (0 = none)
 	exited    bool
 	succeeded bool
@@ -167,7 +163,6 @@ type Machine struct {
 	workers    map[rendezvous.WorkerID]*workerInfo // processes not yet exited
 	failed     bool                                // the reset under way was caused by a failure
 	deadline   time.Time                           // barrier / start / elastic deadline of the phase
-	since      time.Time                           // when waiting for slots began
 	regDue     map[rendezvous.WorkerID]time.Time   // workers that must register by then
 	discovered []providers.Host                    // the latest discovery result, one pseudo-host per slot
 	pending    map[string][]providers.Notice       // host ID -> notices to complete once its workers are gone
@@ -420,7 +415,7 @@ func (m *Machine) tick(now time.Time) []Action {
 	case phaseStarting, phaseWaiting:
 		n := len(m.hosts.Usable(now))
 		if n >= m.cfg.MinNP && m.phase == phaseStarting {
-			return append(acts, m.startGeneration(now)...) // -np never came: start with what there is
+			return append(acts, m.nextGeneration(now)...) // -np never came: start with what there is
 		}
 		return append(acts, m.finish(ExitFailed, fmt.Sprintf("only %d usable slots, fewer than --min-np %d, for longer than --elastic-timeout %v%s", n, m.cfg.MinNP, m.cfg.ElasticTimeout, m.lastFailureSuffix()))...)
 	}
@@ -452,7 +447,7 @@ func (m *Machine) advance(now time.Time) []Action {
 	switch m.phase {
 	case phaseStarting:
 		if len(m.hosts.Usable(now)) >= m.cfg.NP {
-			return m.startGeneration(now)
+			return m.nextGeneration(now)
 		}
 		if m.deadline.IsZero() {
 			m.deadline = now.Add(m.cfg.ElasticTimeout)
@@ -499,10 +494,6 @@ func (m *Machine) advance(now time.Time) []Action {
 	return nil
 }
 
-func (m *Machine) startGeneration(now time.Time) []Action {
-	return m.nextGeneration(now)
-}
-
 // nextGeneration plans generation gen+1 from the usable slots: survivors keep their rank
 // order (the oldest worker is rank 0, holding the newest state); new slots follow in the
 // host manager's deterministic order; at most --max-np.
@@ -510,7 +501,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 	usable := m.hosts.Usable(now)
 	if len(usable) < m.cfg.MinNP {
 		if m.phase != phaseWaiting {
-			m.phase, m.since, m.deadline = phaseWaiting, now, now.Add(m.cfg.ElasticTimeout)
+			m.phase, m.deadline = phaseWaiting, now.Add(m.cfg.ElasticTimeout)
 		}
 		return []Action{Note{"waiting for slots", []any{"usable", len(usable), "min_np", m.cfg.MinNP, "elastic_timeout", m.cfg.ElasticTimeout}}}
 	}
@@ -535,19 +526,19 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 	}
 	if len(order) < m.cfg.MinNP {
 		if m.phase != phaseWaiting {
-			m.phase, m.since, m.deadline = phaseWaiting, now, now.Add(m.cfg.ElasticTimeout)
+			m.phase, m.deadline = phaseWaiting, now.Add(m.cfg.ElasticTimeout)
 		}
 		return nil
 	}
 	m.gen++
 	m.order = order
 	m.plan = assign(order, addrOf, m.gen)
-	m.phase, m.failed, m.deadline, m.since = phaseRunning, false, time.Time{}, time.Time{}
+	m.phase, m.failed, m.deadline = phaseRunning, false, time.Time{}
 	acts := []Action{Publish{Generation: m.gen, Plan: m.plan}}
 	master := addrOf[order[0]]
 	for _, id := range order {
 		if w := m.workers[id]; w == nil || w.exited {
-			m.workers[id] = &workerInfo{id: id, addr: addrOf[id], launched: now, gen: m.gen}
+			m.workers[id] = &workerInfo{}
 			m.regDue[id] = now.Add(m.cfg.StartTimeout)
 			acts = append(acts, Launch{Worker: id, Addr: addrOf[id], Generation: m.gen, Assignment: m.plan[id], MasterAddr: master})
 		}

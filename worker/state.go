@@ -27,9 +27,8 @@ type State struct {
 
 type entry struct {
 	name  string
-	live  any    // []float32, []float64, []int64, or a pointer
-	saved any    // snapshot: a slice copy, or gob bytes
-	enc   []byte // scratch for Go values
+	live  any // []float32, []float64, []int64, or a pointer
+	saved any // snapshot: a slice copy, or gob bytes
 }
 
 // NewState returns an empty state for w. Register what it holds, in the same order on every

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -265,7 +266,7 @@ func runRanks(ctx context.Context, self string, o benchOptions) ([]allreduceResu
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil || perr != nil {
-				errs = append(errs, fmt.Errorf("rank %d: %w", r, cmp(err, perr)))
+				errs = append(errs, fmt.Errorf("rank %d: %w", r, cmp.Or(err, perr)))
 				cancel() // one rank failing dooms the run: stop the others now
 				return
 			}
@@ -285,13 +286,6 @@ func runRanks(ctx context.Context, self string, o benchOptions) ([]allreduceResu
 		return nil, fmt.Errorf("allreduce benchmark: rank 0 reported %d results for %d sizes", len(results), len(o.sizes))
 	}
 	return results, nil
-}
-
-func cmp(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 func printTable(w io.Writer, np int, m machine, results []allreduceResult) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"os"
@@ -101,12 +102,12 @@ func buildProvider(c *cli.Context, localSlots int, log *slog.Logger) (providers.
 	}
 	switch name {
 	case "local":
-		return providers.NewLocal(cmpInt(slots, localSlots)), nil
+		return providers.NewLocal(cmp.Or(slots, localSlots)), nil
 	case "fixed":
 		if !c.IsSet("hosts") {
 			return nil, usageError("hosts", "--provider fixed needs -H host[:slots],...")
 		}
-		hs, err := providers.ParseHosts(c.String("hosts"), cmpInt(slots, 1))
+		hs, err := providers.ParseHosts(c.String("hosts"), cmp.Or(slots, 1))
 		if err != nil {
 			return nil, usageError("hosts", "%v", err)
 		}
@@ -119,7 +120,7 @@ func buildProvider(c *cli.Context, localSlots int, log *slog.Logger) (providers.
 		if st, err := os.Stat(path); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
 			return nil, usageError("host-discovery-script", "%q is not an executable file", path)
 		}
-		return providers.NewScript(path, cmpInt(slots, 1), c.Duration("discovery-timeout")), nil
+		return providers.NewScript(path, cmp.Or(slots, 1), c.Duration("discovery-timeout")), nil
 	}
 	build, ok := cloudProviders[name]
 	if !ok {

@@ -136,13 +136,6 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 	return o, nil
 }
 
-func cmpInt(a, b int) int {
-	if a != 0 {
-		return a
-	}
-	return b
-}
-
 // parseCooldown reads "MIN,MAX" (or "MIN MAX"); bare numbers are seconds, as in horovodrun.
 func parseCooldown(s string) (time.Duration, time.Duration, error) {
 	f := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })

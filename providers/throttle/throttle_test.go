@@ -65,7 +65,7 @@ func deadline(t *testing.T, c *clock, d time.Duration) context.Context {
 	return ctx
 }
 
-var boom = errors.New("HTTP 429")
+var errBoom = errors.New("HTTP 429")
 
 // The backoff doubles per throttle from Base to Max and stays there however long the
 // throttling lasts (seeds/001: no counter that grows without bound); each success takes one
@@ -75,28 +75,28 @@ func TestBackoffIsBoundedAndDecays(t *testing.T) {
 	const ep = "instances.list"
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
 	for i, w := range want {
-		if got := g.Throttled(ep, -1, boom); got != w {
+		if got := g.Throttled(ep, -1, errBoom); got != w {
 			t.Fatalf("throttle %d: wait %v; want %v", i+1, got, w)
 		}
 	}
 	for range 10_000 {
-		if got := g.Throttled(ep, -1, boom); got != throttle.DefaultMax {
+		if got := g.Throttled(ep, -1, errBoom); got != throttle.DefaultMax {
 			t.Fatalf("wait %v after many throttles; want the cap %v", got, throttle.DefaultMax)
 		}
 	}
 	g.Succeeded(ep)
-	if got := g.Throttled(ep, -1, boom); got != 16*time.Second {
+	if got := g.Throttled(ep, -1, errBoom); got != 16*time.Second {
 		t.Errorf("throttle after one success: wait %v; want a step down, 16s", got)
 	}
 	for range 100 { // many more than the steps up: the level stops at zero
 		g.Succeeded(ep)
 	}
-	if got := g.Throttled(ep, -1, boom); got != throttle.DefaultBase {
+	if got := g.Throttled(ep, -1, errBoom); got != throttle.DefaultBase {
 		t.Errorf("throttle after recovering: wait %v; want %v again", got, throttle.DefaultBase)
 	}
-	g.Throttled(ep, -1, boom) // 2s
+	g.Throttled(ep, -1, errBoom) // 2s
 	g.Succeeded(ep)
-	if got := g.Throttled(ep, -1, boom); got != 2*time.Second {
+	if got := g.Throttled(ep, -1, errBoom); got != 2*time.Second {
 		t.Errorf("throttle, throttle, success, throttle: wait %v; want 2s (one step forgiven)", got)
 	}
 }
@@ -111,7 +111,7 @@ func TestRetryAfterIsHonouredAndCapped(t *testing.T) {
 		{100 * time.Millisecond, 100 * time.Millisecond}, // not raised to the backoff
 		{time.Hour, throttle.DefaultMaxRetryAfter},
 	} {
-		if got := g.Throttled(ep, tc.said, boom); got != tc.want || !g.Until(ep).Equal(c.Now().Add(tc.want)) {
+		if got := g.Throttled(ep, tc.said, errBoom); got != tc.want || !g.Until(ep).Equal(c.Now().Add(tc.want)) {
 			t.Errorf("Retry-After %v: wait %v until %v; want %v", tc.said, got, g.Until(ep).Sub(c.Now()), tc.want)
 		}
 	}
@@ -121,11 +121,11 @@ func TestConfigOverrides(t *testing.T) {
 	// A cap below Base (IBM's MaxBackoff in its tests) bounds every wait, a Retry-After too.
 	g := throttle.New(throttle.Config{Max: 20 * time.Millisecond, MaxRetryAfter: 20 * time.Millisecond})
 	for i := range 5 {
-		if got := g.Throttled("a", -1, boom); got != 20*time.Millisecond {
+		if got := g.Throttled("a", -1, errBoom); got != 20*time.Millisecond {
 			t.Errorf("throttle %d: wait %v; want the cap 20ms", i+1, got)
 		}
 	}
-	if got := g.Throttled("a", time.Hour, boom); got != 20*time.Millisecond {
+	if got := g.Throttled("a", time.Hour, errBoom); got != 20*time.Millisecond {
 		t.Errorf("Retry-After 1h: wait %v; want the cap 20ms", got)
 	}
 }
@@ -134,13 +134,13 @@ func TestJitter(t *testing.T) {
 	g := throttle.New(throttle.Config{Jitter: true})
 	backoff := time.Second
 	for i := range 50 {
-		got := g.Throttled("sqs", -1, boom)
+		got := g.Throttled("sqs", -1, errBoom)
 		if got < backoff/2 || got > backoff {
 			t.Fatalf("throttle %d: wait %v; want within [%v, %v]", i+1, got, backoff/2, backoff)
 		}
 		backoff = min(2*backoff, throttle.DefaultMax)
 	}
-	if got := g.Throttled("sqs", 3*time.Second, boom); got != 3*time.Second {
+	if got := g.Throttled("sqs", 3*time.Second, errBoom); got != 3*time.Second {
 		t.Errorf("Retry-After 3s with jitter: wait %v; want exactly 3s", got)
 	}
 }
@@ -149,12 +149,12 @@ func TestJitter(t *testing.T) {
 func TestGatesArePerEndpoint(t *testing.T) {
 	c := newClock()
 	g := newGates(c, throttle.Config{})
-	g.Throttled("nics", 5*time.Second, boom)
-	g.Throttled("nics", -1, boom)
+	g.Throttled("nics", 5*time.Second, errBoom)
+	g.Throttled("nics", -1, errBoom)
 	if err := g.Open("vms"); err != nil {
 		t.Errorf("vms: %v; want open", err)
 	}
-	if got := g.Throttled("vms", -1, boom); got != time.Second {
+	if got := g.Throttled("vms", -1, errBoom); got != time.Second {
 		t.Errorf("first throttle of vms: wait %v; want 1s, whatever nics did", got)
 	}
 	err := g.Open("nics")
@@ -171,7 +171,7 @@ func TestWait(t *testing.T) {
 		if err := g.Wait(deadline(t, c, time.Second), ep); err != nil {
 			t.Fatal(err)
 		}
-		g.Throttled(ep, 2*time.Second, boom)
+		g.Throttled(ep, 2*time.Second, errBoom)
 		g.Succeeded(ep)
 		if err := g.Wait(deadline(t, c, time.Second), ep); err != nil || len(c.waited()) != 0 {
 			t.Errorf("after a success: %v, waits %v; want open at once", err, c.waited())
@@ -180,7 +180,7 @@ func TestWait(t *testing.T) {
 	t.Run("a rest that fits is waited out", func(t *testing.T) {
 		c := newClock()
 		g := newGates(c, throttle.Config{})
-		g.Throttled(ep, 2*time.Second, boom)
+		g.Throttled(ep, 2*time.Second, errBoom)
 		c.advance(500 * time.Millisecond)
 		if err := g.Wait(deadline(t, c, 10*time.Second), ep); err != nil {
 			t.Fatal(err)
@@ -192,7 +192,7 @@ func TestWait(t *testing.T) {
 			t.Errorf("after the rest: %v", err)
 		}
 		// No deadline at all: bounded by MaxWait only.
-		g.Throttled(ep, 3*time.Second, boom)
+		g.Throttled(ep, 3*time.Second, errBoom)
 		if err := g.Wait(t.Context(), ep); err != nil {
 			t.Errorf("no deadline: %v", err)
 		}
@@ -200,11 +200,11 @@ func TestWait(t *testing.T) {
 	t.Run("a rest past the deadline fails at once", func(t *testing.T) {
 		c := newClock()
 		g := newGates(c, throttle.Config{})
-		g.Throttled(ep, 2*time.Second, boom)
+		g.Throttled(ep, 2*time.Second, errBoom)
 		for _, d := range []time.Duration{500 * time.Millisecond, 2 * time.Second, 2*time.Second + throttle.DefaultMargin - time.Millisecond} {
 			err := g.Wait(deadline(t, c, d), ep)
 			var te *throttle.Error
-			if !errors.As(err, &te) || !errors.Is(err, throttle.ErrThrottled) || !errors.Is(err, boom) {
+			if !errors.As(err, &te) || !errors.Is(err, throttle.ErrThrottled) || !errors.Is(err, errBoom) {
 				t.Fatalf("deadline in %v: %v; want an *Error that is ErrThrottled and wraps the cause", d, err)
 			}
 			if te.Endpoint != ep || te.Wait != 2*time.Second || !te.Until.Equal(c.Now().Add(2*time.Second)) {
@@ -226,7 +226,7 @@ func TestWait(t *testing.T) {
 	t.Run("a rest past MaxWait fails at once", func(t *testing.T) {
 		c := newClock()
 		g := newGates(c, throttle.Config{})
-		g.Throttled(ep, throttle.DefaultMaxWait+time.Second, boom)
+		g.Throttled(ep, throttle.DefaultMaxWait+time.Second, errBoom)
 		if err := g.Wait(deadline(t, c, time.Minute), ep); !errors.Is(err, throttle.ErrThrottled) {
 			t.Errorf("%v; want ErrThrottled", err)
 		}
@@ -238,7 +238,7 @@ func TestWait(t *testing.T) {
 		c := newClock()
 		c.hang = true
 		g := newGates(c, throttle.Config{})
-		g.Throttled(ep, time.Second, boom)
+		g.Throttled(ep, time.Second, errBoom)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- g.Wait(ctx, ep) }()
@@ -259,7 +259,7 @@ func TestWait(t *testing.T) {
 func TestOpenAndReady(t *testing.T) {
 	c := newClock()
 	g := newGates(c, throttle.Config{})
-	g.Throttled("vms", time.Second, boom)
+	g.Throttled("vms", time.Second, errBoom)
 	if err := g.Ready(deadline(t, c, 5*time.Second), "vms"); err != nil {
 		t.Errorf("Ready with time to wait: %v", err)
 	}
@@ -285,7 +285,7 @@ func TestConcurrentUse(t *testing.T) {
 		wg.Go(func() {
 			ep := []string{"a", "b"}[i%2]
 			for range 200 {
-				g.Throttled(ep, -1, boom)
+				g.Throttled(ep, -1, errBoom)
 				_ = g.Wait(t.Context(), ep)
 				g.Succeeded(ep)
 			}
