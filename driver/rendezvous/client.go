@@ -258,13 +258,7 @@ func (c *Client) once(ctx context.Context, method, target string, body []byte, w
 	if err != nil {
 		return 0, nil, err
 	}
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	nonce := randomHex()
-	bh := bodyHash(body)
-	req.Header.Set(HeaderTimestamp, ts)
-	req.Header.Set(HeaderNonce, nonce)
-	req.Header.Set(HeaderBodyHash, bh)
-	req.Header.Set(HeaderSignature, hex.EncodeToString(signature(c.key, method, req.URL.RequestURI(), ts, nonce, bh)))
+	signRequest(c.key, req, body)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/octet-stream")
 		if method == http.MethodPost {

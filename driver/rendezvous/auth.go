@@ -1,0 +1,112 @@
+package rendezvous
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// HeaderAnswerSignature carries an answer's signature in protocols that sign answers (Auth).
+const HeaderAnswerSignature = "X-Elasticd-Answer-Signature"
+
+const answerScheme = "ELASTICD-HMAC-SHA256-ANSWER"
+
+// Auth is the rendezvous signing scheme (docs/protocol.md §2) keyed for another protocol that
+// shares the driver's listener, such as the agents' (driver/agents). Requests are signed and
+// checked exactly as rendezvous requests are. Answers are signed too, bound to the nonce of
+// the request they answer, because an agent runs what the answers tell it to: a forged or
+// replayed answer must not start a process. Its methods are safe for concurrent use.
+type Auth struct {
+	key    []byte
+	window time.Duration
+	nonces *nonceCache
+}
+
+// NewAuth returns an Auth for protocol label (which keeps one protocol's MAC from standing
+// for another's) keyed by secret, at least 16 bytes. Requests stamped outside now±window are
+// refused (0: 60 s).
+func NewAuth(secret []byte, label string, window time.Duration) (*Auth, error) {
+	if len(secret) < 16 {
+		return nil, fmt.Errorf("secret of %d bytes: must be at least 16", len(secret))
+	}
+	if window <= 0 {
+		window = defaultReplayWindow
+	}
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(label))
+	return &Auth{key: m.Sum(nil), window: window, nonces: newNonceCache(2*window, time.Now())}, nil
+}
+
+// Sign adds the signature headers for body to req and returns the request's nonce, which
+// VerifyAnswer needs.
+func (a *Auth) Sign(req *http.Request, body []byte) string {
+	return signRequest(a.key, req, body)
+}
+
+// signRequest stamps req with a timestamp, a fresh nonce and the body's hash, signs them with
+// key, and returns the nonce.
+func signRequest(key []byte, req *http.Request, body []byte) string {
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	nonce := randomHex()
+	bh := bodyHash(body)
+	req.Header.Set(HeaderTimestamp, ts)
+	req.Header.Set(HeaderNonce, nonce)
+	req.Header.Set(HeaderBodyHash, bh)
+	req.Header.Set(HeaderSignature, hex.EncodeToString(signature(key, req.Method, req.URL.RequestURI(), ts, nonce, bh)))
+	return nonce
+}
+
+// Verify checks a received request: signature, timestamp, nonce (each used once) and that
+// body is what was signed. It returns the request's nonce for SignAnswer. An error's text is
+// a one-line reason fit for a 401 answer; it reveals nothing about the key.
+func (a *Auth) Verify(r *http.Request, body []byte, now time.Time) (string, error) {
+	nonce, err := checkSignature(a.key, r.Method, r.RequestURI, r.Header.Get, now, a.window)
+	if err != nil {
+		return "", err
+	}
+	if !strings.EqualFold(bodyHash(body), r.Header.Get(HeaderBodyHash)) {
+		return "", errBodyHash
+	}
+	if !a.nonces.add(nonce, now) {
+		return "", authError("replayed request: nonce already used")
+	}
+	return hex.EncodeToString(nonce[:]), nil
+}
+
+// SignAnswer sets the signature of an answer with status and body to the request whose nonce
+// Verify returned. Call it before WriteHeader.
+func (a *Auth) SignAnswer(h http.Header, nonce string, status int, body []byte) {
+	h.Set(HeaderAnswerSignature, hex.EncodeToString(answerSignature(a.key, nonce, status, body)))
+}
+
+// VerifyAnswer checks that an answer with status and body was signed by a holder of the key
+// for the request whose nonce Sign returned.
+func (a *Auth) VerifyAnswer(h http.Header, nonce string, status int, body []byte) error {
+	got, err := hex.DecodeString(h.Get(HeaderAnswerSignature))
+	if err != nil || len(got) != sha256.Size {
+		return errors.New("answer without a valid " + HeaderAnswerSignature + " header (not the driver, or a different --agent-secret-file?)")
+	}
+	if !hmac.Equal(got, answerSignature(a.key, nonce, status, body)) {
+		return errors.New("answer signature does not match: the answer was altered, or it comes from a driver with a different secret")
+	}
+	return nil
+}
+
+// answerSignature is HMAC-SHA256(key, scheme \n nonce \n status \n bodyHash).
+func answerSignature(key []byte, nonce string, status int, body []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(answerScheme + "\n" + nonce + "\n" + strconv.Itoa(status) + "\n" + bodyHash(body)))
+	return m.Sum(nil)
+}
+
+// IsAuthError reports whether err is a refusal of Verify (an answer of 401).
+func IsAuthError(err error) bool {
+	var ae authError
+	return errors.As(err, &ae) || errors.Is(err, errBodyHash)
+}
