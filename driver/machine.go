@@ -50,6 +50,16 @@ type NoticeReceived struct {
 	Notice providers.Notice
 }
 
+// SlotsFailed is hardware failing under some of a host's slots (an agent's GPU report: a
+// critical XID, an uncorrectable ECC error, a lost GPU). Each slot leaves the job as a failed
+// worker's does: blacklisted for a cooldown, its worker stopped, the others reset.
+type SlotsFailed struct {
+	Now    time.Time
+	Host   string // Host.ID
+	Slots  []int  // nil: every slot of the host
+	Reason string
+}
+
 // Tick is the clock reaching Machine.NextDeadline.
 type Tick struct{ Now time.Time }
 
@@ -64,6 +74,7 @@ func (e WorkerReported) at() time.Time  { return e.Now }
 func (e WorkerExited) at() time.Time    { return e.Now }
 func (e Tick) at() time.Time            { return e.Now }
 func (e NoticeReceived) at() time.Time  { return e.Now }
+func (e SlotsFailed) at() time.Time     { return e.Now }
 func (e Interrupted) at() time.Time     { return e.Now }
 
 // Action is something the driver must do.
@@ -251,6 +262,8 @@ func (m *Machine) Step(ev Event) []Action {
 		return m.finish(ExitInterrupted, "interrupted: "+e.Reason)
 	case NoticeReceived:
 		acts = m.notice(now, e.Notice)
+	case SlotsFailed:
+		acts = m.slotsFailed(now, e)
 	case Tick:
 		acts = m.tick(now)
 	}
@@ -361,6 +374,37 @@ func (m *Machine) notice(now time.Time, n providers.Notice) []Action {
 		acts = append(acts, NotifyHosts{}, Note{"moving off the host before the cloud takes it; workers will reset at their next step", []any{"host", n.HostID}})
 	}
 	return append(acts, m.completeNotices()...)
+}
+
+// slotsFailed takes the failed slots out of the job as failures.
+func (m *Machine) slotsFailed(now time.Time, e SlotsFailed) []Action {
+	var ids []rendezvous.WorkerID
+	if e.Slots == nil {
+		for _, h := range m.discovered {
+			if id := slotWorker(h); id.Host == e.Host {
+				ids = append(ids, id)
+			}
+		}
+		for id := range m.workers {
+			if id.Host == e.Host && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		slices.SortFunc(ids, func(a, b rendezvous.WorkerID) int { return a.Slot - b.Slot })
+	} else {
+		for _, s := range e.Slots {
+			ids = append(ids, rendezvous.WorkerID{Host: e.Host, Slot: s})
+		}
+	}
+	acts := []Action{Note{"hardware fault: its slots leave the job as failed", []any{"host", e.Host, "slots", len(ids), "reason", e.Reason}}}
+	for _, id := range ids {
+		if w := m.workers[id]; w != nil && !w.exited && !w.stopping {
+			acts = append(acts, m.failWorker(now, id, e.Reason)...)
+		} else {
+			m.hosts.Blacklist(now, id.String())
+		}
+	}
+	return acts
 }
 
 // completeNotices completes the notices of hosts that have no worker left.

@@ -418,3 +418,55 @@ func TestLeavingHostFromDiscovery(t *testing.T) {
 	}
 	s.expectPlan(s.ready(1, "h0", "h1"), 2, "h0")
 }
+
+// A GPU fault under a worker's slot fails that worker: it is stopped, its slot blacklisted,
+// and the others reset as after a failure; a fault under a spare slot only keeps it out.
+func TestGPUFaultFailsTheSlot(t *testing.T) {
+	s := newSim(t, Config{NP: 2, MinNP: 1, MaxNP: 2, CooldownMin: time.Minute})
+	acts := s.m.Step(HostsDiscovered{Now: s.now, Hosts: []providers.Host{{ID: "g", Addr: "127.0.0.1", Slots: 3}}})
+	_, order := plan(acts)
+	if len(order) != 2 {
+		t.Fatalf("plan %v, want two slots of g", order)
+	}
+	s.m.Step(WorkerReported{Now: s.now, Worker: rendezvous.WorkerID{Host: "g", Slot: 0}, Generation: 0, State: rendezvous.Ready})
+	s.m.Step(WorkerReported{Now: s.now, Worker: rendezvous.WorkerID{Host: "g", Slot: 1}, Generation: 0, State: rendezvous.Ready})
+
+	acts = s.m.Step(SlotsFailed{Now: s.now, Host: "g", Slots: []int{1}, Reason: "XID 79"})
+	var stops []rendezvous.WorkerID
+	for _, a := range acts {
+		if st, ok := a.(Stop); ok {
+			stops = append(stops, st.Worker)
+		}
+	}
+	if !slices.Equal(stops, []rendezvous.WorkerID{{Host: "g", Slot: 1}}) || !has[Abandon](acts) {
+		t.Fatalf("fault under slot 1: %v, want its worker stopped and the generation abandoned", acts)
+	}
+	// The survivor reaches the barrier: the spare slot 2 replaces 1.
+	acts = s.m.Step(WorkerReported{Now: s.now, Worker: rendezvous.WorkerID{Host: "g", Slot: 0}, Generation: 1, State: rendezvous.Ready})
+	var p *Publish
+	for _, a := range acts {
+		if pp, ok := a.(Publish); ok {
+			p = &pp
+		}
+	}
+	if p == nil {
+		t.Fatalf("no new generation after the faulty slot's worker exited: %v", acts)
+	}
+	if _, ok := p.Plan[rendezvous.WorkerID{Host: "g", Slot: 1}]; ok || len(p.Plan) != 2 {
+		t.Fatalf("generation 2 plan %v: want slots 0 and 2, not the faulty 1", p.Plan)
+	}
+	if s.m.FailureResets != 1 {
+		t.Fatalf("failure resets %d, want 1: a GPU fault is a failure", s.m.FailureResets)
+	}
+	// A fault on the whole host fails every slot: with no slot left, the job fails.
+	acts = s.m.Step(SlotsFailed{Now: s.now, Host: "g", Reason: "GPU lost"})
+	var failed []int
+	for _, a := range acts {
+		if st, ok := a.(Stop); ok && st.Reason == "GPU lost" {
+			failed = append(failed, st.Worker.Slot)
+		}
+	}
+	if f := finish(acts); !slices.Equal(failed, []int{0, 2}) || f == nil || f.Code != ExitFailed {
+		t.Fatalf("whole-host fault: stopped slots %v, finish %+v; want slots [0 2] and a failed job: %v", failed, f, acts)
+	}
+}
