@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/allreduce"
+	"github.com/elasticd/elasticd/driver/agents"
 	"github.com/elasticd/elasticd/driver/discovery"
 	"github.com/elasticd/elasticd/driver/launch"
 	"github.com/elasticd/elasticd/driver/rendezvous"
@@ -43,6 +44,15 @@ type Options struct {
 	AdvertiseHost     string        // host workers use to reach the rendezvous; default the listener's, or this machine's first non-loopback IPv4 address when it listens on all interfaces
 	CommTimeout       time.Duration // workers' allreduce timeout; default 30s
 	Logger            *slog.Logger
+	// Agents, when set, serves the agents' protocol on the rendezvous listener, and the
+	// notices and GPU faults its agents report reach the job. The caller wraps Provider and
+	// sets Launcher with it (Registry.Wrap, Registry.Launcher); Run closes it at the end.
+	Agents *agents.Registry
+	// JobID and Secret are the job's ID and secret; empty: random. With agents they are
+	// derived from the agent secret (agents.JobSecret), so that agents know the secret
+	// without it crossing the network.
+	JobID  string
+	Secret []byte
 }
 
 // Result is how a job ended.
@@ -77,10 +87,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Stderr == nil {
 		o.Stderr = io.Discard
 	}
-	secret := make([]byte, 32)
-	rand.Read(secret)
+	secret := o.Secret
+	if secret == nil {
+		secret = make([]byte, 32)
+		rand.Read(secret)
+	}
 	d := &runner{o: o, log: o.Logger, secret: secret, procs: map[rendezvous.WorkerID]*proc{}, events: make(chan Event, 256)}
-	d.jobID = hex.EncodeToString(secret[:4])
+	d.jobID = cmp.Or(o.JobID, hex.EncodeToString(secret[:4]))
 	return d.run(ctx)
 }
 
@@ -116,11 +129,22 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	}
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		host = outboundIP()
+		host = OutboundIP()
 	}
 	adv := net.JoinHostPort(cmp.Or(d.o.AdvertiseHost, host), port)
 	d.url = "http://" + adv
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	var handler http.Handler = srv
+	var agentNotices <-chan providers.Notice
+	var agentFaults <-chan agents.Fault
+	if d.o.Agents != nil {
+		mux := http.NewServeMux()
+		mux.Handle(agents.PathPrefix, d.o.Agents)
+		mux.Handle("/", srv)
+		handler = mux
+		agentNotices, agentFaults = d.o.Agents.Notices(), d.o.Agents.Faults()
+		defer d.o.Agents.Close()
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	serveDone := make(chan struct{})
 	go func() { defer close(serveDone); hs.Serve(ln) }()
 	d.log.Info("rendezvous listening", "addr", ln.Addr().String(), "advertised", adv)
@@ -143,6 +167,10 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 				d.send(wctx, HostsDiscovered{Now: time.Now(), Hosts: hs})
 			case n := <-noticeCh:
 				d.send(wctx, NoticeReceived{Now: time.Now(), Notice: n})
+			case n := <-agentNotices:
+				d.send(wctx, NoticeReceived{Now: time.Now(), Notice: n})
+			case f := <-agentFaults:
+				d.send(wctx, SlotsFailed{Now: time.Now(), Host: f.HostID, Slots: f.Slots, Reason: f.Reason})
 			case ev, ok := <-srv.Events():
 				if !ok {
 					return
@@ -193,6 +221,9 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	stopWatch()
 	d.drain(&bg)
 	srv.Close()
+	if d.o.Agents != nil {
+		d.o.Agents.Close() // ends the agents' long-polls, which would hold up Shutdown
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	hs.Shutdown(sctx)
 	cancel()
@@ -302,7 +333,7 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 		}
 	}
 	spec := launch.Spec{
-		Name: fmt.Sprintf("rank %d (%s)", as.Rank, a.Worker), Host: a.Addr,
+		Name: fmt.Sprintf("rank %d (%s)", as.Rank, a.Worker), Host: a.Addr, Slot: a.Worker.Slot,
 		Command: d.o.Command, Env: env, Dir: d.o.Dir, Stdout: out, Stderr: errw,
 	}
 	lp, err := d.o.Launcher.Start(ctx, spec)
@@ -315,7 +346,11 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 	}
 	p.p = lp
 	d.procs[a.Worker] = p
-	d.log.Info("launched worker", "worker", a.Worker.String(), "rank", as.Rank, "generation", a.Generation, "pid", lp.PID())
+	if pid := lp.PID(); pid != 0 {
+		d.log.Info("launched worker", "worker", a.Worker.String(), "rank", as.Rank, "generation", a.Generation, "pid", pid)
+	} else { // the agent launcher: the agent logs the PID on its host
+		d.log.Info("launched worker", "worker", a.Worker.String(), "rank", as.Rank, "generation", a.Generation, "host", a.Addr)
+	}
 	d.wg.Go(func() {
 		st, err := lp.Wait()
 		closeAll(p.outs)
@@ -354,8 +389,8 @@ func closeAll(cs []io.Closer) {
 	}
 }
 
-// outboundIP is this machine's first non-loopback IPv4 address, or 127.0.0.1.
-func outboundIP() string {
+// OutboundIP is this machine's first non-loopback IPv4 address, or 127.0.0.1.
+func OutboundIP() string {
 	addrs, err := net.InterfaceAddrs()
 	if err == nil {
 		for _, a := range addrs {

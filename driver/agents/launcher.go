@@ -1,0 +1,255 @@
+package agents
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/providers"
+)
+
+// Launcher starts workers through the agents: --launcher agent.
+func (r *Registry) Launcher() launch.Launcher { return launcher{r} }
+
+type launcher struct{ r *Registry }
+
+// Start asks the agent of s.Host to start the worker. It does not wait for the agent: a
+// process the agent cannot start exits with code 127 and the agent's reason on its stderr.
+func (l launcher) Start(ctx context.Context, s launch.Spec) (launch.Process, error) {
+	r := l.r
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", s.Name, err)
+	}
+	if len(s.Command) == 0 {
+		return nil, fmt.Errorf("start %s: empty command", s.Name)
+	}
+	env := make([]string, 0, len(s.Env))
+	for _, kv := range s.Env {
+		// The agent derives the job secret itself; it never crosses the network.
+		if !strings.HasPrefix(kv, "ELASTICD_SECRET=") {
+			env = append(env, kv)
+		}
+	}
+	r.mu.Lock()
+	sess := r.agentForLocked(s.Host)
+	if sess == nil {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("start %s: no agent is connected for host %s (is `elasticd agent --driver URL` running there, with this driver's --agent-secret-file?)", s.Name, s.Host)
+	}
+	r.nextProc++
+	p := &process{r: r, s: sess, id: r.nextProc, spec: s, done: make(chan struct{})}
+	sess.procs[p.id] = p
+	sess.queueLocked(Command{Op: OpStart, Proc: p.id, Worker: workerOf(s), Slot: s.Slot, Argv: s.Command, Env: env, Dir: s.Dir})
+	r.mu.Unlock()
+	go func() {
+		select {
+		case <-ctx.Done():
+			p.Stop(launch.DefaultGrace)
+		case <-p.done:
+		}
+	}()
+	return p, nil
+}
+
+// workerOf is the worker ID in a spec's environment, for the agent's log.
+func workerOf(s launch.Spec) string {
+	for _, kv := range s.Env {
+		if v, ok := strings.CutPrefix(kv, "ELASTICD_WORKER_ID="); ok {
+			return v
+		}
+	}
+	return s.Name
+}
+
+// agentForLocked is the live session serving host (a provider address or ID), preferring the
+// one a discovery matched.
+func (r *Registry) agentForLocked(host string) *session {
+	var best *session
+	for _, s := range r.sessions {
+		switch {
+		case s.hostAddr == host || s.hostID == host:
+			if best == nil || best.hostAddr != host || s.registered.After(best.registered) {
+				best = s
+			}
+		case best == nil && (s.info.Addr == host || s.info.HostID == host):
+			best = s
+		}
+	}
+	return best
+}
+
+// process is a worker started through an agent.
+type process struct {
+	r    *Registry
+	s    *session
+	id   uint64
+	spec launch.Spec
+	pid  atomic.Int64
+
+	done       chan struct{}
+	finishOnce sync.Once
+	status     launch.ExitStatus
+	err        error
+	stopOnce   sync.Once
+	outMu      sync.Mutex
+}
+
+// PID is the worker's process ID on its host, 0 until the agent has started it.
+func (p *process) PID() int { return int(p.pid.Load()) }
+
+func (p *process) Wait() (launch.ExitStatus, error) {
+	<-p.done
+	return p.status, p.err
+}
+
+// Stop asks the agent to stop the worker and waits until it has exited, or until the agent
+// is lost; when the agent cannot be reached, it gives up after the grace period plus a lease
+// (the agent stops its workers itself once the driver is gone).
+func (p *process) Stop(grace time.Duration) {
+	p.stopOnce.Do(func() {
+		p.r.mu.Lock()
+		if _, live := p.r.sessions[p.s.id]; live {
+			p.s.queueLocked(Command{Op: OpStop, Proc: p.id, GraceMS: grace.Milliseconds()})
+		}
+		p.r.mu.Unlock()
+	})
+	t := time.NewTimer(grace + p.r.cfg.Lease)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		p.r.log.Warn("worker did not stop in time; giving up on it", "worker", p.spec.Name, "host", p.s.hostAddr)
+	}
+}
+
+func (p *process) output(stream string, data []byte) {
+	w := p.spec.Stdout
+	if stream == "stderr" {
+		w = p.spec.Stderr
+	}
+	if w == nil {
+		return
+	}
+	p.outMu.Lock()
+	w.Write(data)
+	p.outMu.Unlock()
+}
+
+// finish records how the process ended, flushes its output and wakes Wait.
+func (p *process) finish(st launch.ExitStatus, err error) {
+	p.finishOnce.Do(func() {
+		p.outMu.Lock()
+		for _, w := range []io.Writer{p.spec.Stdout, p.spec.Stderr} {
+			if f, ok := w.(interface{ Flush() error }); ok {
+				f.Flush()
+			}
+		}
+		p.outMu.Unlock()
+		p.status, p.err = st, err
+		close(p.done)
+	})
+}
+
+// --- discovery ---
+
+// Wrap makes a provider whose hosts are inner's hosts that have a connected agent (matched by
+// host ID or address), with the agent's slot count (one per GPU, or its --slots) when it has
+// one. A nil inner offers every connected agent's host. Notices of inner pass through, and the
+// wrapper completes notices that came from agents by asking the agent (Azure: StartRequests).
+func (r *Registry) Wrap(inner providers.Provider) providers.Provider {
+	return &wrapped{r: r, inner: inner, waiting: map[string]bool{}}
+}
+
+type wrapped struct {
+	r       *Registry
+	inner   providers.Provider
+	mu      sync.Mutex
+	waiting map[string]bool // hosts already logged as having no agent
+}
+
+func (w *wrapped) Hosts(ctx context.Context) ([]providers.Host, error) {
+	r := w.r
+	if w.inner == nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		var out []providers.Host
+		for _, s := range r.sessions {
+			s.hostID, s.hostAddr = s.info.HostID, s.info.Addr
+			out = append(out, providers.Host{ID: s.hostID, Addr: s.hostAddr, Slots: s.slots(1), Launched: s.registered})
+		}
+		return out, nil
+	}
+	hs, err := w.inner.Hosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]providers.Host, 0, len(hs))
+	var missing []string
+	r.mu.Lock()
+	for _, h := range hs {
+		var match *session
+		for _, s := range r.sessions {
+			if s.info.HostID == h.ID || s.info.Addr == h.Addr {
+				if match == nil || s.registered.After(match.registered) {
+					match = s
+				}
+			}
+		}
+		if match == nil {
+			missing = append(missing, h.ID)
+			continue
+		}
+		match.hostID, match.hostAddr = h.ID, h.Addr
+		h.Slots = match.slots(h.Slots)
+		out = append(out, h)
+	}
+	r.mu.Unlock()
+	w.mu.Lock()
+	for _, id := range missing {
+		if !w.waiting[id] {
+			w.waiting[id] = true
+			r.log.Info("host has no agent connected yet; not using it", "host", id)
+		}
+	}
+	for id := range w.waiting {
+		if !slices.ContainsFunc(out, func(h providers.Host) bool { return h.ID == id }) && !slices.Contains(missing, id) {
+			delete(w.waiting, id) // gone from the provider
+		}
+	}
+	w.mu.Unlock()
+	return out, nil
+}
+
+// Notices passes inner's notices through.
+func (w *wrapped) Notices(ctx context.Context) ([]providers.Notice, error) {
+	if n, ok := w.inner.(providers.Noticer); ok {
+		return n.Notices(ctx)
+	}
+	return nil, nil
+}
+
+// CompleteNotice answers a notice: an agent's through its agent, inner's through inner.
+func (w *wrapped) CompleteNotice(ctx context.Context, n providers.Notice) error {
+	if id, ok := strings.CutPrefix(n.ID, "agent:"); ok {
+		r := w.r
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, s := range r.sessions {
+			if s.info.AgentID == n.Token {
+				s.queueLocked(Command{Op: OpCompleteNotice, Notice: id})
+				return nil
+			}
+		}
+		return fmt.Errorf("the agent of host %s is no longer connected", n.HostID)
+	}
+	if c, ok := w.inner.(providers.NoticeCompleter); ok {
+		return c.CompleteNotice(ctx, n)
+	}
+	return nil
+}

@@ -1,0 +1,593 @@
+package agents
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/providers"
+)
+
+// Config configures a Registry. Zero values take the defaults.
+type Config struct {
+	// Secret is the agent secret shared by the driver and every agent (--agent-secret-file),
+	// at least MinSecret bytes.
+	Secret []byte
+	// JobID names the job; with Secret it gives the job secret (JobSecret).
+	JobID string
+	// PollWait is how long a commands long-poll is held (default 10s).
+	PollWait time.Duration
+	// Lease is how long an agent may go unheard before it counts as lost, its processes as
+	// failed and its host as gone (default 30s).
+	Lease time.Duration
+	// MaxBody bounds a request body (default 8 MiB: an events batch carries output).
+	MaxBody int64
+	// Logger receives the registry's log; nil discards it.
+	Logger *slog.Logger
+}
+
+const (
+	defaultPollWait = 10 * time.Second
+	defaultLease    = 30 * time.Second
+	defaultMaxBody  = 8 << 20
+	// queueLen bounds the notices and faults not yet read by the driver; beyond it an events
+	// request gets 503 and the agent sends them again.
+	queueLen = 1024
+	// maxSeen bounds the remembered notice IDs.
+	maxSeen = 4096
+)
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case len(c.Secret) < MinSecret:
+		return fmt.Errorf("agent secret of %d bytes: must be at least %d", len(c.Secret), MinSecret)
+	case c.JobID == "":
+		return errors.New("agents: no job ID")
+	case c.PollWait < 0 || c.Lease < 0 || c.MaxBody < 0:
+		return errors.New("agents: PollWait, Lease and MaxBody must not be negative")
+	case c.Lease > 0 && c.Lease <= cmp.Or(c.PollWait, defaultPollWait):
+		return fmt.Errorf("agents: Lease %v must be longer than PollWait %v", c.Lease, cmp.Or(c.PollWait, defaultPollWait))
+	}
+	return nil
+}
+
+// Fault is a GPU failure reported by an agent: the driver takes the slots out of the job and
+// blacklists them as it does a failed worker's.
+type Fault struct {
+	HostID string // as the provider knows the host
+	// Slots are the host's slots that use the GPU; nil means the whole host (NVML did not say
+	// which GPU, or slots do not map onto GPUs).
+	Slots  []int
+	Reason string
+}
+
+// Registry is the driver's side of the agents' protocol, an http.Handler for PathPrefix. Its
+// methods are safe for concurrent use.
+type Registry struct {
+	cfg  Config
+	auth *rendezvous.Auth
+	log  *slog.Logger
+
+	notices chan providers.Notice
+	faults  chan Fault
+	closing chan struct{}
+	closed  sync.Once
+	janitor sync.WaitGroup
+
+	mu       sync.Mutex
+	sessions map[string]*session // live sessions by ID
+	seen     map[string]time.Time
+	nextProc uint64
+}
+
+// session is one registration of one agent process.
+type session struct {
+	id         string
+	info       RegisterRequest
+	registered time.Time
+	lastSeen   time.Time
+	polling    int
+	lostCh     chan struct{} // closed when the session is lost
+	cmds       []Command     // queued and not yet acknowledged
+	nextCmd    uint64
+	cmdCh      chan struct{} // closed and replaced when a command is queued
+	lastEvent  uint64
+	procs      map[uint64]*process
+	// hostID and hostAddr are the provider's host this agent serves (see Wrap); the agent's
+	// own until a discovery matches it.
+	hostID, hostAddr string
+	evMu             sync.Mutex // one events request of a session at a time, so output stays in order
+}
+
+// New returns a registry; Close stops it.
+func New(cfg Config) (*Registry, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.PollWait = cmp.Or(cfg.PollWait, defaultPollWait)
+	cfg.Lease = cmp.Or(cfg.Lease, defaultLease)
+	cfg.MaxBody = cmp.Or(cfg.MaxBody, defaultMaxBody)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	auth, err := rendezvous.NewAuth(cfg.Secret, AuthLabel, 0)
+	if err != nil {
+		return nil, fmt.Errorf("agent secret: %w", err)
+	}
+	r := &Registry{
+		cfg: cfg, auth: auth, log: cfg.Logger,
+		notices:  make(chan providers.Notice, queueLen),
+		faults:   make(chan Fault, queueLen),
+		closing:  make(chan struct{}),
+		sessions: map[string]*session{},
+		seen:     map[string]time.Time{},
+	}
+	r.janitor.Go(r.expire)
+	return r, nil
+}
+
+// Notices delivers the interruption notices agents see on their hosts, each once, with
+// HostID as the provider knows the host.
+func (r *Registry) Notices() <-chan providers.Notice { return r.notices }
+
+// Faults delivers the GPU failures agents report.
+func (r *Registry) Faults() <-chan Fault { return r.faults }
+
+// Close ends every long-poll (503), refuses later requests the same way, and fails the
+// processes still known (their agents will stop them when they find the driver gone).
+func (r *Registry) Close() {
+	r.closed.Do(func() {
+		close(r.closing)
+		r.janitor.Wait()
+		r.mu.Lock()
+		for _, s := range r.sessions {
+			r.loseLocked(s, "the driver is shutting down")
+		}
+		r.mu.Unlock()
+	})
+}
+
+func (r *Registry) isClosing() bool {
+	select {
+	case <-r.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// AgentInfo describes a connected agent.
+type AgentInfo struct {
+	Session    string
+	HostID     string // the provider's ID for the host, or the agent's own
+	Addr       string
+	Slots      int // 0 when the provider decides
+	GPUs       []GPU
+	Metadata   string
+	Registered time.Time
+	LastSeen   time.Time
+	Processes  int
+}
+
+// Agents lists the connected agents, ordered by host ID.
+func (r *Registry) Agents() []AgentInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]AgentInfo, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		out = append(out, AgentInfo{
+			Session: s.id, HostID: s.hostID, Addr: s.hostAddr, Slots: s.slots(0),
+			GPUs: slices.Clone(s.info.GPUs), Metadata: s.info.Metadata,
+			Registered: s.registered, LastSeen: s.lastSeen, Processes: len(s.procs),
+		})
+	}
+	slices.SortFunc(out, func(a, b AgentInfo) int { return strings.Compare(a.HostID, b.HostID) })
+	return out
+}
+
+// slots is the agent's slot count: its --slots, else one per GPU, else fallback.
+func (s *session) slots(fallback int) int {
+	if s.info.Slots > 0 {
+		return s.info.Slots
+	}
+	if len(s.info.GPUs) > 0 {
+		return len(s.info.GPUs)
+	}
+	return fallback
+}
+
+// expire counts agents lost when they have not been heard from for a lease.
+func (r *Registry) expire() {
+	t := time.NewTicker(min(r.cfg.Lease/4, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-r.closing:
+			return
+		case now := <-t.C:
+			r.mu.Lock()
+			for _, s := range r.sessions {
+				if s.polling == 0 && now.Sub(s.lastSeen) > r.cfg.Lease {
+					r.loseLocked(s, fmt.Sprintf("no word from the agent for %v", r.cfg.Lease))
+				}
+			}
+			r.mu.Unlock()
+		}
+	}
+}
+
+// loseLocked ends a session: its processes fail, its host is no longer offered, and a later
+// request of the agent gets 404 so that it registers again.
+func (r *Registry) loseLocked(s *session, why string) {
+	if _, ok := r.sessions[s.id]; !ok {
+		return
+	}
+	delete(r.sessions, s.id)
+	close(s.lostCh)
+	level := slog.LevelWarn
+	if r.isClosing() {
+		level = slog.LevelInfo
+	}
+	r.log.Log(context.Background(), level, "agent session ended", "host", s.hostID, "addr", s.hostAddr, "session", s.id, "reason", why, "processes", len(s.procs))
+	for _, p := range s.procs {
+		p.finish(launch.ExitStatus{Code: -1}, fmt.Errorf("agent on %s lost: %s", s.hostAddr, why))
+	}
+	s.procs = nil
+}
+
+// --- HTTP ---
+
+// ServeHTTP authenticates and routes a request under PathPrefix.
+func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	now := time.Now()
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.cfg.MaxBody))
+	if err != nil {
+		w.Header().Set("Connection", "close")
+		http.Error(w, fmt.Sprintf("read request body (limit %d bytes): %v", r.cfg.MaxBody, err), http.StatusRequestEntityTooLarge)
+		return
+	}
+	nonce, err := r.auth.Verify(req, body, now)
+	if err != nil {
+		r.log.Warn("agent request refused", "remote", req.RemoteAddr, "method", req.Method, "path", req.URL.Path, "reason", err.Error())
+		w.Header().Set("Connection", "close")
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	a := answer{w: w, auth: r.auth, nonce: nonce}
+	if r.isClosing() {
+		a.error(http.StatusServiceUnavailable, "driver shutting down")
+		return
+	}
+	rest := strings.TrimPrefix(req.URL.Path, PathPrefix)
+	switch {
+	case req.URL.Path == PathRegister && req.Method == http.MethodPost:
+		r.register(a, req, body, now)
+	case strings.HasSuffix(rest, "/commands") && req.Method == http.MethodGet:
+		r.commands(a, req, strings.TrimSuffix(rest, "/commands"))
+	case strings.HasSuffix(rest, "/events") && req.Method == http.MethodPost:
+		r.events(a, body, strings.TrimSuffix(rest, "/events"))
+	default:
+		a.error(http.StatusNotFound, fmt.Sprintf("no %s %s in the agents' protocol", req.Method, req.URL.Path))
+	}
+}
+
+// answer writes signed answers to one authenticated request.
+type answer struct {
+	w     http.ResponseWriter
+	auth  *rendezvous.Auth
+	nonce string
+}
+
+func (a answer) write(status int, body []byte) {
+	a.auth.SignAnswer(a.w.Header(), a.nonce, status, body)
+	if len(body) > 0 {
+		a.w.Header().Set("Content-Type", "application/json")
+	}
+	a.w.WriteHeader(status)
+	a.w.Write(body)
+}
+
+func (a answer) json(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		a.error(http.StatusInternalServerError, err.Error())
+		return
+	}
+	a.write(http.StatusOK, b)
+}
+
+func (a answer) error(status int, msg string) {
+	a.write(status, []byte(strings.ReplaceAll(msg, "\n", " ")+"\n"))
+}
+
+func decode(a answer, body []byte, v any) bool {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		a.error(http.StatusBadRequest, "malformed JSON body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func (r *Registry) register(a answer, req *http.Request, body []byte, now time.Time) {
+	var in RegisterRequest
+	if !decode(a, body, &in) {
+		return
+	}
+	switch {
+	case in.AgentID == "" || len(in.AgentID) > 64:
+		a.error(http.StatusBadRequest, `"agent_id" must be 1 to 64 characters`)
+		return
+	case in.HostID == "" || in.Addr == "":
+		a.error(http.StatusBadRequest, `"host_id" and "addr" are required`)
+		return
+	case in.Slots < 0 || in.Slots > 4096:
+		a.error(http.StatusBadRequest, fmt.Sprintf(`"slots" %d: must be in [0, 4096]`, in.Slots))
+		return
+	case len(in.GPUs) > 4096:
+		a.error(http.StatusBadRequest, fmt.Sprintf("%d GPUs: at most 4096", len(in.GPUs)))
+		return
+	}
+	s := &session{
+		id: randomID(), info: in, registered: now, lastSeen: now,
+		lostCh: make(chan struct{}), cmdCh: make(chan struct{}), procs: map[uint64]*process{},
+		hostID: in.HostID, hostAddr: in.Addr,
+	}
+	r.mu.Lock()
+	for _, old := range r.sessions {
+		switch {
+		case old.info.AgentID == in.AgentID:
+			r.loseLocked(old, "the agent registered again")
+		case old.info.HostID == in.HostID || old.info.Addr == in.Addr:
+			r.loseLocked(old, "a new agent registered for the same host (the agent restarted?)")
+		}
+	}
+	r.sessions[s.id] = s
+	r.mu.Unlock()
+	r.log.Info("agent registered", "host", in.HostID, "addr", in.Addr, "gpus", len(in.GPUs), "slots", s.slots(0), "metadata", in.Metadata, "session", s.id, "remote", req.RemoteAddr)
+	a.json(RegisterAnswer{Session: s.id, JobID: r.cfg.JobID, PollWaitMS: r.cfg.PollWait.Milliseconds(), LeaseMS: r.cfg.Lease.Milliseconds()})
+}
+
+// session returns the live session id, or answers 404.
+func (r *Registry) session(a answer, id string) *session {
+	r.mu.Lock()
+	s := r.sessions[id]
+	if s != nil {
+		s.lastSeen = time.Now()
+	}
+	r.mu.Unlock()
+	if s == nil {
+		a.error(http.StatusNotFound, "unknown agent session (the driver restarted, or counted this agent lost): register again")
+	}
+	return s
+}
+
+func (r *Registry) commands(a answer, req *http.Request, id string) {
+	s := r.session(a, id)
+	if s == nil {
+		return
+	}
+	q := req.URL.Query()
+	after, err := strconv.ParseUint(cmp.Or(q.Get("after"), "0"), 10, 64)
+	if err != nil {
+		a.error(http.StatusBadRequest, fmt.Sprintf("after=%q: want a command sequence number", q.Get("after")))
+		return
+	}
+	wait := r.cfg.PollWait
+	if v := q.Get("wait_ms"); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < 0 {
+			a.error(http.StatusBadRequest, fmt.Sprintf("wait_ms=%q: want milliseconds", v))
+			return
+		}
+		wait = min(wait, time.Duration(ms)*time.Millisecond)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	r.mu.Lock()
+	s.polling++
+	defer func() {
+		r.mu.Lock()
+		s.polling--
+		s.lastSeen = time.Now()
+		r.mu.Unlock()
+	}()
+	for {
+		// Commands up to after are done: forget them.
+		i := 0
+		for i < len(s.cmds) && s.cmds[i].Seq <= after {
+			i++
+		}
+		s.cmds = s.cmds[i:]
+		if len(s.cmds) > 0 {
+			out := CommandsAnswer{Commands: slices.Clone(s.cmds)}
+			r.mu.Unlock()
+			a.json(out)
+			return
+		}
+		ch := s.cmdCh
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer.C:
+			a.json(CommandsAnswer{Commands: []Command{}})
+			return
+		case <-s.lostCh:
+			a.error(http.StatusNotFound, "agent session ended: register again")
+			return
+		case <-r.closing:
+			a.error(http.StatusServiceUnavailable, "driver shutting down")
+			return
+		case <-req.Context().Done():
+			return
+		}
+		r.mu.Lock()
+	}
+}
+
+// queueLocked adds a command to s and wakes its poll.
+func (s *session) queueLocked(c Command) {
+	s.nextCmd++
+	c.Seq = s.nextCmd
+	s.cmds = append(s.cmds, c)
+	close(s.cmdCh)
+	s.cmdCh = make(chan struct{})
+}
+
+func (r *Registry) events(a answer, body []byte, id string) {
+	s := r.session(a, id)
+	if s == nil {
+		return
+	}
+	var in EventsRequest
+	if !decode(a, body, &in) {
+		return
+	}
+	s.evMu.Lock()
+	defer s.evMu.Unlock()
+	for _, ev := range in.Events {
+		r.mu.Lock()
+		if ev.Seq <= s.lastEvent {
+			r.mu.Unlock()
+			continue // a retry of one already taken
+		}
+		p := s.procs[ev.Proc]
+		r.mu.Unlock()
+		if err := r.event(s, p, ev); err != nil {
+			a.error(http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		r.mu.Lock()
+		s.lastEvent = ev.Seq
+		r.mu.Unlock()
+	}
+	a.write(http.StatusNoContent, nil)
+}
+
+var errBehind = errors.New("the driver is behind on agent events; send them again")
+
+// event applies one event of s; p is the process it names, if known.
+func (r *Registry) event(s *session, p *process, ev Event) error {
+	switch ev.Kind {
+	case KindStarted:
+		if p != nil {
+			p.pid.Store(int64(ev.PID))
+		}
+	case KindOutput:
+		if p != nil {
+			p.output(ev.Stream, ev.Data)
+		}
+	case KindExited:
+		if p == nil {
+			return nil
+		}
+		r.mu.Lock()
+		delete(s.procs, p.id)
+		r.mu.Unlock()
+		var err error
+		if ev.Error != "" {
+			p.output("stderr", []byte("agent: "+ev.Error+"\n"))
+		}
+		p.finish(launch.ExitStatus{Code: ev.Code, Signal: ev.Signal}, err)
+	case KindNotice:
+		if ev.Notice == nil {
+			return nil
+		}
+		r.mu.Lock()
+		key := s.info.AgentID + "\x00" + ev.Notice.ID
+		_, dup := r.seen[key]
+		host := s.hostID
+		r.mu.Unlock()
+		if dup {
+			return nil
+		}
+		n := providers.Notice{
+			ID: "agent:" + ev.Notice.ID, HostID: host, Kind: providers.NoticeKind(ev.Notice.Kind),
+			Deadline: ev.Notice.Deadline, Detail: "from the agent: " + ev.Notice.Detail, Token: s.info.AgentID,
+		}
+		select {
+		case r.notices <- n:
+		default:
+			return errBehind
+		}
+		r.mu.Lock()
+		r.remember(key)
+		r.mu.Unlock()
+		r.log.Info("agent notice", "host", host, "kind", n.Kind, "deadline", n.Deadline, "detail", ev.Notice.Detail)
+	case KindGPU:
+		if ev.GPU == nil {
+			return nil
+		}
+		f := r.fault(s, *ev.GPU)
+		if f == nil {
+			return nil
+		}
+		select {
+		case r.faults <- *f:
+		default:
+			return errBehind
+		}
+	}
+	return nil
+}
+
+// remember records a notice key, forgetting the oldest when there are too many.
+func (r *Registry) remember(key string) {
+	if len(r.seen) >= maxSeen {
+		var oldest string
+		var t time.Time
+		for k, at := range r.seen {
+			if oldest == "" || at.Before(t) {
+				oldest, t = k, at
+			}
+		}
+		delete(r.seen, oldest)
+	}
+	r.seen[key] = time.Now()
+}
+
+// fault maps a GPU failure to the slots that use the GPU: slot s uses GPU s mod #GPUs.
+func (r *Registry) fault(s *session, g GPUFault) *Fault {
+	r.mu.Lock()
+	host, nslots, ngpu := s.hostID, s.slots(0), len(s.info.GPUs)
+	r.mu.Unlock()
+	reason := fmt.Sprintf("GPU %d (%s) on %s: %s", g.Index, cmp.Or(g.UUID, "unknown UUID"), host, cmp.Or(g.Detail, g.Kind))
+	r.log.Warn("GPU fault reported", "host", host, "gpu", g.Index, "uuid", g.UUID, "kind", g.Kind, "xid", g.XID, "detail", g.Detail)
+	if g.Index < 0 || ngpu == 0 || nslots == 0 {
+		return &Fault{HostID: host, Reason: reason}
+	}
+	var slots []int
+	for i := range nslots {
+		if i%ngpu == g.Index {
+			slots = append(slots, i)
+		}
+	}
+	if len(slots) == 0 {
+		r.log.Info("the failed GPU is used by no slot", "host", host, "gpu", g.Index)
+		return nil
+	}
+	return &Fault{HostID: host, Slots: slots, Reason: reason}
+}
+
+func randomID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

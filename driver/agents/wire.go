@@ -1,0 +1,158 @@
+// Package agents is the driver's side of `elasticd agent`: the registry of agents (one per
+// GPU host), the HTTP protocol they speak with the driver (docs/protocol.md §4), the launcher
+// that starts workers through them (--launcher agent), and the provider wrapper that offers
+// only hosts whose agent is connected, with one slot per GPU.
+//
+// Agents dial the driver; the driver never dials an agent. Every request is signed with a key
+// derived from the cluster's agent secret (--agent-secret-file), and so is every answer,
+// because an agent runs the commands the answers carry. The job's own secret never crosses
+// the network: the driver and each agent derive it from the agent secret and the job ID
+// (JobSecret).
+package agents
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"time"
+)
+
+// Wire names. See docs/protocol.md §4.
+const (
+	// AuthLabel keys the agents' protocol; see rendezvous.NewAuth.
+	AuthLabel = "elasticd agent v1"
+
+	PathRegister = "/v1/agents/register"
+	// PathPrefix is where the agents' endpoints live on the driver's listener:
+	// POST /v1/agents/register, GET /v1/agents/{session}/commands?after=N&wait_ms=M,
+	// POST /v1/agents/{session}/events.
+	PathPrefix = "/v1/agents/"
+)
+
+// Command operations.
+const (
+	OpStart          = "start"           // start a worker process
+	OpStop           = "stop"            // SIGTERM a worker, SIGKILL after GraceMS
+	OpCompleteNotice = "complete-notice" // the host's workers are gone: answer the notice (Azure: StartRequests)
+)
+
+// Event kinds.
+const (
+	KindStarted = "started" // a process started (PID)
+	KindExited  = "exited"  // a process ended (Code, Signal; Error when it could not start or be waited for)
+	KindOutput  = "output"  // a piece of a process's stdout or stderr (Stream, Data)
+	KindNotice  = "notice"  // the cloud will take this host (Notice)
+	KindGPU     = "gpu"     // a GPU is unfit to train on (GPU)
+)
+
+// GPU is one device of an agent's host.
+type GPU struct {
+	Index       int    `json:"index"`
+	UUID        string `json:"uuid"`
+	Model       string `json:"model"`
+	MemoryBytes uint64 `json:"memory_bytes"`
+}
+
+// RegisterRequest is the body of POST /v1/agents/register.
+type RegisterRequest struct {
+	// AgentID is random per agent process: a new one means the agent restarted, and its
+	// earlier session's processes are gone.
+	AgentID string `json:"agent_id"`
+	// HostID is the host's ID as the cloud knows it (an instance ID), or its hostname.
+	HostID string `json:"host_id"`
+	// Addr is where workers on this host listen and peers connect.
+	Addr string `json:"addr"`
+	// Slots overrides the slot count (--slots); 0: one per GPU, or the provider's count when
+	// the host has no GPU.
+	Slots    int    `json:"slots,omitempty"`
+	GPUs     []GPU  `json:"gpus"`
+	Hostname string `json:"hostname,omitempty"`
+	Version  string `json:"version,omitempty"`
+	// Metadata names the interruption watcher the agent runs: aws, gcp, azure or none.
+	Metadata string `json:"metadata,omitempty"`
+}
+
+// RegisterAnswer is the 200 answer to a registration.
+type RegisterAnswer struct {
+	Session string `json:"session"`
+	JobID   string `json:"job_id"`
+	// PollWaitMS is how long the driver holds a commands long-poll; LeaseMS is how long it
+	// waits without hearing from the agent before it counts the agent lost.
+	PollWaitMS int64 `json:"poll_wait_ms"`
+	LeaseMS    int64 `json:"lease_ms"`
+}
+
+// Command is one thing the driver asks of an agent. Seq increases by one per command of a
+// session; the agent acknowledges what it has done by asking for commands after it.
+type Command struct {
+	Seq  uint64 `json:"seq"`
+	Op   string `json:"op"`
+	Proc uint64 `json:"proc,omitempty"` // the process (start, stop), numbered by the driver
+	// Start: the worker's ID (host/slot), slot, argv, extra environment (never the job
+	// secret: the agent derives it) and working directory.
+	Worker string   `json:"worker,omitempty"`
+	Slot   int      `json:"slot,omitempty"`
+	Argv   []string `json:"argv,omitempty"`
+	Env    []string `json:"env,omitempty"`
+	Dir    string   `json:"dir,omitempty"`
+	// Stop: SIGTERM, then SIGKILL after GraceMS.
+	GraceMS int64 `json:"grace_ms,omitempty"`
+	// CompleteNotice: the notice's ID as the agent sent it.
+	Notice string `json:"notice,omitempty"`
+}
+
+// CommandsAnswer is the 200 answer to a commands poll: every command after the one asked
+// for, oldest first; empty when the poll timed out.
+type CommandsAnswer struct {
+	Commands []Command `json:"commands"`
+}
+
+// Notice is an interruption the agent saw on its host's metadata service.
+type Notice struct {
+	ID       string    `json:"id"`
+	Kind     string    `json:"kind"` // providers.NoticeKind
+	Deadline time.Time `json:"deadline,omitzero"`
+	Detail   string    `json:"detail,omitempty"`
+}
+
+// GPUFault is a GPU the agent found unfit: a critical XID, an uncorrectable ECC error or a
+// lost device.
+type GPUFault struct {
+	Index  int    `json:"index"` // -1: NVML did not say which
+	UUID   string `json:"uuid,omitempty"`
+	Kind   string `json:"kind"` // xid, ecc, lost
+	XID    uint64 `json:"xid,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Event is one thing an agent tells the driver. Seq increases by one per event of a session
+// and makes retries harmless: the driver ignores an event it has already taken.
+type Event struct {
+	Seq    uint64    `json:"seq"`
+	Kind   string    `json:"kind"`
+	Proc   uint64    `json:"proc,omitempty"`
+	PID    int       `json:"pid,omitempty"`
+	Code   int       `json:"code,omitempty"`
+	Signal string    `json:"signal,omitempty"`
+	Error  string    `json:"error,omitempty"`
+	Stream string    `json:"stream,omitempty"` // stdout or stderr
+	Data   []byte    `json:"data,omitempty"`
+	Notice *Notice   `json:"notice,omitempty"`
+	GPU    *GPUFault `json:"gpu,omitempty"`
+}
+
+// EventsRequest is the body of POST /v1/agents/{session}/events.
+type EventsRequest struct {
+	Events []Event `json:"events"`
+}
+
+// JobSecret derives a job's secret from the agent secret and the job's ID, so that the driver
+// and every agent know it without sending it: the agent puts it in the environment of the
+// workers it starts.
+func JobSecret(agentSecret []byte, jobID string) []byte {
+	m := hmac.New(sha256.New, agentSecret)
+	m.Write([]byte("elasticd job secret\n" + jobID))
+	return m.Sum(nil)
+}
+
+// MinSecret is the shortest agent secret accepted, in bytes.
+const MinSecret = 16

@@ -1,0 +1,496 @@
+// Package agent is `elasticd agent`, the small process on each GPU host: it registers the host
+// and its GPUs with the driver, starts and stops worker processes when the driver asks
+// (--launcher agent, no ssh), and reports what only the host sees: the cloud's interruption
+// notices on the instance metadata service, and GPUs that fail. The protocol is in
+// driver/agents and docs/protocol.md §4.
+//
+// The agent dials the driver and keeps at it: an unreachable driver, a refused secret or a
+// metadata service answering garbage is logged and retried with bounded backoff, never a
+// crash. Workers it started never outlive it (launch.NewLocal's guard), and when the driver
+// is gone for longer than DriverTimeout, or comes back as a new job, it stops them.
+package agent
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/agents"
+	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/providers"
+	"github.com/elasticd/elasticd/worker/agent/gpu"
+)
+
+// GPUSource is the host's GPUs and their health: gpu.Monitor, or a test's.
+type GPUSource interface {
+	GPUs() []gpu.GPU
+	Watch(ctx context.Context, out chan<- gpu.Event) error
+}
+
+// Config configures an agent. Zero values take the defaults.
+type Config struct {
+	// DriverURL is the driver's listener, e.g. http://10.0.0.5:29400.
+	DriverURL string
+	// Secret is the cluster's agent secret, the same as the driver's.
+	Secret []byte
+	// HostID is the host's ID as the provider knows it (an instance ID); Addr is where
+	// workers on this host listen. The driver matches a discovered host to this agent by
+	// either.
+	HostID, Addr string
+	// Slots overrides the slot count; 0: one per GPU (or the provider's count without GPUs).
+	Slots int
+	// GPUs reports inventory and health; nil: no GPUs.
+	GPUs GPUSource
+	// Notices watches the metadata service; nil: none. If it is also a
+	// providers.NoticeCompleter, the driver's word that the host's workers are gone
+	// completes the notice (Azure: StartRequests).
+	Notices providers.Noticer
+	// Metadata names the watcher for the driver's log ("aws", "none"...).
+	Metadata string
+	// NoticeInterval is the pause between metadata polls (default 1s).
+	NoticeInterval time.Duration
+	// Launcher starts workers (default launch.NewLocal()).
+	Launcher launch.Launcher
+	// HTTPClient talks to the driver; nil: one of its own, without proxy.
+	HTTPClient *http.Client
+	// DriverTimeout: once the driver has been unreachable this long, the workers it started
+	// are stopped (default 2m).
+	DriverTimeout time.Duration
+	// MaxBackoff caps the pause between retries (default 30s).
+	MaxBackoff time.Duration
+	// StopGrace is the SIGTERM→SIGKILL grace when the agent itself stops workers (default 5s).
+	StopGrace time.Duration
+	Version   string
+	Logger    *slog.Logger
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	u, err := url.Parse(c.DriverURL)
+	switch {
+	case c.DriverURL == "":
+		return errors.New("--driver: no driver URL (e.g. --driver http://10.0.0.5:29400)")
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fmt.Errorf("--driver %q: want the driver's http(s) URL, e.g. http://10.0.0.5:29400", c.DriverURL)
+	case len(c.Secret) < agents.MinSecret:
+		return fmt.Errorf("--agent-secret-file: the secret is %d bytes, at least %d are needed (e.g. `head -c 32 /dev/urandom | base64`)", len(c.Secret), agents.MinSecret)
+	case c.HostID == "":
+		return errors.New("--host-id: empty")
+	case c.Addr == "":
+		return errors.New("--addr: empty")
+	case c.Slots < 0:
+		return fmt.Errorf("--slots %d: must not be negative (0: one per GPU)", c.Slots)
+	case c.DriverTimeout < 0 || c.MaxBackoff < 0 || c.NoticeInterval < 0 || c.StopGrace < 0:
+		return errors.New("agent durations must not be negative")
+	}
+	return nil
+}
+
+const minBackoff = 500 * time.Millisecond
+
+// errSessionGone: the driver does not know our session (it restarted or counted us lost).
+var errSessionGone = errors.New("the driver ended the agent's session")
+
+type agent struct {
+	cfg     Config
+	log     *slog.Logger
+	c       *client
+	agentID string
+	gpus    []gpu.GPU
+
+	lastContact atomic.Int64 // unix nanoseconds of the last answer from the driver
+
+	mu      sync.Mutex
+	cur     *outbox         // the session's outbox; nil between sessions
+	notices []agents.Notice // active notices, sent again to every new session
+	faults  []agents.Event  // GPU faults seen between sessions
+}
+
+// Run runs the agent until ctx ends. Every worker it started has exited when it returns.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg.NoticeInterval = cmp.Or(cfg.NoticeInterval, time.Second)
+	cfg.DriverTimeout = cmp.Or(cfg.DriverTimeout, 2*time.Minute)
+	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
+	cfg.StopGrace = cmp.Or(cfg.StopGrace, launch.DefaultGrace)
+	if cfg.Launcher == nil {
+		cfg.Launcher = launch.NewLocal()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	auth, err := rendezvous.NewAuth(cfg.Secret, agents.AuthLabel, 0)
+	if err != nil {
+		return err
+	}
+	var id [8]byte
+	cryptoRead(id[:])
+	a := &agent{cfg: cfg, log: cfg.Logger, c: newClient(cfg.DriverURL, auth, cfg.HTTPClient), agentID: hex.EncodeToString(id[:])}
+	if cfg.GPUs != nil {
+		a.gpus = cfg.GPUs.GPUs()
+	}
+	if len(a.gpus) == 0 {
+		a.log.Info("no GPUs found on this host; offering the driver's slot count (or --slots)")
+	}
+
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	bctx, stop := context.WithCancel(ctx)
+	defer stop()
+	if cfg.Notices != nil {
+		bg.Go(func() { a.watchNotices(bctx) })
+	}
+	if cfg.GPUs != nil && len(a.gpus) > 0 {
+		bg.Go(func() { a.watchGPUs(bctx) })
+	}
+
+	for ctx.Err() == nil {
+		reg, err := a.register(ctx)
+		if err != nil {
+			break // ctx ended
+		}
+		err = a.session(ctx, reg)
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, errSessionGone):
+			a.log.Warn("the driver ended this agent's session (it restarted, or lost contact with us); its workers were stopped; registering again")
+		default:
+			a.log.Warn("lost the driver; its workers were stopped; registering again", "err", err)
+		}
+	}
+	return nil
+}
+
+func cryptoRead(b []byte) { rand.Read(b) }
+
+// backoff sleeps for the attempt-th retry's pause (doubling from minBackoff up to MaxBackoff,
+// with jitter); false if ctx ended.
+func (a *agent) backoff(ctx context.Context, attempt int) bool {
+	d := minBackoff << min(attempt, 16)
+	d = min(d, a.cfg.MaxBackoff)
+	d = d - d/5 + time.Duration(mrand.Int64N(int64(d/5)+1))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (a *agent) pause(attempt int) time.Duration {
+	return min(minBackoff<<min(attempt, 16), a.cfg.MaxBackoff).Round(100 * time.Millisecond)
+}
+
+// register registers with the driver, retrying until it succeeds or ctx ends.
+func (a *agent) register(ctx context.Context) (agents.RegisterAnswer, error) {
+	req := agents.RegisterRequest{
+		AgentID: a.agentID, HostID: a.cfg.HostID, Addr: a.cfg.Addr, Slots: a.cfg.Slots,
+		Version: a.cfg.Version, Metadata: cmp.Or(a.cfg.Metadata, "none"), GPUs: []agents.GPU{},
+	}
+	req.Hostname, _ = os.Hostname()
+	for _, g := range a.gpus {
+		req.GPUs = append(req.GPUs, agents.GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes})
+	}
+	var ans agents.RegisterAnswer
+	for attempt := 0; ; attempt++ {
+		_, err := a.c.do(ctx, http.MethodPost, agents.PathRegister, req, &ans, 0)
+		if err == nil && ans.Session != "" && ans.JobID != "" {
+			a.touch()
+			a.log.Info("registered with the driver", "driver", a.cfg.DriverURL, "job", ans.JobID, "host", a.cfg.HostID, "addr", a.cfg.Addr, "gpus", len(a.gpus))
+			return ans, nil
+		}
+		if ctx.Err() != nil {
+			return ans, ctx.Err()
+		}
+		if err == nil {
+			err = errors.New("the driver's answer has no session or job ID")
+		}
+		a.log.Warn("cannot register with the driver; retrying", "driver", a.cfg.DriverURL, "err", describe(err), "retry_in", a.pause(attempt))
+		if !a.backoff(ctx, attempt) {
+			return ans, ctx.Err()
+		}
+	}
+}
+
+// describe turns a request error into the line an operator needs.
+func describe(err error) string {
+	if _, ok := errors.AsType[*net.OpError](err); ok {
+		return "driver unreachable: " + err.Error()
+	}
+	return err.Error()
+}
+
+func (a *agent) touch() { a.lastContact.Store(time.Now().UnixNano()) }
+
+// driverGone reports whether the driver has been silent for longer than DriverTimeout.
+func (a *agent) driverGone() bool {
+	return time.Since(time.Unix(0, a.lastContact.Load())) > a.cfg.DriverTimeout
+}
+
+// session serves one registration until the driver ends it, is gone for DriverTimeout, or ctx
+// ends; then it stops every worker it started and waits for them.
+func (a *agent) session(ctx context.Context, reg agents.RegisterAnswer) error {
+	ob := newOutbox()
+	a.mu.Lock()
+	for _, n := range a.notices {
+		ob.add(agents.Event{Kind: agents.KindNotice, Notice: &n})
+	}
+	for _, f := range a.faults {
+		ob.add(f)
+	}
+	a.faults = nil
+	a.cur = ob
+	a.mu.Unlock()
+
+	sctx, cancel := context.WithCancelCause(ctx)
+	s := &sess{a: a, id: reg.Session, ob: ob, procs: map[uint64]launch.Process{}, jobSecret: hex.EncodeToString(agents.JobSecret(a.cfg.Secret, reg.JobID))}
+	wait := time.Duration(reg.PollWaitMS) * time.Millisecond
+	var loops sync.WaitGroup
+	loops.Go(func() { cancel(s.pollCommands(sctx, wait)) })
+	loops.Go(func() { cancel(s.sendEvents(sctx)) })
+	<-sctx.Done()
+	err := context.Cause(sctx)
+
+	// Stop this session's workers; their exits go to the driver if it is still there.
+	loops.Wait()
+	s.stopAll(a.cfg.StopGrace)
+	s.watchers.Wait()
+	if !errors.Is(err, errSessionGone) {
+		fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s.flush(fctx)
+		fcancel()
+	}
+	a.mu.Lock()
+	a.cur = nil
+	a.mu.Unlock()
+	return err
+}
+
+// emit queues an event for the current session, or keeps a GPU fault for the next one.
+func (a *agent) emit(ev agents.Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cur != nil {
+		a.cur.add(ev)
+	} else if ev.Kind == agents.KindGPU && len(a.faults) < 64 {
+		a.faults = append(a.faults, ev)
+	}
+}
+
+// sess is one session's state.
+type sess struct {
+	a         *agent
+	id        string
+	ob        *outbox
+	jobSecret string
+	watchers  sync.WaitGroup
+
+	mu    sync.Mutex
+	procs map[uint64]launch.Process
+}
+
+func (s *sess) path(what string) string { return agents.PathPrefix + url.PathEscape(s.id) + "/" + what }
+
+// pollCommands long-polls the driver's commands and carries them out in order.
+func (s *sess) pollCommands(ctx context.Context, wait time.Duration) error {
+	var after uint64
+	for attempt := 0; ctx.Err() == nil; {
+		var ans agents.CommandsAnswer
+		target := s.path("commands") + "?after=" + strconv.FormatUint(after, 10) + "&wait_ms=" + strconv.FormatInt(wait.Milliseconds(), 10)
+		_, err := s.a.c.do(ctx, http.MethodGet, target, nil, &ans, wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if isStatus(err, http.StatusNotFound) {
+				return errSessionGone
+			}
+			if s.a.driverGone() {
+				return fmt.Errorf("no answer from the driver for %v (last error: %w)", s.a.cfg.DriverTimeout, err)
+			}
+			s.a.log.Warn("cannot reach the driver for commands; retrying", "err", describe(err), "retry_in", s.a.pause(attempt))
+			if !s.a.backoff(ctx, attempt) {
+				return ctx.Err()
+			}
+			attempt++
+			continue
+		}
+		attempt = 0
+		s.a.touch()
+		for _, c := range ans.Commands {
+			if c.Seq <= after {
+				continue
+			}
+			s.exec(ctx, c)
+			after = c.Seq
+		}
+	}
+	return ctx.Err()
+}
+
+// sendEvents sends the outbox to the driver as events arrive.
+func (s *sess) sendEvents(ctx context.Context) error {
+	for attempt := 0; ; {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.ob.wake:
+		}
+		for s.ob.pending() && ctx.Err() == nil {
+			err := s.sendBatch(ctx)
+			if err == nil {
+				attempt = 0
+				continue
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if isStatus(err, http.StatusNotFound) {
+				return errSessionGone
+			}
+			if s.a.driverGone() {
+				return fmt.Errorf("no answer from the driver for %v (last error: %w)", s.a.cfg.DriverTimeout, err)
+			}
+			s.a.log.Warn("cannot send events to the driver; retrying", "err", describe(err), "retry_in", s.a.pause(attempt))
+			if !s.a.backoff(ctx, attempt) {
+				return ctx.Err()
+			}
+			attempt++
+		}
+	}
+}
+
+func (s *sess) sendBatch(ctx context.Context) error {
+	evs, last := s.ob.batch()
+	if len(evs) == 0 {
+		return nil
+	}
+	if _, err := s.a.c.do(ctx, http.MethodPost, s.path("events"), agents.EventsRequest{Events: evs}, nil, 0); err != nil {
+		return err
+	}
+	s.a.touch()
+	s.ob.ack(last)
+	return nil
+}
+
+// flush sends what is left, once, best effort.
+func (s *sess) flush(ctx context.Context) {
+	for s.ob.pending() && ctx.Err() == nil {
+		if s.sendBatch(ctx) != nil {
+			return
+		}
+	}
+}
+
+func (s *sess) exec(ctx context.Context, c agents.Command) {
+	switch c.Op {
+	case agents.OpStart:
+		s.start(ctx, c)
+	case agents.OpStop:
+		s.mu.Lock()
+		p := s.procs[c.Proc]
+		s.mu.Unlock()
+		if p != nil {
+			grace := time.Duration(c.GraceMS) * time.Millisecond
+			s.a.log.Info("stopping worker", "proc", c.Proc, "pid", p.PID(), "grace", grace)
+			s.watchers.Go(func() { p.Stop(grace) })
+		}
+	case agents.OpCompleteNotice:
+		s.a.completeNotice(c.Notice)
+	default:
+		s.a.log.Warn("unknown command from the driver ignored (is the driver newer than this agent?)", "op", c.Op)
+	}
+}
+
+func (s *sess) start(ctx context.Context, c agents.Command) {
+	env := append(append([]string{}, c.Env...), "ELASTICD_SECRET="+s.jobSecret)
+	if g := s.a.gpus; len(g) > 0 && !hasEnv(c.Env, "CUDA_VISIBLE_DEVICES") {
+		dev := g[c.Slot%len(g)]
+		env = append(env, "CUDA_VISIBLE_DEVICES="+cmp.Or(dev.UUID, strconv.Itoa(dev.Index)))
+	}
+	spec := launch.Spec{
+		Name: c.Worker, Command: c.Argv, Env: env, Dir: c.Dir, Slot: c.Slot,
+		Stdout: outWriter{s.ob, c.Proc, "stdout"}, Stderr: outWriter{s.ob, c.Proc, "stderr"},
+	}
+	p, err := s.a.cfg.Launcher.Start(ctx, spec)
+	if err != nil {
+		s.a.log.Warn("cannot start worker", "worker", c.Worker, "err", err)
+		s.ob.add(agents.Event{Kind: agents.KindExited, Proc: c.Proc, Code: 127, Error: err.Error()})
+		return
+	}
+	s.a.log.Info("started worker", "worker", c.Worker, "proc", c.Proc, "pid", p.PID())
+	s.mu.Lock()
+	s.procs[c.Proc] = p
+	s.mu.Unlock()
+	s.ob.add(agents.Event{Kind: agents.KindStarted, Proc: c.Proc, PID: p.PID()})
+	s.watchers.Go(func() {
+		st, err := p.Wait()
+		s.mu.Lock()
+		delete(s.procs, c.Proc)
+		s.mu.Unlock()
+		ev := agents.Event{Kind: agents.KindExited, Proc: c.Proc, Code: st.Code, Signal: st.Signal}
+		if err != nil {
+			ev.Error = err.Error()
+		}
+		s.a.log.Info("worker exited", "worker", c.Worker, "proc", c.Proc, "status", st.String())
+		s.ob.add(ev)
+	})
+}
+
+// stopAll stops every worker of the session.
+func (s *sess) stopAll(grace time.Duration) {
+	s.mu.Lock()
+	ps := make([]launch.Process, 0, len(s.procs))
+	for _, p := range s.procs {
+		ps = append(ps, p)
+	}
+	s.mu.Unlock()
+	if len(ps) > 0 {
+		s.a.log.Info("stopping this session's workers", "workers", len(ps))
+	}
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Go(func() { p.Stop(grace) })
+	}
+	wg.Wait()
+}
+
+func hasEnv(env []string, name string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, name+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// outWriter queues a process's output.
+type outWriter struct {
+	ob     *outbox
+	proc   uint64
+	stream string
+}
+
+func (w outWriter) Write(p []byte) (int, error) {
+	w.ob.output(w.proc, w.stream, p)
+	return len(p), nil
+}

@@ -1,0 +1,479 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/agents"
+	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/providers"
+	"github.com/elasticd/elasticd/worker/agent"
+	"github.com/elasticd/elasticd/worker/agent/gpu"
+)
+
+var secret = []byte("0123456789abcdef0123456789abcdef")
+
+// logBuf collects a component's log for assertions and shows it when the test fails.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func logger(t *testing.T, name string) (*slog.Logger, *logBuf) {
+	b := &logBuf{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, b.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})), b
+}
+
+// driverSide is a registry served on a loopback address the test can stop and restart.
+type driverSide struct {
+	t    *testing.T
+	addr string
+	reg  *agents.Registry
+	srv  *http.Server
+	done chan struct{}
+	log  *logBuf
+}
+
+func startDriver(t *testing.T, addr, jobID string) *driverSide {
+	t.Helper()
+	lg, lb := logger(t, "driver "+jobID)
+	reg, err := agents.New(agents.Config{Secret: secret, JobID: jobID, PollWait: 300 * time.Millisecond, Lease: 2 * time.Second, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	for range 50 { // the address of a stopped driver may take a moment to be free again
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &driverSide{t: t, addr: ln.Addr().String(), reg: reg, srv: &http.Server{Handler: reg}, done: make(chan struct{}), log: lb}
+	go func() { defer close(d.done); d.srv.Serve(ln) }()
+	t.Cleanup(d.stop)
+	return d
+}
+
+func (d *driverSide) url() string { return "http://" + d.addr }
+
+// stop ends the driver as a crash would: connections cut, nothing said.
+func (d *driverSide) stop() {
+	d.srv.Close()
+	<-d.done
+	d.reg.Close()
+}
+
+// waitAgents waits until n agents are connected.
+func (d *driverSide) waitAgents(n int) []agents.AgentInfo {
+	d.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if a := d.reg.Agents(); len(a) == n {
+			return a
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("%d agents connected, want %d", len(d.reg.Agents()), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runAgent runs an agent until the test ends (or stop is called); stop waits for Run.
+func runAgent(t *testing.T, cfg agent.Config) (stop func(), log *logBuf) {
+	t.Helper()
+	if cfg.Secret == nil {
+		cfg.Secret = secret
+	}
+	if cfg.HostID == "" {
+		cfg.HostID = "host-a"
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.2"
+	}
+	cfg.MaxBackoff = cmpOr(cfg.MaxBackoff, 200*time.Millisecond)
+	cfg.StopGrace = cmpOr(cfg.StopGrace, 2*time.Second)
+	cfg.Logger, log = logger(t, "agent "+cfg.HostID)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(ctx, cfg) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("agent.Run: %v", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Error("agent.Run did not return within 15s of cancel")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop, log
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !strings.Contains(string(b), ") Z ")
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// syncBuf is a worker's output as the driver receives it.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// fakeGPUs is a host's GPUs: inventory, and faults the test injects.
+type fakeGPUs struct {
+	gpus   []gpu.GPU
+	faults chan gpu.Event
+}
+
+func (f *fakeGPUs) GPUs() []gpu.GPU { return f.gpus }
+
+func (f *fakeGPUs) Watch(ctx context.Context, out chan<- gpu.Event) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-f.faults:
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}
+
+// A worker started through the agent runs with the job secret the agent derived (the
+// driver's copy is never sent), its slot's GPU, and its output and exit code come back.
+func TestStartThroughAgent(t *testing.T) {
+	d := startDriver(t, "127.0.0.1:0", "job-1")
+	g := &fakeGPUs{gpus: []gpu.GPU{{Index: 0, UUID: "GPU-aaa"}, {Index: 1, UUID: "GPU-bbb"}}, faults: make(chan gpu.Event)}
+	runAgent(t, agent.Config{DriverURL: d.url(), GPUs: g})
+	info := d.waitAgents(1)
+	if info[0].Slots != 2 || len(info[0].GPUs) != 2 {
+		t.Fatalf("agent registered with %d slots and %d GPUs, want one slot per GPU (2)", info[0].Slots, len(info[0].GPUs))
+	}
+	var out, errw syncBuf
+	p, err := d.reg.Launcher().Start(t.Context(), launch.Spec{
+		Name: "rank 1", Host: "127.0.0.2", Slot: 1,
+		Command: []string{"sh", "-c", `echo "secret=$ELASTICD_SECRET gpu=$CUDA_VISIBLE_DEVICES"; echo oops >&2; exit 3`},
+		Env:     []string{"ELASTICD_SECRET=the-drivers-copy", "ELASTICD_WORKER_ID=host-a/1"},
+		Stdout:  &out, Stderr: &errw,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.Wait()
+	if err != nil || st.Code != 3 {
+		t.Fatalf("Wait = %v, %v; want exit 3", st, err)
+	}
+	want := fmt.Sprintf("secret=%s gpu=GPU-bbb\n", hex.EncodeToString(agents.JobSecret(secret, "job-1")))
+	if out.String() != want {
+		t.Errorf("stdout %q, want %q", out.String(), want)
+	}
+	if errw.String() != "oops\n" {
+		t.Errorf("stderr %q, want %q", errw.String(), "oops\n")
+	}
+	if p.PID() == 0 {
+		t.Error("PID still 0 after the worker ran")
+	}
+
+	// A command the agent cannot start exits 127 with the reason on stderr.
+	errw = syncBuf{}
+	p, err = d.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "127.0.0.2", Command: []string{"/no/such/program"}, Stderr: &errw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := p.Wait(); st.Code != 127 || !strings.Contains(errw.String(), "/no/such/program") {
+		t.Fatalf("missing program: %v, stderr %q; want exit 127 naming it", st, errw.String())
+	}
+}
+
+// Stop reaches the worker through the agent: SIGTERM, and the exit comes back.
+func TestStopThroughAgent(t *testing.T) {
+	d := startDriver(t, "127.0.0.1:0", "job-1")
+	runAgent(t, agent.Config{DriverURL: d.url()})
+	d.waitAgents(1)
+	p, err := d.reg.Launcher().Start(t.Context(), launch.Spec{Name: "w", Host: "host-a", Command: []string{"sh", "-c", `trap "exit 7" TERM; sleep 60 & wait`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the worker's PID", 10*time.Second, func() bool { return p.PID() != 0 })
+	pid := p.PID()
+	p.Stop(5 * time.Second)
+	st, err := p.Wait()
+	if err != nil || st.Code != 7 {
+		t.Fatalf("after Stop: %v, %v; want the worker's TERM trap's exit 7", st, err)
+	}
+	if alive(pid) {
+		t.Fatalf("worker %d still runs after Stop returned", pid)
+	}
+}
+
+// Stopping the agent stops its workers; the driver hears that they exited.
+func TestAgentLeavesNoOrphans(t *testing.T) {
+	d := startDriver(t, "127.0.0.1:0", "job-1")
+	stop, _ := runAgent(t, agent.Config{DriverURL: d.url()})
+	d.waitAgents(1)
+	var ps []launch.Process
+	for i := range 2 {
+		p, err := d.reg.Launcher().Start(t.Context(), launch.Spec{Name: strconv.Itoa(i), Host: "127.0.0.2", Command: []string{"sleep", "60"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	var pids []int
+	for _, p := range ps {
+		waitFor(t, "the worker's PID", 10*time.Second, func() bool { return p.PID() != 0 })
+		pids = append(pids, p.PID())
+	}
+	stop()
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("worker %d outlived its agent", pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	for _, p := range ps {
+		done := make(chan struct{})
+		go func() { p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the driver did not hear that the stopped agent's worker exited")
+		}
+	}
+}
+
+// A driver that restarts is a new job: the agent registers with it and stops the workers it
+// started for the old one.
+func TestDriverRestart(t *testing.T) {
+	d1 := startDriver(t, "127.0.0.1:0", "job-1")
+	_, log := runAgent(t, agent.Config{DriverURL: d1.url(), DriverTimeout: time.Minute})
+	d1.waitAgents(1)
+	p, err := d1.reg.Launcher().Start(t.Context(), launch.Spec{Name: "old", Host: "127.0.0.2", Command: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the worker's PID", 10*time.Second, func() bool { return p.PID() != 0 })
+	pid := p.PID()
+	d1.stop()
+	d2 := startDriver(t, d1.addr, "job-2")
+	d2.waitAgents(1)
+	waitFor(t, "the old job's worker stopped", 10*time.Second, func() bool { return !alive(pid) })
+	if !strings.Contains(log.String(), "registering again") {
+		t.Errorf("the agent did not say why it registered again")
+	}
+	// The new job's workers get the new job's secret.
+	var out syncBuf
+	p2, err := d2.reg.Launcher().Start(t.Context(), launch.Spec{Name: "new", Host: "127.0.0.2", Command: []string{"sh", "-c", `echo $ELASTICD_SECRET`}, Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2.Wait()
+	if want := hex.EncodeToString(agents.JobSecret(secret, "job-2")) + "\n"; out.String() != want {
+		t.Fatalf("new job's worker got secret %q, want %q", out.String(), want)
+	}
+}
+
+// A driver gone for longer than DriverTimeout: the agent stops its workers and keeps trying
+// to register, with bounded pauses.
+func TestDriverGoneStopsWorkers(t *testing.T) {
+	d := startDriver(t, "127.0.0.1:0", "job-1")
+	_, log := runAgent(t, agent.Config{DriverURL: d.url(), DriverTimeout: 500 * time.Millisecond})
+	d.waitAgents(1)
+	p, err := d.reg.Launcher().Start(t.Context(), launch.Spec{Name: "w", Host: "127.0.0.2", Command: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the worker's PID", 10*time.Second, func() bool { return p.PID() != 0 })
+	pid := p.PID()
+	d.stop()
+	waitFor(t, "the orphaned worker stopped", 10*time.Second, func() bool { return !alive(pid) })
+	waitFor(t, "registration retries", 10*time.Second, func() bool {
+		return strings.Count(log.String(), "cannot register with the driver") >= 3
+	})
+	if !strings.Contains(log.String(), "driver unreachable") {
+		t.Errorf("the agent's log does not say the driver is unreachable")
+	}
+}
+
+// A wrong secret is refused; the agent says so clearly and keeps retrying, with backoff.
+func TestBadSecret(t *testing.T) {
+	d := startDriver(t, "127.0.0.1:0", "job-1")
+	start := time.Now()
+	_, log := runAgent(t, agent.Config{DriverURL: d.url(), Secret: []byte("another-secret-of-32-bytes......"), MaxBackoff: 400 * time.Millisecond})
+	waitFor(t, "refusals", 10*time.Second, func() bool { return strings.Count(log.String(), "refused the agent's signature") >= 3 })
+	took := time.Since(start)
+	if n := len(d.reg.Agents()); n != 0 {
+		t.Fatalf("%d agents registered with a wrong secret", n)
+	}
+	// Three attempts take at least the first two pauses (0.5 s and 0.4 s capped, ±20%).
+	if took < 600*time.Millisecond {
+		t.Fatalf("three refused attempts in %v: the agent does not back off", took)
+	}
+	if !strings.Contains(log.String(), "--agent-secret-file") {
+		t.Error("the refusal does not point at --agent-secret-file")
+	}
+}
+
+// fakeNotices is a metadata watcher the test arms; it records completions.
+type fakeNotices struct {
+	mu        sync.Mutex
+	notice    *providers.Notice
+	fail      int // the next calls that fail
+	completed []string
+}
+
+func (f *fakeNotices) Notices(context.Context) ([]providers.Notice, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail > 0 {
+		f.fail--
+		return nil, fmt.Errorf("metadata answered garbage: %q", "<html>")
+	}
+	if f.notice == nil {
+		return nil, nil
+	}
+	return []providers.Notice{*f.notice}, nil
+}
+
+func (f *fakeNotices) CompleteNotice(_ context.Context, n providers.Notice) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.completed = append(f.completed, n.ID)
+	return nil
+}
+
+// A notice on the host's metadata reaches the driver once, named by the provider's host ID,
+// even across a re-registration; completing it reaches the watcher (Azure's StartRequests).
+// A metadata service that fails is retried.
+func TestNoticeReachesDriver(t *testing.T) {
+	d := startDriver(t, "127.0.0.1:0", "job-1")
+	fn := &fakeNotices{fail: 2}
+	_, log := runAgent(t, agent.Config{DriverURL: d.url(), HostID: "vm-7", Addr: "127.0.0.7", Notices: fn, Metadata: "azure", NoticeInterval: 20 * time.Millisecond})
+	d.waitAgents(1)
+	prov := d.reg.Wrap(providers.NewFixed([]providers.Host{{ID: "i-777", Addr: "127.0.0.7", Slots: 1}}))
+	hs, err := prov.Hosts(t.Context())
+	if err != nil || len(hs) != 1 || hs[0].ID != "i-777" {
+		t.Fatalf("hosts %v, %v; want the provider's host matched to the agent by address", hs, err)
+	}
+	deadline := time.Now().Add(2 * time.Minute).Truncate(time.Second).UTC()
+	fn.mu.Lock()
+	fn.notice = &providers.Notice{ID: "ev-1", Kind: providers.Interruption, Deadline: deadline, Detail: "Preempt"}
+	fn.mu.Unlock()
+	var n providers.Notice
+	select {
+	case n = <-d.reg.Notices():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notice reached the driver")
+	}
+	if n.HostID != "i-777" || n.Kind != providers.Interruption || !n.Deadline.Equal(deadline) {
+		t.Fatalf("notice %+v: want host i-777, interruption, deadline %v", n, deadline)
+	}
+	if !strings.Contains(log.String(), "cannot read interruption notices") {
+		t.Error("the metadata failures were not logged")
+	}
+	select {
+	case again := <-d.reg.Notices():
+		t.Fatalf("notice delivered twice: %+v", again)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := prov.(providers.NoticeCompleter).CompleteNotice(t.Context(), n); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the notice completed on the host", 10*time.Second, func() bool {
+		fn.mu.Lock()
+		defer fn.mu.Unlock()
+		return len(fn.completed) == 1 && fn.completed[0] == "ev-1"
+	})
+}
+
+// A GPU fault reaches the driver as the slots that use the GPU.
+func TestGPUFaultReachesDriver(t *testing.T) {
+	d := startDriver(t, "127.0.0.1:0", "job-1")
+	g := &fakeGPUs{gpus: []gpu.GPU{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}}, faults: make(chan gpu.Event)}
+	runAgent(t, agent.Config{DriverURL: d.url(), GPUs: g})
+	d.waitAgents(1)
+	g.faults <- gpu.Event{GPU: 1, UUID: "GPU-1", Kind: gpu.KindXID, XID: 79, Detail: "XID 79: GPU has fallen off the bus"}
+	select {
+	case f := <-d.reg.Faults():
+		if f.HostID != "host-a" || len(f.Slots) != 1 || f.Slots[0] != 1 || !strings.Contains(f.Reason, "XID 79") {
+			t.Fatalf("fault %+v: want host-a slot 1, XID 79", f)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fault reached the driver")
+	}
+}

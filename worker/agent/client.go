@@ -1,0 +1,118 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/rendezvous"
+)
+
+// client sends signed requests to the driver and checks that the answers are signed.
+type client struct {
+	base string
+	auth *rendezvous.Auth
+	hc   *http.Client
+}
+
+const (
+	requestTimeout = 15 * time.Second
+	maxAnswer      = 16 << 20
+)
+
+func newClient(base string, auth *rendezvous.Auth, hc *http.Client) *client {
+	if hc == nil {
+		hc = &http.Client{
+			Transport: &http.Transport{
+				Proxy:                 nil, // the driver is on the cluster's own network
+				DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+				MaxIdleConnsPerHost:   4,
+				IdleConnTimeout:       90 * time.Second,
+				TLSHandshakeTimeout:   5 * time.Second,
+				ResponseHeaderTimeout: 0, // long-polls: each request has its own deadline
+			},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	return &client{base: strings.TrimRight(base, "/"), auth: auth, hc: hc}
+}
+
+// errRefused is a 401: the driver did not accept our signature.
+type errRefused struct{ reason string }
+
+func (e *errRefused) Error() string {
+	return "the driver refused the agent's signature (" + e.reason + "): check that --agent-secret-file holds the same secret as the driver's, and that the clocks agree within 60s"
+}
+
+// statusError is an answer other than the one expected.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("driver answered %d: %s", e.code, e.msg) }
+
+func isStatus(err error, code int) bool {
+	se, ok := errors.AsType[*statusError](err)
+	return ok && se.code == code
+}
+
+// do sends one signed request; in (may be nil) is JSON-encoded and out (may be nil) decoded
+// from a 200 answer. wait is added to the request's deadline for long-polls.
+func (c *client) do(ctx context.Context, method, target string, in, out any, wait time.Duration) (int, error) {
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return 0, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout+wait)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, c.base+target, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	nonce := c.auth.Sign(req, body)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	if err != nil {
+		return 0, fmt.Errorf("read the driver's answer: %w", err)
+	}
+	if len(data) > maxAnswer {
+		return 0, fmt.Errorf("the driver's answer is longer than %d bytes", maxAnswer)
+	}
+	msg := strings.TrimSpace(string(data))
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i]
+	}
+	if resp.StatusCode == http.StatusUnauthorized && resp.Header.Get(rendezvous.HeaderAnswerSignature) == "" {
+		return resp.StatusCode, &errRefused{reason: msg}
+	}
+	if err := c.auth.VerifyAnswer(resp.Header, nonce, resp.StatusCode, data); err != nil {
+		return resp.StatusCode, fmt.Errorf("%s %s: %w", method, target, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK && out != nil:
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("%s %s: malformed answer: %w", method, target, err)
+		}
+	case resp.StatusCode >= 300:
+		return resp.StatusCode, &statusError{code: resp.StatusCode, msg: msg}
+	}
+	return resp.StatusCode, nil
+}

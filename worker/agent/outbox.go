@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/elasticd/elasticd/driver/agents"
+)
+
+const (
+	// maxPendingOutput bounds the worker output held for a driver that is slow or away;
+	// beyond it output is dropped, and the driver is told how much.
+	maxPendingOutput = 4 << 20
+	// maxChunk is the most output one event carries.
+	maxChunk = 64 << 10
+	// maxBatch and maxBatchBytes bound one events request.
+	maxBatch      = 256
+	maxBatchBytes = 2 << 20
+)
+
+// outbox holds the events of one session until the driver has taken them, numbered in
+// order. Output is coalesced into few events and bounded; every other event is kept.
+type outbox struct {
+	mu      sync.Mutex
+	seq     uint64
+	events  []item
+	outSize int         // bytes of output in events
+	dropped map[int]int // output bytes dropped per process since the last that got through
+	wake    chan struct{}
+}
+
+// item is a queued event; a sealed one has been sent and must not grow.
+type item struct {
+	ev     agents.Event
+	sealed bool
+}
+
+func newOutbox() *outbox {
+	return &outbox{dropped: map[int]int{}, wake: make(chan struct{}, 1)}
+}
+
+func (o *outbox) signal() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// add queues an event.
+func (o *outbox) add(ev agents.Event) {
+	o.mu.Lock()
+	o.seq++
+	ev.Seq = o.seq
+	o.events = append(o.events, item{ev: ev})
+	o.mu.Unlock()
+	o.signal()
+}
+
+// output queues a piece of a process's output.
+func (o *outbox) output(proc uint64, stream string, p []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	key := int(proc) * 2
+	if stream == "stderr" {
+		key++
+	}
+	if o.outSize+len(p) > maxPendingOutput {
+		o.dropped[key] += len(p)
+		return
+	}
+	if n := o.dropped[key]; n > 0 {
+		delete(o.dropped, key)
+		o.appendOutput(proc, stream, fmt.Appendf(nil, "\n[elasticd agent: %d bytes of output dropped: the driver was not taking them]\n", n))
+	}
+	o.appendOutput(proc, stream, p)
+	o.signal()
+}
+
+func (o *outbox) appendOutput(proc uint64, stream string, p []byte) {
+	for len(p) > 0 {
+		if n := len(o.events); n > 0 {
+			last := &o.events[n-1].ev
+			if !o.events[n-1].sealed && last.Kind == agents.KindOutput && last.Proc == proc && last.Stream == stream && len(last.Data) < maxChunk {
+				k := min(len(p), maxChunk-len(last.Data))
+				last.Data = append(last.Data, p[:k]...)
+				o.outSize += k
+				p = p[k:]
+				continue
+			}
+		}
+		k := min(len(p), maxChunk)
+		o.seq++
+		o.events = append(o.events, item{ev: agents.Event{Seq: o.seq, Kind: agents.KindOutput, Proc: proc, Stream: stream, Data: append([]byte(nil), p[:k]...)}})
+		o.outSize += k
+		p = p[k:]
+	}
+}
+
+// batch returns the oldest events to send, and the sequence number of the last. The events
+// are copies: output may still be appended to the last one while the batch is in flight, so
+// a sent event is never changed afterwards (see ack).
+func (o *outbox) batch() ([]agents.Event, uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []agents.Event
+	size := 0
+	for _, it := range o.events {
+		ev := it.ev
+		if len(out) >= maxBatch || (len(out) > 0 && size+len(ev.Data) > maxBatchBytes) {
+			break
+		}
+		ev.Data = append([]byte(nil), ev.Data...)
+		out = append(out, ev)
+		size += len(ev.Data)
+	}
+	if len(out) == 0 {
+		return nil, 0
+	}
+	// Seal the batch: later output must start a new event, or a retry of this batch would
+	// carry more than the driver took the first time.
+	o.events[len(out)-1].sealed = true
+	return out, out[len(out)-1].Seq
+}
+
+// ack forgets the events up to seq, which the driver has taken.
+func (o *outbox) ack(seq uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	i := 0
+	for i < len(o.events) && o.events[i].ev.Seq <= seq {
+		o.outSize -= len(o.events[i].ev.Data)
+		i++
+	}
+	o.events = o.events[i:]
+	if len(o.events) == 0 {
+		o.events = nil
+	}
+}
+
+// pending reports whether events wait to be sent.
+func (o *outbox) pending() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.events) > 0
+}

@@ -1,0 +1,121 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/agents"
+	"github.com/elasticd/elasticd/providers"
+	"github.com/elasticd/elasticd/worker/agent/gpu"
+)
+
+// maxNotices bounds the notices remembered (and sent again to each new session).
+const maxNotices = 64
+
+// watchNotices polls the metadata service until ctx ends and sends each new notice to the
+// driver. Failures are logged and retried with bounded backoff.
+func (a *agent) watchNotices(ctx context.Context) {
+	failures := 0
+	for ctx.Err() == nil {
+		ns, err := a.cfg.Notices.Notices(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			a.log.Warn("metadata service: cannot read interruption notices; retrying", "metadata", a.cfg.Metadata, "err", err, "retry_in", a.pause(failures))
+			if !a.backoff(ctx, failures) {
+				return
+			}
+			failures++
+			continue
+		}
+		if failures > 0 {
+			a.log.Info("metadata service answers again", "metadata", a.cfg.Metadata, "after_failures", failures)
+			failures = 0
+		}
+		for _, n := range ns {
+			a.notice(n)
+		}
+		t := time.NewTimer(a.cfg.NoticeInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// notice records a notice and sends it to the driver, once per ID.
+func (a *agent) notice(n providers.Notice) {
+	wn := agents.Notice{ID: n.ID, Kind: string(n.Kind), Deadline: n.Deadline, Detail: n.Detail}
+	a.mu.Lock()
+	for _, old := range a.notices {
+		if old.ID == n.ID {
+			a.mu.Unlock()
+			return
+		}
+	}
+	if len(a.notices) >= maxNotices {
+		a.notices = a.notices[1:]
+	}
+	a.notices = append(a.notices, wn)
+	a.mu.Unlock()
+	a.log.Warn("interruption notice", "kind", n.Kind, "deadline", n.Deadline, "detail", n.Detail, "id", n.ID)
+	a.emit(agents.Event{Kind: agents.KindNotice, Notice: &wn})
+}
+
+// completeNotice answers a notice once the driver says the host's workers are gone.
+func (a *agent) completeNotice(id string) {
+	c, ok := a.cfg.Notices.(providers.NoticeCompleter)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	var n *providers.Notice
+	for _, wn := range a.notices {
+		if wn.ID == id {
+			n = &providers.Notice{ID: wn.ID, HostID: a.cfg.HostID, Kind: providers.NoticeKind(wn.Kind), Deadline: wn.Deadline, Detail: wn.Detail}
+		}
+	}
+	a.mu.Unlock()
+	if n == nil {
+		a.log.Warn("the driver completed a notice this agent does not know", "notice", id)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := c.CompleteNotice(ctx, *n); err != nil {
+			a.log.Warn("could not complete the notice", "notice", id, "err", err)
+			return
+		}
+		a.log.Info("notice completed: this host's workers are gone", "notice", id)
+	}()
+}
+
+// watchGPUs sends GPU faults to the driver until ctx ends; a failing NVML is retried.
+func (a *agent) watchGPUs(ctx context.Context) {
+	ch := make(chan gpu.Event)
+	done := make(chan error, 1)
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		go func() { done <- a.cfg.GPUs.Watch(ctx, ch) }()
+	watch:
+		for {
+			select {
+			case ev := <-ch:
+				a.log.Warn("GPU fault", "gpu", ev.GPU, "uuid", ev.UUID, "kind", ev.Kind, "xid", ev.XID, "detail", ev.Detail)
+				a.emit(agents.Event{Kind: agents.KindGPU, GPU: &agents.GPUFault{Index: ev.GPU, UUID: ev.UUID, Kind: ev.Kind, XID: ev.XID, Detail: ev.Detail}})
+			case err := <-done:
+				if err == nil || ctx.Err() != nil {
+					return
+				}
+				a.log.Error("GPU health watch failed; GPU health is unknown until it recovers", "err", err, "retry_in", a.pause(attempt))
+				break watch
+			}
+		}
+		if !a.backoff(ctx, attempt) {
+			return
+		}
+	}
+}
