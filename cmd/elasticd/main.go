@@ -51,6 +51,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 
 Start here:
    elasticd run -np 4 --min-np 2 -- ./train          an elastic job on this machine (4 slots)
+   elasticd agent --driver URL --agent-secret-file F  on each GPU host, for --launcher agent
    elasticd discover --provider aws --asg NAME      the hosts a provider finds
    elasticd bench allreduce --np 4                  collectives across 4 local processes
    elasticd version                                 the version
@@ -73,6 +74,7 @@ Every flag can also be set through an environment variable named ELASTICD_<FLAG>
 		},
 		Commands: []*cli.Command{
 			runCommand(),
+			agentCommand(),
 			discoverCommand(),
 			benchCommand(),
 			versionCommand(),

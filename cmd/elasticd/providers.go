@@ -41,11 +41,11 @@ var cloudProviders = map[string]func(providerOptions) (providers.Provider, error
 }
 
 func providerNames() string {
-	names := []string{"local", "fixed", "script"}
+	names := []string{"local", "fixed", "script", "agents"}
 	for n := range cloudProviders {
 		names = append(names, n)
 	}
-	slices.Sort(names[3:])
+	slices.Sort(names[4:])
 	return strings.Join(names, ", ")
 }
 
@@ -112,6 +112,8 @@ func buildProvider(c *cli.Context, localSlots int, log *slog.Logger) (providers.
 			return nil, usageError("hosts", "%v", err)
 		}
 		return providers.NewFixed(hs), nil
+	case "agents":
+		return nil, usageError("provider", "agents: only `elasticd run --launcher agent` has agents")
 	case "script":
 		path := c.String("host-discovery-script")
 		if path == "" {

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/elasticd/elasticd/driver"
+	"github.com/elasticd/elasticd/driver/agents"
 	"github.com/elasticd/elasticd/driver/launch"
 	"github.com/urfave/cli/v2"
 )
@@ -27,11 +32,24 @@ Hosts come from one provider:
    --provider local        this machine, one host per slot (the default)
    -H host[:slots],...     a fixed list (--provider fixed)
    --host-discovery-script a program printing one host[:slots] per line (--provider script)
+   --provider aws|gcp|azure|ibm   a cloud group (see docs/providers/)
+   --provider agents       the hosts whose 'elasticd agent' is connected (the default
+                           with --launcher agent)
+
+Workers start through one launcher:
+   --launcher local        on this machine (the default)
+   --launcher ssh          over ssh, on each host
+   --launcher agent        through 'elasticd agent' on each host: no ssh keys; the agents
+                           also report GPUs (one slot per GPU), GPU faults and the cloud's
+                           interruption notices. Needs --agent-secret-file, the same file
+                           the agents read; they connect to --listen (default :29400).
 
 Examples:
    elasticd run -np 4 --min-np 2 -- ./train
    elasticd run -np 8 -H gpu1:4,gpu2:4 --launcher ssh -- python train.py
    elasticd run -np 4 --max-np 16 --host-discovery-script ./hosts.sh -- ./train
+   elasticd run -np 8 --launcher agent --agent-secret-file /etc/elasticd/agent-secret \
+       --provider aws --asg my-gpu-asg --region us-east-1 -- ./train
 
 Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 130 interrupted (every worker is stopped first).`,
@@ -46,7 +64,9 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.DurationFlag{Name: "barrier-timeout", Value: driver.DefaultBarrierTimeout, Usage: "once a reset begins, how long a worker may take to reach it before it counts as failed", EnvVars: []string{"ELASTICD_BARRIER_TIMEOUT"}},
 			&cli.DurationFlag{Name: "comm-timeout", Value: 30 * time.Second, Usage: "how long a worker waits on a silent peer inside a collective", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
 			&cli.StringFlag{Name: "blacklist-cooldown-range", Value: "10s,5m", Usage: "`MIN,MAX` cooldown of a failed slot: MIN after the first failure, doubling per failure up to MAX (seconds or durations; 'MIN MAX' as two arguments works too)", EnvVars: []string{"ELASTICD_BLACKLIST_COOLDOWN_RANGE"}},
-			&cli.StringFlag{Name: "launcher", Value: "local", Usage: "how workers start: local or ssh", EnvVars: []string{"ELASTICD_LAUNCHER"}},
+			&cli.StringFlag{Name: "launcher", Value: "local", Usage: "how workers start: local, ssh or agent", EnvVars: []string{"ELASTICD_LAUNCHER"}},
+			&cli.StringFlag{Name: "agent-secret-file", Usage: "with --launcher agent: `FILE` holding the secret shared with every agent (at least 16 bytes, e.g. from head -c 32 /dev/urandom | base64)", EnvVars: []string{"ELASTICD_AGENT_SECRET_FILE"}},
+			&cli.StringFlag{Name: "listen", Usage: "`HOST:PORT` the driver listens on for workers and agents (default: 127.0.0.1:0 with the local launcher, :0 with ssh, :29400 with agent)", EnvVars: []string{"ELASTICD_LISTEN"}},
 			&cli.IntFlag{Name: "ssh-port", Usage: "ssh port (default: ssh's own)", EnvVars: []string{"ELASTICD_SSH_PORT"}},
 			&cli.StringFlag{Name: "driver-addr", Usage: "`HOST` workers use to reach this driver (default: 127.0.0.1 with the local launcher, else this machine's first non-loopback IPv4 address)", EnvVars: []string{"ELASTICD_DRIVER_ADDR"}},
 			&cli.StringFlag{Name: "ssh-identity-file", Usage: "ssh private key `FILE`", EnvVars: []string{"ELASTICD_SSH_IDENTITY_FILE"}},
@@ -117,23 +137,84 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 	if o.Dir, err = os.Getwd(); err != nil {
 		return o, err
 	}
-	if o.Provider, err = buildProvider(c, max(o.MaxNP, o.NP), o.Logger); err != nil {
+	explicit := c.IsSet("provider") || c.IsSet("hosts") || c.IsSet("host-discovery-script")
+	if c.String("launcher") == "agent" && !explicit || c.String("provider") == "agents" {
+		o.Provider = nil // the agents' hosts: set with the launcher
+	} else if o.Provider, err = buildProvider(c, max(o.MaxNP, o.NP), o.Logger); err != nil {
 		return o, err
 	}
 	switch l := c.String("launcher"); l {
 	case "local":
 		o.Launcher = launch.NewLocal()
+		if c.String("provider") == "agents" {
+			return o, usageError("provider", "agents: needs --launcher agent")
+		}
 	case "ssh":
 		o.Launcher = launch.NewSSH(launch.SSHConfig{Port: c.Int("ssh-port"), IdentityFile: c.String("ssh-identity-file")})
 		o.ListenAddr = ":0" // remote workers must reach the rendezvous
 		o.AdvertiseHost = c.String("driver-addr")
+	case "agent":
+		if err := agentLauncher(c, &o); err != nil {
+			return o, err
+		}
 	default:
-		return o, usageError("launcher", "%q: use local or ssh", l)
+		return o, usageError("launcher", "%q: use local, ssh or agent", l)
+	}
+	if c.IsSet("agent-secret-file") && c.String("launcher") != "agent" {
+		return o, usageError("agent-secret-file", "only used with --launcher agent")
+	}
+	if c.IsSet("listen") {
+		if _, _, err := net.SplitHostPort(c.String("listen")); err != nil {
+			return o, usageError("listen", "%q: want HOST:PORT, e.g. :29400 or 10.0.0.5:29400", c.String("listen"))
+		}
+		o.ListenAddr = c.String("listen")
 	}
 	if c.Int("ssh-port") < 0 || c.Int("ssh-port") > 65535 {
 		return o, usageError("ssh-port", "%d: must be a TCP port", c.Int("ssh-port"))
 	}
 	return o, nil
+}
+
+// agentLauncher sets up --launcher agent: the registry the agents connect to, the job's
+// secret derived from the agent secret, and hosts limited to those with an agent.
+func agentLauncher(c *cli.Context, o *driver.Options) error {
+	if !c.IsSet("agent-secret-file") {
+		return usageError("agent-secret-file", "--launcher agent needs the secret shared with the agents (the file their --agent-secret-file names)")
+	}
+	secret, err := readSecretFile("agent-secret-file", c.String("agent-secret-file"), o.Logger)
+	if err != nil {
+		return err
+	}
+	var id [8]byte
+	rand.Read(id[:])
+	o.JobID = hex.EncodeToString(id[:])
+	o.Secret = agents.JobSecret(secret, o.JobID)
+	reg, err := agents.New(agents.Config{Secret: secret, JobID: o.JobID, Logger: o.Logger})
+	if err != nil {
+		return usageError("agent-secret-file", "%v", err)
+	}
+	o.Agents = reg
+	o.Provider = reg.Wrap(o.Provider)
+	o.Launcher = reg.Launcher()
+	o.ListenAddr = ":29400"
+	o.AdvertiseHost = c.String("driver-addr")
+	return nil
+}
+
+// readSecretFile reads a secret: the file's bytes without surrounding whitespace.
+func readSecretFile(flag, path string, log *slog.Logger) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageError(flag, "%v", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < agents.MinSecret {
+		return nil, usageError(flag, "%s holds %d bytes; a secret of at least %d is needed (e.g. head -c 32 /dev/urandom | base64 > %s)", path, len(b), agents.MinSecret, path)
+	}
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+		log.Warn("the secret file can be read by other users; chmod 600 it", "file", path, "mode", st.Mode().Perm().String())
+	}
+	return b, nil
 }
 
 // parseCooldown reads "MIN,MAX" (or "MIN MAX"); bare numbers are seconds, as in horovodrun.

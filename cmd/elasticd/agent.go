@@ -1,0 +1,178 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/elasticd/elasticd/driver"
+	"github.com/elasticd/elasticd/worker/agent"
+	"github.com/elasticd/elasticd/worker/agent/gpu"
+	"github.com/elasticd/elasticd/worker/agent/metadata"
+	"github.com/urfave/cli/v2"
+)
+
+func agentCommand() *cli.Command {
+	env := func(name string) []string {
+		return []string{"ELASTICD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}
+	}
+	return &cli.Command{
+		Name:  "agent",
+		Usage: "run on each GPU host: report GPUs, GPU faults and interruption notices; start workers for the driver",
+		Description: `The agent connects to the driver of 'elasticd run --launcher agent' and stays connected,
+reconnecting when the driver restarts. It:
+   - registers this host with its GPUs (NVML): the driver runs one worker per GPU,
+     each with CUDA_VISIBLE_DEVICES set to its GPU (--slots overrides the count);
+   - starts and stops the workers the driver asks for, and sends back their output and
+     exit codes: no ssh is needed. A worker never outlives the agent;
+   - watches GPU health (critical XIDs, uncorrectable ECC errors, lost GPUs): the driver
+     takes a failed GPU's slot out of the job;
+   - watches the cloud's interruption notices on the instance metadata service (AWS
+     IMDSv2 spot and rebalance and ASG lifecycle, GCP preemption and maintenance, Azure
+     Scheduled Events), so the job moves off this host before the cloud takes it.
+
+The driver and the agents share a secret: the same file on every host (mode 600).
+
+Example (on each GPU host, e.g. as a systemd unit):
+   elasticd agent --driver http://10.0.0.5:29400 --agent-secret-file /etc/elasticd/agent-secret
+
+Errors (driver unreachable, secret refused, metadata service failing) are logged and
+retried with backoff; the agent only exits when told to (SIGTERM, SIGINT), after stopping
+its workers.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "driver", Usage: "the driver's `URL`, e.g. http://10.0.0.5:29400 (its --listen address)", EnvVars: env("driver")},
+			&cli.StringFlag{Name: "agent-secret-file", Usage: "`FILE` holding the secret shared with the driver", EnvVars: env("agent-secret-file")},
+			&cli.StringFlag{Name: "host-id", Usage: "this host's `ID` as the provider knows it (default: the instance ID from the metadata service, else the hostname)", EnvVars: env("host-id")},
+			&cli.StringFlag{Name: "addr", Usage: "`HOST` workers on this host listen on and peers connect to (default: this machine's first non-loopback IPv4 address)", EnvVars: env("addr")},
+			&cli.IntFlag{Name: "slots", Usage: "workers on this host (default: one per GPU; without GPUs, the driver's count)", EnvVars: env("slots")},
+			&cli.StringFlag{Name: "metadata", Value: "auto", Usage: "which cloud's metadata service to watch for interruption notices: auto (from the machine's DMI vendor), aws, gcp, azure or none", EnvVars: env("metadata")},
+			&cli.StringFlag{Name: "metadata-url", Usage: "base `URL` of the metadata service (default: the cloud's own, e.g. http://169.254.169.254)", EnvVars: env("metadata-url")},
+			&cli.DurationFlag{Name: "driver-timeout", Value: 2 * time.Minute, Usage: "stop the workers once the driver has been unreachable this long", EnvVars: env("driver-timeout")},
+			&cli.DurationFlag{Name: "stop-grace", Value: 5 * time.Second, Usage: "time between SIGTERM and SIGKILL when the agent itself stops workers", EnvVars: env("stop-grace")},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also log debug detail (metadata answers skipped)", EnvVars: env("verbose")},
+		},
+		Action: runAgent,
+	}
+}
+
+func runAgent(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("agent: unexpected argument %q (the agent takes flags only; see --help)", c.Args().First()), 2)
+	}
+	level := slog.LevelInfo
+	if c.Bool("verbose") {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level, ReplaceAttr: shortTime}))
+	cfg := agent.Config{
+		DriverURL: c.String("driver"), Slots: c.Int("slots"), Version: version, Logger: log,
+		DriverTimeout: c.Duration("driver-timeout"), StopGrace: c.Duration("stop-grace"),
+	}
+	if cfg.DriverURL == "" {
+		return usageError("driver", "required: the driver's URL, e.g. --driver http://10.0.0.5:29400")
+	}
+	if !c.IsSet("agent-secret-file") {
+		return usageError("agent-secret-file", "required: the file holding the secret shared with the driver")
+	}
+	for _, f := range []string{"driver-timeout", "stop-grace"} {
+		if c.Duration(f) <= 0 {
+			return usageError(f, "%v: must be positive, e.g. 30s", c.Duration(f))
+		}
+	}
+	if cfg.Slots < 0 {
+		return usageError("slots", "%d: must not be negative (0: one per GPU)", cfg.Slots)
+	}
+	var err error
+	if cfg.Secret, err = readSecretFile("agent-secret-file", c.String("agent-secret-file"), log); err != nil {
+		return err
+	}
+	kind := c.String("metadata")
+	if kind == "auto" {
+		kind = detectCloud()
+		log.Info("metadata service chosen from the machine's vendor", "metadata", kind)
+	}
+	mcfg := metadata.Config{BaseURL: c.String("metadata-url"), Logger: log}
+	if err := mcfg.Validate(); err != nil {
+		return usageError("metadata-url", "%v", err)
+	}
+	var hostID func(context.Context) (string, error)
+	switch kind {
+	case "aws":
+		w, err := metadata.NewAWS(mcfg)
+		if err != nil {
+			return usageError("metadata-url", "%v", err)
+		}
+		cfg.Notices, hostID = w, w.InstanceID
+	case "gcp":
+		w, err := metadata.NewGCP(mcfg)
+		if err != nil {
+			return usageError("metadata-url", "%v", err)
+		}
+		cfg.Notices, hostID = w, w.InstanceID
+	case "azure":
+		w, err := metadata.NewAzure(mcfg)
+		if err != nil {
+			return usageError("metadata-url", "%v", err)
+		}
+		cfg.Notices, hostID = w, w.VMName
+	case "none":
+		if c.IsSet("metadata-url") {
+			return usageError("metadata-url", "given with --metadata none: name the cloud (aws, gcp or azure)")
+		}
+	default:
+		return usageError("metadata", "%q: use auto, aws, gcp, azure or none", kind)
+	}
+	cfg.Metadata = kind
+	cfg.HostID = c.String("host-id")
+	if cfg.HostID == "" && hostID != nil {
+		ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
+		cfg.HostID, err = hostID(ctx)
+		cancel()
+		if err != nil {
+			log.Warn("cannot read this instance's ID from the metadata service; using the hostname (set --host-id)", "err", err)
+		}
+	}
+	if cfg.HostID == "" {
+		if cfg.HostID, err = os.Hostname(); err != nil {
+			return usageError("host-id", "no hostname to default to (%v): set --host-id", err)
+		}
+	}
+	cfg.Addr = cmp.Or(c.String("addr"), driver.OutboundIP())
+
+	mon, err := gpu.Open(log)
+	if err != nil {
+		log.Error("NVML failed; running without GPUs (no GPU health either)", "err", err)
+	} else {
+		defer mon.Close()
+		cfg.GPUs = mon
+	}
+	log.Info("agent starting", "driver", cfg.DriverURL, "host", cfg.HostID, "addr", cfg.Addr, "metadata", kind, "version", version)
+	if err := agent.Run(c.Context, cfg); err != nil {
+		return cli.Exit("agent: "+err.Error(), 2)
+	}
+	log.Info("agent stopped", "reason", context.Cause(c.Context))
+	return nil
+}
+
+// detectCloud names the cloud whose metadata service this machine has, from the DMI strings
+// the hypervisor sets (as cloud-init does), without a network call; "none" elsewhere.
+func detectCloud() string {
+	read := func(name string) string {
+		b, _ := os.ReadFile("/sys/class/dmi/id/" + name)
+		return strings.ToLower(strings.TrimSpace(string(b)))
+	}
+	vendor, product, bios := read("sys_vendor"), read("product_name"), read("bios_version")
+	switch {
+	case strings.Contains(vendor, "amazon") || strings.Contains(bios, "amazon"):
+		return "aws"
+	case strings.Contains(product, "google compute engine") || strings.Contains(vendor, "google"):
+		return "gcp"
+	case strings.Contains(vendor, "microsoft") && read("chassis_asset_tag") == "7783-7084-3265-9085-8269-3286-77":
+		return "azure"
+	}
+	return "none"
+}

@@ -1,0 +1,237 @@
+package main_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeIMDS speaks EC2's instance metadata service (IMDSv2) for one instance: a session token,
+// the instance ID, and a spot instance-action the test arms.
+type fakeIMDS struct {
+	srv *httptest.Server
+	id  string
+
+	mu     sync.Mutex
+	action string // the spot/instance-action document; "" answers 404
+}
+
+func newFakeIMDS(t *testing.T, id string) *fakeIMDS {
+	f := &fakeIMDS{id: id}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut && r.URL.Path == "/latest/api/token" {
+			if r.Header.Get("X-aws-ec2-metadata-token-ttl-seconds") == "" {
+				http.Error(w, "missing TTL", http.StatusBadRequest)
+				return
+			}
+			w.Write([]byte("token-" + id))
+			return
+		}
+		if r.Header.Get("X-aws-ec2-metadata-token") != "token-"+id {
+			http.Error(w, "", http.StatusUnauthorized)
+			return
+		}
+		f.mu.Lock()
+		action := f.action
+		f.mu.Unlock()
+		switch r.URL.Path {
+		case "/latest/meta-data/instance-id":
+			w.Write([]byte(id))
+		case "/latest/meta-data/spot/instance-action":
+			if action == "" {
+				http.NotFound(w, r)
+				return
+			}
+			w.Write([]byte(action))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// interrupt arms a spot interruption at deadline.
+func (f *fakeIMDS) interrupt(deadline time.Time) {
+	b, _ := json.Marshal(map[string]string{"action": "terminate", "time": deadline.UTC().Format(time.RFC3339)})
+	f.mu.Lock()
+	f.action = string(b)
+	f.mu.Unlock()
+}
+
+// agentProc is a real `elasticd agent` process.
+type agentProc struct{ *job }
+
+func startAgent(t *testing.T, args ...string) agentProc {
+	t.Helper()
+	return agentProc{startJob(t, append([]string{"agent"}, args...)...)}
+}
+
+// workerPIDs are the PIDs of the workers the agent started.
+func (a agentProc) workerPIDs() []int {
+	var pids []int
+	for _, m := range regexp.MustCompile(`started worker.* pid=(\d+)`).FindAllStringSubmatch(a.output(), -1) {
+		pid, _ := strconv.Atoi(m[1])
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// stop sends SIGTERM and expects a clean exit with no worker left.
+func (a agentProc) stop(t *testing.T) {
+	t.Helper()
+	pids := a.workerPIDs()
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	if code := a.wait(15 * time.Second); code != 0 {
+		t.Errorf("agent exited %d after SIGTERM, want 0", code)
+	}
+	waitGone(t, pids, 5*time.Second)
+}
+
+func writeSecret(t *testing.T) string {
+	path := filepath.Join(t.TempDir(), "agent-secret")
+	if err := os.WriteFile(path, []byte("c2VjcmV0LXNoYXJlZC1ieS1kcml2ZXItYW5kLWFnZW50cw==\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// driverURL waits for the driver to say where it listens.
+func driverURL(j *job) string {
+	return "http://" + j.waitFor(`rendezvous listening" addr=(\S+)`, 30*time.Second)[1]
+}
+
+var eventRe = regexp.MustCompile(`event step=(\d+) world=(\d+) gen=(\d+)`)
+
+// steps lists the steps rank 0 committed, in the order printed.
+func steps(out string) []int {
+	var s []int
+	for _, m := range eventRe.FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		s = append(s, n)
+	}
+	return s
+}
+
+// TestAgentSpotNotice runs the real binaries: a driver with --launcher agent and two agents,
+// each its own host on a loopback address (127.0.0.2, 127.0.0.3) with two slots and a fake
+// EC2 metadata service. A 4-worker job trains; a spot interruption then appears on the
+// metadata of the host that does not hold rank 0. That host must leave at the next commit,
+// before the deadline, without rollback: the committed steps stay contiguous, and the job
+// completes with the other host's two workers.
+func TestAgentSpotNotice(t *testing.T) {
+	secret := writeSecret(t)
+	drv := startJob(t, append([]string{"run", "-np", "4", "--min-np", "2", "--launcher", "agent",
+		"--agent-secret-file", secret, "--listen", "127.0.0.1:0"},
+		trainArgs("--steps", "1500", "--step-delay", "5ms", "--events")...)...)
+	url := driverURL(drv)
+	imds := map[string]*fakeIMDS{}
+	agentsByAddr := map[string]agentProc{}
+	for _, addr := range []string{"127.0.0.2", "127.0.0.3"} {
+		imds[addr] = newFakeIMDS(t, "i-"+strings.ReplaceAll(addr, ".", ""))
+		agentsByAddr[addr] = startAgent(t, "--driver", url, "--agent-secret-file", secret, "--addr", addr, "--slots", "2",
+			"--metadata", "aws", "--metadata-url", imds[addr].srv.URL)
+	}
+	drv.waitFor(`generation 1: world size 4`, 60*time.Second)
+	// The host of rank 0 keeps training; the other one is interrupted.
+	rank0 := drv.waitFor(`launched worker" worker=(i-\S+)/\d+ rank=0 `, 10*time.Second)[1]
+	doomed := "127.0.0.2"
+	if rank0 == "i-127002" {
+		doomed = "127.0.0.3"
+	}
+	waitSteps := func(n int) {
+		deadline := time.Now().Add(60 * time.Second)
+		for s := steps(drv.output()); len(s) == 0 || s[len(s)-1] < n; s = steps(drv.output()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("rank 0 did not reach step %d", n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitSteps(50)
+	warned := time.Now()
+	deadline := warned.Add(2 * time.Minute)
+	imds[doomed].interrupt(deadline)
+	m := drv.waitFor(`generation (\d+): world size 2, resuming at step (\d+)`, 60*time.Second)
+	took := time.Since(warned)
+	t.Logf("spot notice on %s: training went on with 2 workers after %v (generation %s, step %s)", doomed, took.Round(time.Millisecond), m[1], m[2])
+	if took > 30*time.Second {
+		t.Errorf("moving off the interrupted host took %v; GCP and Azure warn only 30 s ahead", took)
+	}
+	if code := drv.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("job exit %d, want 0", code)
+	}
+	out := drv.output()
+	s := steps(out)
+	for i := 1; i < len(s); i++ {
+		if s[i] != s[i-1]+1 {
+			t.Fatalf("committed steps not contiguous at %d → %d: a step was lost or rolled back", s[i-1], s[i])
+		}
+	}
+	if len(s) == 0 || s[len(s)-1] != 1500 {
+		t.Fatalf("last committed step %v, want 1500", s[len(s)-1:])
+	}
+	if !strings.Contains(out, "all 2 workers of generation 2 finished") || !strings.Contains(out, "resets 1 of which 0 after failures") {
+		t.Fatalf("job did not end with the two survivors after one non-failure reset")
+	}
+	if !strings.Contains(agentsByAddr[doomed].output(), "interruption notice") {
+		t.Error("the interrupted host's agent did not log the notice")
+	}
+	for _, a := range agentsByAddr {
+		a.stop(t)
+	}
+}
+
+// Bad input to `elasticd agent` and `elasticd run --launcher agent` exits 2 and names the
+// flag; an unreachable driver is retried, not fatal.
+func TestAgentUsageErrors(t *testing.T) {
+	secret := writeSecret(t)
+	short := filepath.Join(t.TempDir(), "short")
+	os.WriteFile(short, []byte("tiny\n"), 0o600)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"agent", "--agent-secret-file", secret}, "--driver: required"},
+		{[]string{"agent", "--driver", "http://127.0.0.1:1"}, "--agent-secret-file: required"},
+		{[]string{"agent", "--driver", "http://127.0.0.1:1", "--agent-secret-file", short}, "--agent-secret-file: " + short + " holds 4 bytes"},
+		{[]string{"agent", "--driver", "http://127.0.0.1:1", "--agent-secret-file", secret, "--metadata", "oracle"}, `--metadata: "oracle": use auto, aws, gcp, azure or none`},
+		{[]string{"agent", "--driver", "127.0.0.1:29400", "--agent-secret-file", secret, "--metadata", "none"}, "--driver \"127.0.0.1:29400\": want the driver's http(s) URL"},
+		{[]string{"agent", "--driver", "http://127.0.0.1:1", "--agent-secret-file", secret, "--metadata", "none", "--slots", "-1"}, "--slots: -1: must not be negative"},
+		{[]string{"run", "-np", "2", "--launcher", "agent", "--", "true"}, "--agent-secret-file: --launcher agent needs the secret"},
+		{[]string{"run", "-np", "2", "--agent-secret-file", secret, "--", "true"}, "--agent-secret-file: only used with --launcher agent"},
+		{[]string{"run", "-np", "2", "--provider", "agents", "--", "true"}, "--provider: agents: needs --launcher agent"},
+		{[]string{"run", "-np", "2", "--launcher", "agent", "--agent-secret-file", secret, "--listen", "nowhere", "--", "true"}, `--listen: "nowhere": want HOST:PORT`},
+	} {
+		_, stderr, code := elasticd(t, nil, tc.args...)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("elasticd %v: exit %d, stderr %q; want exit 2 and %q", tc.args, code, stderr, tc.want)
+		}
+	}
+
+	// No driver there: the agent logs and retries until stopped.
+	a := startAgent(t, "--driver", "http://127.0.0.1:1", "--agent-secret-file", secret, "--metadata", "none")
+	a.waitFor(`cannot register with the driver; retrying.*driver unreachable`, 10*time.Second)
+	a.stop(t)
+}
+
+// The agent's help teaches what it does and how to start it.
+func TestAgentHelp(t *testing.T) {
+	stdout, _, code := elasticd(t, nil, "agent", "--help")
+	for _, want := range []string{"--driver", "--agent-secret-file", "CUDA_VISIBLE_DEVICES", "interruption notices", "elasticd agent --driver http://"} {
+		if code != 0 || !strings.Contains(stdout, want) {
+			t.Errorf("agent --help lacks %q (exit %d)", want, code)
+		}
+	}
+	_ = exec.Command
+}
