@@ -1,0 +1,372 @@
+# An elastic training cluster on EC2: an on-demand driver instance running `elasticd run`, and
+# a spot Auto Scaling group of GPU instances running `elasticd agent`. Interruption notices
+# reach the driver through EventBridge rules and an SQS queue.
+
+data "aws_partition" "current" {}
+
+data "aws_caller_identity" "current" {}
+
+locals {
+  asg_name    = "${var.name}-gpu"
+  queue_name  = "${var.name}-notices"
+  hook_name   = "${var.name}-drain"
+  driver_port = 29400
+
+  agent_secret = var.agent_secret != null ? var.agent_secret : random_password.agent_secret[0].result
+
+  # The driver's command line, argument by argument; elasticd reads the same flags from
+  # ELASTICD_* variables, but a command line in one place is easier to check and to copy.
+  driver_args = concat([
+    "/usr/local/bin/elasticd", "run",
+    "--provider", "aws",
+    "--asg", local.asg_name,
+    "--region", var.region,
+    "--sqs-queue-url", aws_sqs_queue.notices.url,
+    "--launcher", "agent",
+    "--listen", "0.0.0.0:${local.driver_port}",
+    "--agent-secret-file", "/etc/elasticd/agent-secret",
+    "-np", tostring(var.np),
+    "--min-np", tostring(var.min_np),
+    "--max-np", tostring(var.max_np),
+    "--",
+  ], var.training_command)
+
+  # Each argument in single quotes, for sh.
+  driver_command = join(" ", [for a in local.driver_args : "'${replace(a, "'", "'\\''")}'"])
+
+  install_script = templatefile("${path.module}/templates/install-elasticd.sh.tftpl", {
+    url    = var.elasticd_release_url
+    sha256 = var.elasticd_release_sha256 == null ? "" : var.elasticd_release_sha256
+  })
+
+  # EventBridge patterns for every event the provider turns into a notice
+  # (docs/providers/aws.md, "The notice queue and its rules").
+  event_patterns = {
+    spot = {
+      source      = ["aws.ec2"]
+      detail-type = ["EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]
+    }
+    state = {
+      source      = ["aws.ec2"]
+      detail-type = ["EC2 Instance State-change Notification"]
+      detail      = { state = ["stopping", "stopped", "shutting-down", "terminated"] }
+    }
+    lifecycle = {
+      source      = ["aws.autoscaling"]
+      detail-type = ["EC2 Instance-terminate Lifecycle Action"]
+      detail      = { AutoScalingGroupName = [local.asg_name] }
+    }
+    health = {
+      source      = ["aws.health"]
+      detail-type = ["AWS Health Event"]
+      detail      = { service = ["EC2"], eventTypeCategory = ["scheduledChange"] }
+    }
+  }
+
+  tags = merge(var.tags, { "elasticd:cluster" = var.name })
+}
+
+resource "random_password" "agent_secret" {
+  count = var.agent_secret == null ? 1 : 0
+
+  length  = 48
+  special = false
+}
+
+# --- Network: the driver's port and the workers' mesh, inside the VPC only ---
+
+resource "aws_security_group" "driver" {
+  name        = "${var.name}-driver"
+  description = "elasticd driver of ${var.name}: TCP ${local.driver_port} from the GPU instances"
+  vpc_id      = var.vpc_id
+  tags        = local.tags
+}
+
+resource "aws_security_group" "gpu" {
+  name        = "${var.name}-gpu"
+  description = "elasticd GPU instances of ${var.name}: all TCP among themselves"
+  vpc_id      = var.vpc_id
+  tags        = local.tags
+}
+
+resource "aws_vpc_security_group_ingress_rule" "driver_from_gpu" {
+  security_group_id            = aws_security_group.driver.id
+  description                  = "elasticd agents and workers to the driver"
+  ip_protocol                  = "tcp"
+  from_port                    = local.driver_port
+  to_port                      = local.driver_port
+  referenced_security_group_id = aws_security_group.gpu.id
+}
+
+resource "aws_vpc_security_group_ingress_rule" "driver_ssh" {
+  count = var.ssh_cidr == null ? 0 : 1
+
+  security_group_id = aws_security_group.driver.id
+  description       = "ssh to the driver"
+  ip_protocol       = "tcp"
+  from_port         = 22
+  to_port           = 22
+  cidr_ipv4         = var.ssh_cidr
+}
+
+resource "aws_vpc_security_group_ingress_rule" "gpu_mesh" {
+  security_group_id            = aws_security_group.gpu.id
+  description                  = "workers to workers (allreduce on ephemeral ports)"
+  ip_protocol                  = "tcp"
+  from_port                    = 0
+  to_port                      = 65535
+  referenced_security_group_id = aws_security_group.gpu.id
+}
+
+resource "aws_vpc_security_group_egress_rule" "driver_out" {
+  security_group_id = aws_security_group.driver.id
+  description       = "AWS APIs and the elasticd download"
+  ip_protocol       = "-1"
+  cidr_ipv4         = "0.0.0.0/0"
+}
+
+resource "aws_vpc_security_group_egress_rule" "gpu_out" {
+  security_group_id = aws_security_group.gpu.id
+  description       = "the driver, the other workers, the elasticd download"
+  ip_protocol       = "-1"
+  cidr_ipv4         = "0.0.0.0/0"
+}
+
+# --- Notices: EventBridge rules -> SQS queue, read by the driver ---
+
+resource "aws_sqs_queue" "notices" {
+  name = local.queue_name
+  # A notice older than this is about an instance long gone.
+  message_retention_seconds = 3600
+  # SQS-managed keys: no kms:Decrypt for the driver to need.
+  sqs_managed_sse_enabled = true
+  tags                    = local.tags
+}
+
+resource "aws_cloudwatch_event_rule" "notices" {
+  for_each = local.event_patterns
+
+  name          = "${var.name}-${each.key}"
+  description   = "elasticd notices (${each.key}) for ${var.name}"
+  event_pattern = jsonencode(each.value)
+  tags          = local.tags
+}
+
+resource "aws_cloudwatch_event_target" "notices" {
+  for_each = local.event_patterns
+
+  rule = aws_cloudwatch_event_rule.notices[each.key].name
+  arn  = aws_sqs_queue.notices.arn
+}
+
+data "aws_iam_policy_document" "queue" {
+  statement {
+    sid       = "EventBridge"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.notices.arn]
+
+    principals {
+      type        = "Service"
+      identifiers = ["events.amazonaws.com"]
+    }
+
+    condition {
+      test     = "ArnEquals"
+      variable = "aws:SourceArn"
+      values   = [for r in aws_cloudwatch_event_rule.notices : r.arn]
+    }
+  }
+}
+
+resource "aws_sqs_queue_policy" "notices" {
+  queue_url = aws_sqs_queue.notices.id
+  policy    = data.aws_iam_policy_document.queue.json
+}
+
+# --- The driver's IAM role: exactly the calls providers/aws makes ---
+
+data "aws_iam_policy_document" "assume_ec2" {
+  statement {
+    actions = ["sts:AssumeRole"]
+
+    principals {
+      type        = "Service"
+      identifiers = ["ec2.amazonaws.com"]
+    }
+  }
+}
+
+# Kept equal to the SDK calls of providers/aws by terraform/permissions_test.go.
+data "aws_iam_policy_document" "driver" {
+  statement {
+    sid = "Discover"
+    # Neither action supports resource-level permissions.
+    actions   = ["autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances"]
+    resources = ["*"]
+  }
+
+  statement {
+    sid = "Notices"
+    # sqs:DeleteMessage also covers DeleteMessageBatch, which is what the provider calls.
+    actions   = ["sqs:ReceiveMessage", "sqs:DeleteMessage"]
+    resources = [aws_sqs_queue.notices.arn]
+  }
+
+  statement {
+    sid       = "ScaleIn"
+    actions   = ["autoscaling:CompleteLifecycleAction"]
+    resources = ["arn:${data.aws_partition.current.partition}:autoscaling:${var.region}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${local.asg_name}"]
+  }
+}
+
+resource "aws_iam_role" "driver" {
+  name               = "${var.name}-driver"
+  assume_role_policy = data.aws_iam_policy_document.assume_ec2.json
+  tags               = local.tags
+}
+
+resource "aws_iam_role_policy" "driver" {
+  name   = "elasticd-driver"
+  role   = aws_iam_role.driver.id
+  policy = data.aws_iam_policy_document.driver.json
+}
+
+resource "aws_iam_instance_profile" "driver" {
+  name = "${var.name}-driver"
+  role = aws_iam_role.driver.name
+  tags = local.tags
+}
+
+# --- The driver instance ---
+
+resource "aws_instance" "driver" {
+  ami                         = var.driver_ami_id
+  instance_type               = var.driver_instance_type
+  subnet_id                   = var.driver_subnet_id
+  vpc_security_group_ids      = [aws_security_group.driver.id]
+  iam_instance_profile        = aws_iam_instance_profile.driver.name
+  associate_public_ip_address = var.driver_public_ip
+  key_name                    = var.key_name
+
+  user_data = templatefile("${path.module}/templates/driver.yaml.tftpl", {
+    name           = var.name
+    agent_secret   = local.agent_secret
+    install_script = local.install_script
+    command_line   = local.driver_command
+    environment    = { AWS_REGION = var.region }
+  })
+  user_data_replace_on_change = true
+
+  metadata_options {
+    http_endpoint = "enabled"
+    http_tokens   = "required"
+  }
+
+  tags = merge(local.tags, { Name = "${var.name}-driver" })
+
+  lifecycle {
+    precondition {
+      condition     = var.min_np <= var.np && var.np <= var.max_np
+      error_message = "Need min_np <= np <= max_np."
+    }
+  }
+
+  # The role's policy must exist before elasticd's first poll, or that poll is refused.
+  depends_on = [aws_iam_role_policy.driver]
+}
+
+# --- The spot GPU group ---
+
+resource "aws_launch_template" "gpu" {
+  name_prefix            = "${var.name}-gpu-"
+  image_id               = var.gpu_ami_id
+  key_name               = var.key_name
+  vpc_security_group_ids = [aws_security_group.gpu.id]
+
+  user_data = base64encode(templatefile("${path.module}/templates/agent.yaml.tftpl", {
+    name           = var.name
+    agent_secret   = local.agent_secret
+    install_script = local.install_script
+    setup_commands = var.worker_setup_commands
+    driver_ip      = aws_instance.driver.private_ip
+    driver_port    = local.driver_port
+    metadata       = "aws"
+  }))
+
+  # The agent reads spot interruption notices from the instance metadata service.
+  metadata_options {
+    http_endpoint               = "enabled"
+    http_tokens                 = "required"
+    http_put_response_hop_limit = 2
+  }
+
+  tag_specifications {
+    resource_type = "instance"
+    tags          = merge(local.tags, { Name = "${var.name}-gpu" })
+  }
+
+  tags = local.tags
+}
+
+resource "aws_autoscaling_group" "gpu" {
+  name                = local.asg_name
+  min_size            = var.min_size
+  max_size            = var.max_size
+  desired_capacity    = var.desired_capacity
+  vpc_zone_identifier = var.gpu_subnet_ids
+  capacity_rebalance  = true
+
+  mixed_instances_policy {
+    instances_distribution {
+      on_demand_base_capacity                  = 0
+      on_demand_percentage_above_base_capacity = 0
+      spot_allocation_strategy                 = var.spot_allocation_strategy
+    }
+
+    launch_template {
+      launch_template_specification {
+        launch_template_id = aws_launch_template.gpu.id
+        version            = aws_launch_template.gpu.latest_version
+      }
+
+      dynamic "override" {
+        for_each = var.gpu_instance_types
+
+        content {
+          instance_type = override.value
+        }
+      }
+    }
+  }
+
+  # Part of the group from its creation, so that even its first instances wait for the
+  # driver to move their workers off before they terminate.
+  initial_lifecycle_hook {
+    name                 = local.hook_name
+    lifecycle_transition = "autoscaling:EC2_INSTANCE_TERMINATING"
+    heartbeat_timeout    = var.lifecycle_hook_timeout
+    default_result       = "CONTINUE"
+  }
+
+  dynamic "tag" {
+    for_each = local.tags
+
+    content {
+      key                 = tag.key
+      value               = tag.value
+      propagate_at_launch = true
+    }
+  }
+
+  lifecycle {
+    ignore_changes = [desired_capacity]
+
+    precondition {
+      condition     = var.min_size <= var.desired_capacity && var.desired_capacity <= var.max_size
+      error_message = "Need min_size <= desired_capacity <= max_size."
+    }
+  }
+
+  # The rules and the queue policy first, so that no notice of the first instances is lost.
+  depends_on = [aws_cloudwatch_event_target.notices, aws_sqs_queue_policy.notices]
+}

@@ -1,0 +1,43 @@
+output "driver_command" {
+  description = "The exact `elasticd run` command line the driver runs (as the systemd unit elasticd-driver.service), each argument quoted for sh."
+  value       = local.driver_command
+}
+
+output "driver_private_ip" {
+  description = "Private IPv4 address of the driver; the agents dial it on TCP 29400."
+  value       = aws_instance.driver.private_ip
+}
+
+output "driver_instance_id" {
+  description = "Instance ID of the driver."
+  value       = aws_instance.driver.id
+}
+
+output "autoscaling_group_name" {
+  description = "Name of the spot GPU Auto Scaling group (--asg)."
+  value       = aws_autoscaling_group.gpu.name
+}
+
+output "sqs_queue_url" {
+  description = "URL of the notice queue the EventBridge rules feed (--sqs-queue-url)."
+  value       = aws_sqs_queue.notices.url
+}
+
+output "driver_role_arn" {
+  description = "ARN of the driver's IAM role."
+  value       = aws_iam_role.driver.arn
+}
+
+output "security_group_ids" {
+  description = "Security groups of the driver and of the GPU instances."
+  value = {
+    driver = aws_security_group.driver.id
+    gpu    = aws_security_group.gpu.id
+  }
+}
+
+output "agent_secret" {
+  description = "The secret shared by the driver and the agents (also in the state and in the instances' user data)."
+  value       = local.agent_secret
+  sensitive   = true
+}

@@ -1,0 +1,247 @@
+variable "name" {
+  description = "Name of the cluster: prefixes every resource (the Auto Scaling group is <name>-gpu, the queue <name>-notices)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{0,30}[a-z0-9]$", var.name))
+    error_message = "name must be 2 to 32 characters of lower-case letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "region" {
+  description = "AWS region of the cluster. The provider configuration of the calling module must use the same region; it is passed to `elasticd run --region`."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z]{2}(-[a-z0-9]+)+-[0-9]+$", var.region))
+    error_message = "region must be a region name such as us-east-1."
+  }
+}
+
+variable "vpc_id" {
+  description = "ID of the VPC the driver and the GPU instances run in."
+  type        = string
+
+  validation {
+    condition     = can(regex("^vpc-[0-9a-f]+$", var.vpc_id))
+    error_message = "vpc_id must be a VPC ID such as vpc-0123456789abcdef0."
+  }
+}
+
+variable "driver_subnet_id" {
+  description = "Subnet of the driver instance. It needs a route to the internet (NAT gateway, or a public IP with driver_public_ip) to download elasticd and reach the AWS APIs."
+  type        = string
+
+  validation {
+    condition     = can(regex("^subnet-[0-9a-f]+$", var.driver_subnet_id))
+    error_message = "driver_subnet_id must be a subnet ID such as subnet-0123456789abcdef0."
+  }
+}
+
+variable "gpu_subnet_ids" {
+  description = "Subnets of the GPU Auto Scaling group, ideally one per availability zone to widen the spot pools. They need a route to the internet (NAT gateway) to download elasticd."
+  type        = list(string)
+
+  validation {
+    condition     = length(var.gpu_subnet_ids) > 0 && alltrue([for s in var.gpu_subnet_ids : can(regex("^subnet-[0-9a-f]+$", s))])
+    error_message = "gpu_subnet_ids must list at least one subnet ID such as subnet-0123456789abcdef0."
+  }
+}
+
+variable "driver_public_ip" {
+  description = "Whether the driver gets a public IPv4 address (for ssh from ssh_cidr, or when its subnet has no NAT gateway)."
+  type        = bool
+  default     = false
+}
+
+variable "ssh_cidr" {
+  description = "CIDR block allowed to reach the driver on TCP 22; null (the default) opens no port to anything outside the cluster."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.ssh_cidr == null || can(cidrhost(var.ssh_cidr, 0))
+    error_message = "ssh_cidr must be an IPv4 CIDR block such as 203.0.113.0/24, or null."
+  }
+}
+
+variable "key_name" {
+  description = "Name of an EC2 key pair for ssh to the driver and the GPU instances; null: none."
+  type        = string
+  default     = null
+}
+
+variable "driver_ami_id" {
+  description = "AMI of the driver instance: a Linux image with cloud-init and systemd (Amazon Linux 2023, Ubuntu)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^ami-[0-9a-f]+$", var.driver_ami_id))
+    error_message = "driver_ami_id must be an AMI ID such as ami-0123456789abcdef0."
+  }
+}
+
+variable "driver_instance_type" {
+  description = "Instance type of the on-demand driver; it only coordinates, so a small CPU type is enough."
+  type        = string
+  default     = "t3.medium"
+}
+
+variable "gpu_ami_id" {
+  description = "AMI of the GPU instances: NVIDIA driver, cloud-init, systemd and the training program's runtime (for example an AWS Deep Learning AMI)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^ami-[0-9a-f]+$", var.gpu_ami_id))
+    error_message = "gpu_ami_id must be an AMI ID such as ami-0123456789abcdef0."
+  }
+}
+
+variable "gpu_instance_types" {
+  description = "Instance types the spot group may launch, most preferred first. Give types with the same GPU count, or pass --slots-per-host yourself: slots come from each type's GPU count."
+  type        = list(string)
+  default     = ["g5.xlarge", "g6.xlarge", "g4dn.xlarge"]
+
+  validation {
+    condition     = length(var.gpu_instance_types) > 0 && alltrue([for t in var.gpu_instance_types : can(regex("^[a-z0-9-]+\\.[a-z0-9-]+$", t))])
+    error_message = "gpu_instance_types must list at least one instance type such as g5.xlarge."
+  }
+}
+
+variable "spot_allocation_strategy" {
+  description = "How the group picks spot pools: price-capacity-optimized (the default), capacity-optimized, capacity-optimized-prioritized or lowest-price."
+  type        = string
+  default     = "price-capacity-optimized"
+
+  validation {
+    condition     = contains(["price-capacity-optimized", "capacity-optimized", "capacity-optimized-prioritized", "lowest-price"], var.spot_allocation_strategy)
+    error_message = "spot_allocation_strategy must be price-capacity-optimized, capacity-optimized, capacity-optimized-prioritized or lowest-price."
+  }
+}
+
+variable "min_size" {
+  description = "Fewest GPU instances in the group."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.min_size >= 0 && floor(var.min_size) == var.min_size
+    error_message = "min_size must be a whole number, 0 or more."
+  }
+}
+
+variable "max_size" {
+  description = "Most GPU instances in the group."
+  type        = number
+
+  validation {
+    condition     = var.max_size >= 1 && var.max_size <= 1000 && floor(var.max_size) == var.max_size
+    error_message = "max_size must be a whole number between 1 and 1000."
+  }
+}
+
+variable "desired_capacity" {
+  description = "GPU instances to start with, between min_size and max_size. Later changes made outside Terraform (scaling policies, the console) are left alone."
+  type        = number
+
+  validation {
+    condition     = var.desired_capacity >= 0 && floor(var.desired_capacity) == var.desired_capacity
+    error_message = "desired_capacity must be a whole number, 0 or more."
+  }
+}
+
+variable "lifecycle_hook_timeout" {
+  description = "Seconds a scaled-in GPU instance waits in Terminating:Wait for elasticd to move its workers off (the terminate lifecycle hook's heartbeat timeout)."
+  type        = number
+  default     = 300
+
+  validation {
+    condition     = var.lifecycle_hook_timeout >= 30 && var.lifecycle_hook_timeout <= 7200
+    error_message = "lifecycle_hook_timeout must be between 30 and 7200 seconds."
+  }
+}
+
+variable "np" {
+  description = "Workers the job starts with (elasticd run -np)."
+  type        = number
+
+  validation {
+    condition     = var.np >= 1 && floor(var.np) == var.np
+    error_message = "np must be a whole number, 1 or more."
+  }
+}
+
+variable "min_np" {
+  description = "Fewest workers the job keeps training with (--min-np); at most np."
+  type        = number
+
+  validation {
+    condition     = var.min_np >= 1 && floor(var.min_np) == var.min_np
+    error_message = "min_np must be a whole number, 1 or more."
+  }
+}
+
+variable "max_np" {
+  description = "Most workers the job grows to (--max-np); at least np."
+  type        = number
+
+  validation {
+    condition     = var.max_np >= 1 && floor(var.max_np) == var.max_np
+    error_message = "max_np must be a whole number, 1 or more."
+  }
+}
+
+variable "training_command" {
+  description = "The training program and its arguments, run once per slot on the GPU instances (what follows -- on the elasticd run command line). It must already be on the GPU AMI or be installed by worker_setup_commands."
+  type        = list(string)
+
+  validation {
+    condition     = length(var.training_command) > 0 && var.training_command[0] != ""
+    error_message = "training_command must name a program, e.g. [\"python3\", \"/opt/train/train.py\"]."
+  }
+}
+
+variable "worker_setup_commands" {
+  description = "Shell commands each GPU instance runs at first boot, after installing elasticd and before starting the agent (fetch the training code, say)."
+  type        = list(string)
+  default     = []
+}
+
+variable "elasticd_release_url" {
+  description = "HTTPS URL of the elasticd release to install: a .tar.gz holding an elasticd binary, or the binary itself."
+  type        = string
+
+  validation {
+    condition     = can(regex("^https://[^[:space:]'\"]+$", var.elasticd_release_url))
+    error_message = "elasticd_release_url must be an https:// URL without spaces or quotes."
+  }
+}
+
+variable "elasticd_release_sha256" {
+  description = "SHA-256 of the file at elasticd_release_url; when set, cloud-init refuses a download that does not match. Null: not checked."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.elasticd_release_sha256 == null || can(regex("^[0-9a-f]{64}$", var.elasticd_release_sha256))
+    error_message = "elasticd_release_sha256 must be 64 lower-case hex digits, or null."
+  }
+}
+
+variable "agent_secret" {
+  description = "Shared secret of the driver and the agents (32 characters or more). Null (the default): a random one is generated. Either way it is stored in the Terraform state and in the instances' user data; pass one from a secrets manager to control its lifetime."
+  type        = string
+  default     = null
+  sensitive   = true
+
+  validation {
+    condition     = var.agent_secret == null || try(length(var.agent_secret) >= 32 && !strcontains(var.agent_secret, "\n"), false)
+    error_message = "agent_secret must be at least 32 characters on one line, or null to generate one."
+  }
+}
+
+variable "tags" {
+  description = "Tags added to every resource that takes them."
+  type        = map(string)
+  default     = {}
+}

@@ -1,0 +1,5 @@
+subscription_id      = "00000000-0000-0000-0000-000000000000"
+resource_group_name  = "elasticd-demo"
+subnet_id            = "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/elasticd-demo/providers/Microsoft.Network/virtualNetworks/vnet/subnets/default"
+ssh_public_key       = "ssh-ed25519 AAAA... you@example.com"
+elasticd_release_url = "https://example.com/elasticd/releases/v1.0.0/elasticd-linux-amd64.tar.gz"

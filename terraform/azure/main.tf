@@ -1,0 +1,308 @@
+# An elastic training cluster on Azure: an on-demand driver VM running `elasticd run`, and a
+# Uniform virtual machine scale set of Spot GPU VMs running `elasticd agent`.
+
+data "azurerm_subscription" "current" {}
+
+data "azurerm_resource_group" "cluster" {
+  name = var.resource_group_name
+}
+
+locals {
+  vmss_name   = "${var.name}-gpu"
+  driver_port = 29400
+
+  agent_secret = var.agent_secret != null ? var.agent_secret : random_password.agent_secret[0].result
+
+  driver_args = concat([
+    "/usr/local/bin/elasticd", "run",
+    "--provider", "azure",
+    "--subscription", data.azurerm_subscription.current.subscription_id,
+    "--resource-group", var.resource_group_name,
+    "--vmss", local.vmss_name,
+    "--launcher", "agent",
+    "--listen", "0.0.0.0:${local.driver_port}",
+    "--agent-secret-file", "/etc/elasticd/agent-secret",
+    "-np", tostring(var.np),
+    "--min-np", tostring(var.min_np),
+    "--max-np", tostring(var.max_np),
+    "--",
+  ], var.training_command)
+
+  # Each argument in single quotes, for sh.
+  driver_command = join(" ", [for a in local.driver_args : "'${replace(a, "'", "'\\''")}'"])
+
+  install_script = templatefile("${path.module}/templates/install-elasticd.sh.tftpl", {
+    url    = var.elasticd_release_url
+    sha256 = var.elasticd_release_sha256 == null ? "" : var.elasticd_release_sha256
+  })
+
+  tags = merge(var.tags, { elasticd-cluster = var.name })
+}
+
+resource "random_password" "agent_secret" {
+  count = var.agent_secret == null ? 1 : 0
+
+  length  = 48
+  special = false
+}
+
+# --- Network: the driver's port and the workers' mesh, inside the virtual network only ---
+
+resource "azurerm_application_security_group" "driver" {
+  name                = "${var.name}-driver"
+  resource_group_name = var.resource_group_name
+  location            = var.location
+  tags                = local.tags
+}
+
+resource "azurerm_application_security_group" "gpu" {
+  name                = "${var.name}-gpu"
+  resource_group_name = var.resource_group_name
+  location            = var.location
+  tags                = local.tags
+}
+
+# One group for the driver's and the GPU VMs' NICs. Azure's default rules let the whole
+# virtual network in; DenyOtherVnetInbound narrows that to the two rules above it. Inbound
+# from the internet is denied by the default rules.
+resource "azurerm_network_security_group" "cluster" {
+  name                = "${var.name}-cluster"
+  resource_group_name = var.resource_group_name
+  location            = var.location
+  tags                = local.tags
+
+  security_rule {
+    name                                       = "DriverFromGpu"
+    description                                = "elasticd agents and workers to the driver"
+    priority                                   = 1000
+    direction                                  = "Inbound"
+    access                                     = "Allow"
+    protocol                                   = "Tcp"
+    source_port_range                          = "*"
+    destination_port_range                     = tostring(local.driver_port)
+    source_application_security_group_ids      = [azurerm_application_security_group.gpu.id]
+    destination_application_security_group_ids = [azurerm_application_security_group.driver.id]
+  }
+
+  security_rule {
+    name                                       = "GpuMesh"
+    description                                = "workers to workers (allreduce on ephemeral ports)"
+    priority                                   = 1010
+    direction                                  = "Inbound"
+    access                                     = "Allow"
+    protocol                                   = "Tcp"
+    source_port_range                          = "*"
+    destination_port_range                     = "*"
+    source_application_security_group_ids      = [azurerm_application_security_group.gpu.id]
+    destination_application_security_group_ids = [azurerm_application_security_group.gpu.id]
+  }
+
+  dynamic "security_rule" {
+    for_each = var.ssh_cidr == null ? [] : [var.ssh_cidr]
+
+    content {
+      name                                       = "DriverSsh"
+      description                                = "ssh to the driver"
+      priority                                   = 1020
+      direction                                  = "Inbound"
+      access                                     = "Allow"
+      protocol                                   = "Tcp"
+      source_port_range                          = "*"
+      destination_port_range                     = "22"
+      source_address_prefix                      = security_rule.value
+      destination_application_security_group_ids = [azurerm_application_security_group.driver.id]
+    }
+  }
+
+  security_rule {
+    name                       = "DenyOtherVnetInbound"
+    priority                   = 4000
+    direction                  = "Inbound"
+    access                     = "Deny"
+    protocol                   = "*"
+    source_port_range          = "*"
+    destination_port_range     = "*"
+    source_address_prefix      = "VirtualNetwork"
+    destination_address_prefix = "*"
+  }
+}
+
+# --- The driver VM and its identity ---
+
+resource "azurerm_user_assigned_identity" "driver" {
+  name                = "${var.name}-driver"
+  resource_group_name = var.resource_group_name
+  location            = var.location
+  tags                = local.tags
+}
+
+resource "azurerm_public_ip" "driver" {
+  count = var.driver_public_ip ? 1 : 0
+
+  name                = "${var.name}-driver"
+  resource_group_name = var.resource_group_name
+  location            = var.location
+  allocation_method   = "Static"
+  sku                 = "Standard"
+  tags                = local.tags
+}
+
+resource "azurerm_network_interface" "driver" {
+  name                = "${var.name}-driver"
+  resource_group_name = var.resource_group_name
+  location            = var.location
+  tags                = local.tags
+
+  ip_configuration {
+    name                          = "primary"
+    subnet_id                     = var.subnet_id
+    private_ip_address_allocation = "Dynamic"
+    public_ip_address_id          = var.driver_public_ip ? azurerm_public_ip.driver[0].id : null
+  }
+}
+
+resource "azurerm_network_interface_security_group_association" "driver" {
+  network_interface_id      = azurerm_network_interface.driver.id
+  network_security_group_id = azurerm_network_security_group.cluster.id
+}
+
+resource "azurerm_network_interface_application_security_group_association" "driver" {
+  network_interface_id          = azurerm_network_interface.driver.id
+  application_security_group_id = azurerm_application_security_group.driver.id
+}
+
+resource "azurerm_linux_virtual_machine" "driver" {
+  name                  = "${var.name}-driver"
+  resource_group_name   = var.resource_group_name
+  location              = var.location
+  size                  = var.driver_vm_size
+  admin_username        = var.admin_username
+  network_interface_ids = [azurerm_network_interface.driver.id]
+  tags                  = local.tags
+
+  # AZURE_CLIENT_ID picks the user-assigned identity for DefaultAzureCredential.
+  custom_data = base64encode(templatefile("${path.module}/templates/driver.yaml.tftpl", {
+    name           = var.name
+    agent_secret   = local.agent_secret
+    install_script = local.install_script
+    command_line   = local.driver_command
+    environment    = { AZURE_CLIENT_ID = azurerm_user_assigned_identity.driver.client_id }
+  }))
+
+  admin_ssh_key {
+    username   = var.admin_username
+    public_key = var.ssh_public_key
+  }
+
+  os_disk {
+    caching              = "ReadWrite"
+    storage_account_type = "StandardSSD_LRS"
+  }
+
+  source_image_reference {
+    publisher = var.driver_image.publisher
+    offer     = var.driver_image.offer
+    sku       = var.driver_image.sku
+    version   = var.driver_image.version
+  }
+
+  identity {
+    type         = "UserAssigned"
+    identity_ids = [azurerm_user_assigned_identity.driver.id]
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.min_np <= var.np && var.np <= var.max_np
+      error_message = "Need min_np <= np <= max_np."
+    }
+  }
+}
+
+# --- The Spot GPU scale set ---
+
+resource "azurerm_linux_virtual_machine_scale_set" "gpu" {
+  name                = local.vmss_name
+  resource_group_name = var.resource_group_name
+  location            = var.location
+  sku                 = var.gpu_vm_size
+  instances           = var.gpu_instances
+  zones               = length(var.gpu_zones) > 0 ? var.gpu_zones : null
+  admin_username      = var.admin_username
+  upgrade_mode        = "Manual"
+  priority            = "Spot"
+  eviction_policy     = var.eviction_policy
+  max_bid_price       = var.max_bid_price
+  tags                = local.tags
+
+  custom_data = base64encode(templatefile("${path.module}/templates/agent.yaml.tftpl", {
+    name           = var.name
+    agent_secret   = local.agent_secret
+    install_script = local.install_script
+    setup_commands = var.worker_setup_commands
+    driver_ip      = azurerm_network_interface.driver.private_ip_address
+    driver_port    = local.driver_port
+    metadata       = "azure"
+  }))
+
+  admin_ssh_key {
+    username   = var.admin_username
+    public_key = var.ssh_public_key
+  }
+
+  os_disk {
+    caching              = "ReadWrite"
+    storage_account_type = "StandardSSD_LRS"
+  }
+
+  source_image_reference {
+    publisher = var.gpu_image.publisher
+    offer     = var.gpu_image.offer
+    sku       = var.gpu_image.sku
+    version   = var.gpu_image.version
+  }
+
+  network_interface {
+    name                      = "primary"
+    primary                   = true
+    network_security_group_id = azurerm_network_security_group.cluster.id
+
+    ip_configuration {
+      name                           = "primary"
+      primary                        = true
+      subnet_id                      = var.subnet_id
+      application_security_group_ids = [azurerm_application_security_group.gpu.id]
+    }
+  }
+
+  lifecycle {
+    ignore_changes = [instances]
+  }
+}
+
+# --- The driver's role: exactly the calls providers/azure makes, on the scale set only ---
+
+# Kept equal to the SDK calls of providers/azure by terraform/permissions_test.go. A custom
+# role is defined at a resource group (the narrowest assignable scope Azure takes) and
+# assigned on the scale set alone.
+resource "azurerm_role_definition" "driver" {
+  name              = "elasticd driver (${var.name})"
+  scope             = data.azurerm_resource_group.cluster.id
+  description       = "Reads the elasticd GPU scale set, its VMs and their network interfaces."
+  assignable_scopes = [data.azurerm_resource_group.cluster.id]
+
+  permissions {
+    actions = [
+      "Microsoft.Compute/virtualMachineScaleSets/read",
+      "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
+      "Microsoft.Network/networkInterfaces/read",
+    ]
+  }
+}
+
+resource "azurerm_role_assignment" "driver" {
+  scope              = azurerm_linux_virtual_machine_scale_set.gpu.id
+  role_definition_id = azurerm_role_definition.driver.role_definition_resource_id
+  principal_id       = azurerm_user_assigned_identity.driver.principal_id
+  principal_type     = "ServicePrincipal"
+}

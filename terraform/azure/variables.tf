@@ -1,0 +1,223 @@
+variable "name" {
+  description = "Name of the cluster: prefixes every resource (the scale set is <name>-gpu)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{0,30}[a-z0-9]$", var.name))
+    error_message = "name must be 2 to 32 characters of lower-case letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "resource_group_name" {
+  description = "Existing resource group that receives every resource of the cluster (--resource-group)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[-\\w._()]{1,90}$", var.resource_group_name))
+    error_message = "resource_group_name must be 1 to 90 letters, digits, and - _ . ( )."
+  }
+}
+
+variable "location" {
+  description = "Azure region of the cluster, e.g. eastus."
+  type        = string
+}
+
+variable "subnet_id" {
+  description = "ID of the subnet of the driver and the GPU VMs. They have no public IP (except the driver with driver_public_ip): the subnet needs outbound access (NAT gateway) to download elasticd."
+  type        = string
+
+  validation {
+    condition     = can(regex("(?i)^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft.Network/virtualNetworks/[^/]+/subnets/[^/]+$", var.subnet_id))
+    error_message = "subnet_id must be a subnet's resource ID."
+  }
+}
+
+variable "driver_public_ip" {
+  description = "Whether the driver gets a public IP (for ssh from ssh_cidr, or when the subnet has no NAT gateway)."
+  type        = bool
+  default     = false
+}
+
+variable "admin_username" {
+  description = "Administrator user of the driver and the GPU VMs."
+  type        = string
+  default     = "elasticd"
+}
+
+variable "ssh_public_key" {
+  description = "OpenSSH public key of admin_username on every VM (password login is off)."
+  type        = string
+}
+
+variable "driver_vm_size" {
+  description = "Size of the on-demand driver VM; it only coordinates."
+  type        = string
+  default     = "Standard_D2s_v5"
+}
+
+variable "driver_image" {
+  description = "Marketplace image of the driver: a Linux image with cloud-init and systemd."
+  type = object({
+    publisher = string
+    offer     = string
+    sku       = string
+    version   = string
+  })
+  default = {
+    publisher = "Canonical"
+    offer     = "ubuntu-24_04-lts"
+    sku       = "server"
+    version   = "latest"
+  }
+}
+
+variable "gpu_vm_size" {
+  description = "Size of the spot GPU VMs, e.g. Standard_NC4as_T4_v3 (1 T4) or Standard_NC24ads_A100_v4 (1 A100)."
+  type        = string
+  default     = "Standard_NC4as_T4_v3"
+}
+
+variable "gpu_image" {
+  description = "Marketplace image of the GPU VMs: NVIDIA driver, cloud-init, systemd and the training program's runtime (e.g. microsoft-dsvm/ubuntu-hpc)."
+  type = object({
+    publisher = string
+    offer     = string
+    sku       = string
+    version   = string
+  })
+}
+
+variable "gpu_instances" {
+  description = "GPU VMs the scale set starts with. Later changes made outside Terraform (autoscale, the portal) are left alone."
+  type        = number
+
+  validation {
+    condition     = var.gpu_instances >= 0 && var.gpu_instances <= 1000 && floor(var.gpu_instances) == var.gpu_instances
+    error_message = "gpu_instances must be a whole number between 0 and 1000."
+  }
+}
+
+variable "gpu_zones" {
+  description = "Availability zones of the scale set, e.g. [\"1\", \"2\", \"3\"]; empty: regional (no zone)."
+  type        = list(string)
+  default     = []
+}
+
+variable "eviction_policy" {
+  description = "What Azure does to an evicted spot VM: Delete (the default; the scale set replaces it) or Deallocate (it stays, stopped, and keeps its disk)."
+  type        = string
+  default     = "Delete"
+
+  validation {
+    condition     = contains(["Delete", "Deallocate"], var.eviction_policy)
+    error_message = "eviction_policy must be Delete or Deallocate."
+  }
+}
+
+variable "max_bid_price" {
+  description = "Highest price per hour, in US dollars, paid for a spot VM; -1 (the default): up to the on-demand price, never evicted for price."
+  type        = number
+  default     = -1
+
+  validation {
+    condition     = var.max_bid_price == -1 || var.max_bid_price > 0
+    error_message = "max_bid_price must be -1 or a positive price."
+  }
+}
+
+variable "np" {
+  description = "Workers the job starts with (elasticd run -np)."
+  type        = number
+
+  validation {
+    condition     = var.np >= 1 && floor(var.np) == var.np
+    error_message = "np must be a whole number, 1 or more."
+  }
+}
+
+variable "min_np" {
+  description = "Fewest workers the job keeps training with (--min-np); at most np."
+  type        = number
+
+  validation {
+    condition     = var.min_np >= 1 && floor(var.min_np) == var.min_np
+    error_message = "min_np must be a whole number, 1 or more."
+  }
+}
+
+variable "max_np" {
+  description = "Most workers the job grows to (--max-np); at least np."
+  type        = number
+
+  validation {
+    condition     = var.max_np >= 1 && floor(var.max_np) == var.max_np
+    error_message = "max_np must be a whole number, 1 or more."
+  }
+}
+
+variable "training_command" {
+  description = "The training program and its arguments, run once per slot on the GPU instances (what follows -- on the elasticd run command line). It must already be on the GPU image or be installed by worker_setup_commands."
+  type        = list(string)
+
+  validation {
+    condition     = length(var.training_command) > 0 && var.training_command[0] != ""
+    error_message = "training_command must name a program, e.g. [\"python3\", \"/opt/train/train.py\"]."
+  }
+}
+
+variable "worker_setup_commands" {
+  description = "Shell commands each GPU instance runs at first boot, after installing elasticd and before starting the agent (fetch the training code, say)."
+  type        = list(string)
+  default     = []
+}
+
+variable "elasticd_release_url" {
+  description = "HTTPS URL of the elasticd release to install: a .tar.gz holding an elasticd binary, or the binary itself."
+  type        = string
+
+  validation {
+    condition     = can(regex("^https://[^[:space:]'\"]+$", var.elasticd_release_url))
+    error_message = "elasticd_release_url must be an https:// URL without spaces or quotes."
+  }
+}
+
+variable "elasticd_release_sha256" {
+  description = "SHA-256 of the file at elasticd_release_url; when set, cloud-init refuses a download that does not match. Null: not checked."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.elasticd_release_sha256 == null || can(regex("^[0-9a-f]{64}$", var.elasticd_release_sha256))
+    error_message = "elasticd_release_sha256 must be 64 lower-case hex digits, or null."
+  }
+}
+
+variable "agent_secret" {
+  description = "Shared secret of the driver and the agents (32 characters or more). Null (the default): a random one is generated. Either way it is stored in the Terraform state and in the instances' user data; pass one from a secrets manager to control its lifetime."
+  type        = string
+  default     = null
+  sensitive   = true
+
+  validation {
+    condition     = var.agent_secret == null || try(length(var.agent_secret) >= 32 && !strcontains(var.agent_secret, "\n"), false)
+    error_message = "agent_secret must be at least 32 characters on one line, or null to generate one."
+  }
+}
+
+variable "ssh_cidr" {
+  description = "CIDR block allowed to reach the driver on TCP 22; null (the default) opens no port to anything outside the cluster."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.ssh_cidr == null || can(cidrhost(var.ssh_cidr, 0))
+    error_message = "ssh_cidr must be an IPv4 CIDR block such as 203.0.113.0/24, or null."
+  }
+}
+
+variable "tags" {
+  description = "Tags added to every resource that takes them."
+  type        = map(string)
+  default     = {}
+}

@@ -1,0 +1,3 @@
+// Package terraform holds no code: it is the home of the Terraform modules that provision an
+// elasticd cluster per cloud (aws, gcp, azure, ibm), and of the offline tests that check them.
+package terraform

@@ -1,0 +1,5 @@
+project              = "my-project-123"
+network              = "default"
+subnetwork           = "projects/my-project-123/regions/us-central1/subnetworks/default"
+gpu_image            = "projects/deeplearning-platform-release/global/images/family/common-cu124-ubuntu-2204-py310"
+elasticd_release_url = "https://example.com/elasticd/releases/v1.0.0/elasticd-linux-amd64.tar.gz"

@@ -1,0 +1,229 @@
+variable "name" {
+  description = "Name of the cluster: prefixes every resource (the managed instance group is <name>-gpu)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{0,20}[a-z0-9]$", var.name))
+    error_message = "name must be 2 to 22 characters of lower-case letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "project" {
+  description = "ID of the Google Cloud project (--project)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][-a-z0-9]{4,28}[a-z0-9]$", var.project))
+    error_message = "project must be a project ID such as my-project-123."
+  }
+}
+
+variable "region" {
+  description = "Region of the cluster; a regional managed instance group spreads over its zones (--region)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z]+-[a-z]+[0-9]+$", var.region))
+    error_message = "region must be a region name such as us-central1."
+  }
+}
+
+variable "mig_zone" {
+  description = "Zone of a zonal managed instance group (--zone). Null (the default): a regional group over distribution_zones, or the region's zones."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.mig_zone == null || can(regex("^[a-z]+-[a-z]+[0-9]+-[a-z]$", var.mig_zone))
+    error_message = "mig_zone must be a zone name such as us-central1-a, or null."
+  }
+}
+
+variable "distribution_zones" {
+  description = "Zones of a regional group (mig_zone null); empty: every zone of the region that has the machine type."
+  type        = list(string)
+  default     = []
+}
+
+variable "driver_zone" {
+  description = "Zone of the driver VM."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z]+-[a-z]+[0-9]+-[a-z]$", var.driver_zone))
+    error_message = "driver_zone must be a zone name such as us-central1-a."
+  }
+}
+
+variable "network" {
+  description = "Self link or name of the VPC network; the firewall rules are added to it."
+  type        = string
+}
+
+variable "subnetwork" {
+  description = "Self link of the subnetwork of the driver and the GPU VMs, in region. The VMs have no external IP (except the driver with driver_public_ip): give the subnetwork Cloud NAT to download elasticd."
+  type        = string
+}
+
+variable "driver_public_ip" {
+  description = "Whether the driver gets an ephemeral external IP (for ssh from ssh_cidr, or when the subnetwork has no Cloud NAT)."
+  type        = bool
+  default     = false
+}
+
+variable "driver_machine_type" {
+  description = "Machine type of the on-demand driver VM; it only coordinates."
+  type        = string
+  default     = "e2-standard-2"
+}
+
+variable "driver_image" {
+  description = "Boot image of the driver: a Linux image with cloud-init and systemd, e.g. ubuntu-os-cloud/ubuntu-2404-lts-amd64."
+  type        = string
+  default     = "ubuntu-os-cloud/ubuntu-2404-lts-amd64"
+}
+
+variable "gpu_machine_type" {
+  description = "Machine type of the spot GPU VMs, e.g. g2-standard-4 (1 L4) or a2-highgpu-1g (1 A100), whose GPUs are built in; for N1 types also set gpu_accelerator_type."
+  type        = string
+  default     = "g2-standard-4"
+}
+
+variable "gpu_accelerator_type" {
+  description = "Accelerator to attach to each GPU VM, for machine types without built-in GPUs (N1), e.g. nvidia-tesla-t4; null: none."
+  type        = string
+  default     = null
+}
+
+variable "gpu_accelerator_count" {
+  description = "Accelerators per GPU VM when gpu_accelerator_type is set."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = contains([1, 2, 4, 8], var.gpu_accelerator_count)
+    error_message = "gpu_accelerator_count must be 1, 2, 4 or 8."
+  }
+}
+
+variable "gpu_image" {
+  description = "Boot image of the GPU VMs: NVIDIA driver, cloud-init, systemd and the training program's runtime (e.g. a Deep Learning VM image)."
+  type        = string
+}
+
+variable "gpu_disk_size_gb" {
+  description = "Boot disk size of each GPU VM, in GB."
+  type        = number
+  default     = 200
+
+  validation {
+    condition     = var.gpu_disk_size_gb >= 10 && var.gpu_disk_size_gb <= 65536
+    error_message = "gpu_disk_size_gb must be between 10 and 65536."
+  }
+}
+
+variable "target_size" {
+  description = "GPU VMs the managed instance group keeps. Later changes made outside Terraform (an autoscaler, gcloud) are left alone."
+  type        = number
+
+  validation {
+    condition     = var.target_size >= 0 && var.target_size <= 1000 && floor(var.target_size) == var.target_size
+    error_message = "target_size must be a whole number between 0 and 1000."
+  }
+}
+
+variable "np" {
+  description = "Workers the job starts with (elasticd run -np)."
+  type        = number
+
+  validation {
+    condition     = var.np >= 1 && floor(var.np) == var.np
+    error_message = "np must be a whole number, 1 or more."
+  }
+}
+
+variable "min_np" {
+  description = "Fewest workers the job keeps training with (--min-np); at most np."
+  type        = number
+
+  validation {
+    condition     = var.min_np >= 1 && floor(var.min_np) == var.min_np
+    error_message = "min_np must be a whole number, 1 or more."
+  }
+}
+
+variable "max_np" {
+  description = "Most workers the job grows to (--max-np); at least np."
+  type        = number
+
+  validation {
+    condition     = var.max_np >= 1 && floor(var.max_np) == var.max_np
+    error_message = "max_np must be a whole number, 1 or more."
+  }
+}
+
+variable "training_command" {
+  description = "The training program and its arguments, run once per slot on the GPU instances (what follows -- on the elasticd run command line). It must already be on the GPU image or be installed by worker_setup_commands."
+  type        = list(string)
+
+  validation {
+    condition     = length(var.training_command) > 0 && var.training_command[0] != ""
+    error_message = "training_command must name a program, e.g. [\"python3\", \"/opt/train/train.py\"]."
+  }
+}
+
+variable "worker_setup_commands" {
+  description = "Shell commands each GPU instance runs at first boot, after installing elasticd and before starting the agent (fetch the training code, say)."
+  type        = list(string)
+  default     = []
+}
+
+variable "elasticd_release_url" {
+  description = "HTTPS URL of the elasticd release to install: a .tar.gz holding an elasticd binary, or the binary itself."
+  type        = string
+
+  validation {
+    condition     = can(regex("^https://[^[:space:]'\"]+$", var.elasticd_release_url))
+    error_message = "elasticd_release_url must be an https:// URL without spaces or quotes."
+  }
+}
+
+variable "elasticd_release_sha256" {
+  description = "SHA-256 of the file at elasticd_release_url; when set, cloud-init refuses a download that does not match. Null: not checked."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.elasticd_release_sha256 == null || can(regex("^[0-9a-f]{64}$", var.elasticd_release_sha256))
+    error_message = "elasticd_release_sha256 must be 64 lower-case hex digits, or null."
+  }
+}
+
+variable "agent_secret" {
+  description = "Shared secret of the driver and the agents (32 characters or more). Null (the default): a random one is generated. Either way it is stored in the Terraform state and in the instances' user data; pass one from a secrets manager to control its lifetime."
+  type        = string
+  default     = null
+  sensitive   = true
+
+  validation {
+    condition     = var.agent_secret == null || try(length(var.agent_secret) >= 32 && !strcontains(var.agent_secret, "\n"), false)
+    error_message = "agent_secret must be at least 32 characters on one line, or null to generate one."
+  }
+}
+
+variable "ssh_cidr" {
+  description = "CIDR block allowed to reach the driver on TCP 22; null (the default) opens no port to anything outside the cluster."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.ssh_cidr == null || can(cidrhost(var.ssh_cidr, 0))
+    error_message = "ssh_cidr must be an IPv4 CIDR block such as 203.0.113.0/24, or null."
+  }
+}
+
+variable "labels" {
+  description = "Labels added to every resource that takes them."
+  type        = map(string)
+  default     = {}
+}
