@@ -31,12 +31,13 @@ demo: build
 		./bin/train --steps 800 --step-delay 10ms --die-at-step 150
 
 # The figures in docs/benchmarks.md: allreduce with 2 and 4 ranks, 4 KB to 256 MB; recovery of
-# a 4-worker job; then the Go benchmarks (allreduce, and rendezvous of 64-4096 workers).
+# a 4-worker job; leaving an agent host on a spot notice; then the Go benchmarks (allreduce, and rendezvous of 64-4096 workers).
 BENCH_SIZES ?= 4KB,64KB,1MB,16MB,64MB,256MB
 bench: build
 	./$(BIN) bench allreduce --np 2 --sizes $(BENCH_SIZES)
 	./$(BIN) bench allreduce --np 4 --sizes $(BENCH_SIZES)
 	./$(BIN) bench recovery --np 4 --runs 5
+	./$(BIN) bench notice --runs 7
 	$(MAKE) bench-go
 
 bench-go:

@@ -28,6 +28,7 @@ func benchCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			benchAllreduceCommand(),
 			benchRecoveryCommand(),
+			benchNoticeCommand(),
 			benchReportCommand(),
 			benchRankCommand(),
 			benchPeerCommand(),

@@ -234,3 +234,25 @@ func TestBenchRecoveryJSON(t *testing.T) {
 		t.Errorf("np/runs: %v", r)
 	}
 }
+
+func TestBenchNoticeJSON(t *testing.T) {
+	out, stderr, code := elasticd(t, nil, "bench", "notice", "--runs", "1", "--trainer", trainer, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var r map[string]float64
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	for _, k := range []string{"detect_s", "move_s", "total_s"} {
+		if !(r[k] > 0 && r[k] < 30) {
+			t.Errorf("%s = %v, want within (0, 30) s: well inside a 30 s warning", k, r[k])
+		}
+	}
+	if r["steps_lost"] != 0 {
+		t.Errorf("steps_lost = %v, want 0: a notice moves the job without rollback", r["steps_lost"])
+	}
+	if r["runs"] != 1 || r["total_s"] < r["detect_s"] {
+		t.Errorf("runs/total: %v", r)
+	}
+}
