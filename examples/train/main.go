@@ -34,6 +34,7 @@ type options struct {
 	stepDelay                                  time.Duration
 	seed                                       uint64
 	events                                     bool
+	datasetSize                                int
 }
 
 func main() {
@@ -46,6 +47,7 @@ func main() {
 	flag.IntVar(&o.dieAtStep, "die-at-step", 0, "demo: the worker with rank --die-rank in the first generation kills itself with SIGKILL at this step")
 	flag.IntVar(&o.dieRank, "die-rank", 1, "demo: which rank dies (see --die-at-step)")
 	flag.Uint64Var(&o.seed, "seed", 1, "data set seed")
+	flag.IntVar(&o.datasetSize, "dataset-size", 50000, "training samples generated; each epoch visits every one exactly once, across resets")
 	flag.BoolVar(&o.events, "events", false, "rank 0 prints a timestamped line per step (for elasticd bench recovery)")
 	flag.Parse()
 
@@ -114,16 +116,26 @@ func dot(a, b []float32) float32 {
 }
 
 func train(ctx context.Context, w *worker.Worker, o options) error {
-	data := makeData(o.seed, 1, 50000)
+	data := makeData(o.seed, 1, o.datasetSize)
 	test := makeData(o.seed, 2, 5000) // same hidden model, unseen samples
 	// Model: weights (classes×features) then biases (classes). Identical on every rank.
 	model := make([]float32, classes*features+classes)
 	var step int64
+	// The sampler picks each step's global batch from a per-epoch permutation and splits it
+	// over the ranks; its progress is committed with the model, so every sample is trained on
+	// exactly once per epoch however the world changes.
+	sampler, err := worker.NewSampler(o.datasetSize, o.seed, o.batch)
+	if err != nil {
+		return fmt.Errorf("--dataset-size %d, --batch %d: %w", o.datasetSize, o.batch, err)
+	}
 	st := worker.NewState(w)
 	if err := st.Register("model", model); err != nil {
 		return err
 	}
 	if err := st.Register("step", &step); err != nil {
+		return err
+	}
+	if err := st.Register("sampler", sampler); err != nil {
 		return err
 	}
 	firstGen := w.Generation()
@@ -141,9 +153,8 @@ func train(ctx context.Context, w *worker.Worker, o options) error {
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			}
 			clear(grad)
-			// The global batch of this step, split across the ranks by position.
-			for k := w.Rank(); k < o.batch; k += w.Size() {
-				i := int((step*int64(o.batch) + int64(k)) % int64(data.n))
+			// This rank's share of the step's global batch.
+			for _, i := range sampler.Next(comm) {
 				addGradient(grad, model, data.x[i*features:(i+1)*features], data.y[i])
 			}
 			if err := comm.Allreduce(ctx, grad, allreduce.Sum); err != nil {
@@ -152,6 +163,9 @@ func train(ctx context.Context, w *worker.Worker, o options) error {
 			count := grad[len(grad)-1]
 			for j := range model {
 				model[j] -= float32(o.lr) * grad[j] / count
+			}
+			if err := sampler.Record(ctx, comm); err != nil {
+				return err
 			}
 			step++
 			if o.events && w.Rank() == 0 {
