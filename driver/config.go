@@ -21,6 +21,10 @@ type Config struct {
 	CooldownMin      time.Duration // --blacklist-cooldown-range MIN (0: hosts.DefaultCooldownMin)
 	CooldownMax      time.Duration // --blacklist-cooldown-range MAX (0: hosts.DefaultCooldownMax)
 	CooldownDecay    time.Duration // a slot without failure this long has its failure count halved (0: hosts.DefaultDecayAfter)
+	// SlotPolicy (--slot-policy and its --slot-* settings) chooses the new slots of a
+	// generation when more are usable than --max-np allows; nil: packed, in the host
+	// manager's order (each host filled before the next, as horovodrun does).
+	SlotPolicy *hosts.SlotPolicy
 }
 
 // Defaults, also in `elasticd run --help` and docs/operations.md.
@@ -67,6 +71,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--start-timeout %v: must be positive", c.StartTimeout)
 	case c.BarrierTimeout < 0:
 		return fmt.Errorf("--barrier-timeout %v: must be positive", c.BarrierTimeout)
+	}
+	if c.SlotPolicy != nil {
+		if err := c.SlotPolicy.Validate(); err != nil {
+			return err
+		}
 	}
 	// The host manager owns the cooldown settings, their defaults and their limits.
 	if err := c.hostsConfig().Validate(); err != nil {

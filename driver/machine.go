@@ -177,6 +177,7 @@ type Machine struct {
 	regDue     map[rendezvous.WorkerID]time.Time   // workers that must register by then
 	discovered []providers.Host                    // the latest discovery result, one pseudo-host per slot
 	pending    map[string][]providers.Notice       // host ID -> notices to complete once its workers are gone
+	loads      map[string]hosts.Load               // host ID -> load, for --slot-policy loadaware
 
 	Resets, FailureResets int
 	lastFailure           string
@@ -191,6 +192,7 @@ func NewMachine(cfg Config) *Machine {
 		workers: map[rendezvous.WorkerID]*workerInfo{},
 		regDue:  map[rendezvous.WorkerID]time.Time{},
 		pending: map[string][]providers.Notice{},
+		loads:   map[string]hosts.Load{},
 	}
 }
 
@@ -559,15 +561,18 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 			order = append(order, id)
 		}
 	}
+	var fresh []rendezvous.WorkerID // usable slots not in the order yet, in the manager's order
 	for _, h := range usable {
 		id := slotWorker(h)
-		if len(order) < m.cfg.MaxNP && !slices.Contains(order, id) {
-			if w := m.workers[id]; w != nil && !w.exited { // a process of this slot is still winding down
-				continue
-			}
-			order = append(order, id)
+		if slices.Contains(order, id) {
+			continue
 		}
+		if w := m.workers[id]; w != nil && !w.exited { // a process of this slot is still winding down
+			continue
+		}
+		fresh = append(fresh, id)
 	}
+	order = append(order, m.chooseSlots(fresh, m.cfg.MaxNP-len(order))...)
 	if len(order) < m.cfg.MinNP {
 		if m.phase != phaseWaiting {
 			m.phase, m.deadline = phaseWaiting, now.Add(m.cfg.ElasticTimeout)
@@ -596,6 +601,54 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 	acts = append(acts, Note{"generation started", []any{"generation", m.gen, "world_size", len(order), "resets", m.Resets}})
 	return acts
 }
+
+// chooseSlots picks n of the fresh slots (all when there are no more): with --slot-policy,
+// by the policy over the hosts the slots are on; else the first n.
+func (m *Machine) chooseSlots(fresh []rendezvous.WorkerID, n int) []rendezvous.WorkerID {
+	if n <= 0 {
+		return nil
+	}
+	if len(fresh) <= n {
+		return fresh
+	}
+	if m.cfg.SlotPolicy == nil {
+		return fresh[:n]
+	}
+	var offers []hosts.Offer
+	var slots [][]rendezvous.WorkerID // per offer, its fresh slots in order
+	for _, id := range fresh {
+		i := slices.IndexFunc(offers, func(o hosts.Offer) bool { return o.Host == id.Host })
+		if i < 0 {
+			i = len(offers)
+			offers = append(offers, hosts.Offer{Host: id.Host, Load: m.loads[id.Host]})
+			slots = append(slots, nil)
+		}
+		// Active slots of the host count towards its load (loadaware's third weight).
+		offers[i].Slots++
+		slots[i] = append(slots[i], id)
+	}
+	for i := range offers {
+		for id, w := range m.workers {
+			if id.Host == offers[i].Host && !w.exited && !w.stopping {
+				offers[i].Load.ActiveSlots++
+			}
+		}
+	}
+	picked, err := hosts.Allocate(*m.cfg.SlotPolicy, offers, n)
+	if err != nil { // Config.Validate checked the policy; cannot happen
+		panic(err)
+	}
+	var out []rendezvous.WorkerID
+	for i, idx := range picked {
+		for _, k := range idx {
+			out = append(out, slots[i][k])
+		}
+	}
+	return out
+}
+
+// SetLoad records what is known of a host's load for --slot-policy loadaware.
+func (m *Machine) SetLoad(host string, l hosts.Load) { m.loads[host] = l }
 
 // assign gives dense ranks in order; local ranks count workers on the same address, cross
 // ranks count addresses among the workers of the same local rank.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elasticd/elasticd/driver/hosts"
 	"github.com/elasticd/elasticd/driver/rendezvous"
 	"github.com/elasticd/elasticd/providers"
 )
@@ -468,5 +469,38 @@ func TestGPUFaultFailsTheSlot(t *testing.T) {
 	}
 	if f := finish(acts); !slices.Equal(failed, []int{0, 2}) || f == nil || f.Code != ExitFailed {
 		t.Fatalf("whole-host fault: stopped slots %v, finish %+v; want slots [0 2] and a failed job: %v", failed, f, acts)
+	}
+}
+
+// With --slot-policy roundrobin, the slots of a generation are spread over the hosts, one per
+// host in turn, rather than filling the first host.
+func TestSlotPolicyRoundRobin(t *testing.T) {
+	p := hosts.DefaultSlotPolicy()
+	p.Name = hosts.RoundRobin
+	s := newSim(t, Config{NP: 4, SlotPolicy: &p})
+	acts := s.m.Step(HostsDiscovered{Now: s.now, Hosts: []providers.Host{
+		{ID: "a", Addr: "10.0.0.1", Slots: 4}, {ID: "b", Addr: "10.0.0.2", Slots: 4}}})
+	var got []string
+	for _, a := range acts {
+		if l, ok := a.(Launch); ok {
+			got = append(got, l.Worker.String())
+		}
+	}
+	// Two slots on each host; ranks stay grouped by host, so ring neighbours share a machine.
+	if want := []string{"a/0", "a/1", "b/0", "b/1"}; !slices.Equal(got, want) {
+		t.Fatalf("launched %v, want %v", got, want)
+	}
+	// Without a policy, the first host is filled first (horovodrun's order).
+	s = newSim(t, Config{NP: 4})
+	acts = s.m.Step(HostsDiscovered{Now: s.now, Hosts: []providers.Host{
+		{ID: "a", Addr: "10.0.0.1", Slots: 4}, {ID: "b", Addr: "10.0.0.2", Slots: 4}}})
+	got = nil
+	for _, a := range acts {
+		if l, ok := a.(Launch); ok {
+			got = append(got, l.Worker.String())
+		}
+	}
+	if want := []string{"a/0", "a/1", "a/2", "a/3"}; !slices.Equal(got, want) {
+		t.Fatalf("packed: launched %v, want %v", got, want)
 	}
 }

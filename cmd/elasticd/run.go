@@ -14,6 +14,7 @@ import (
 
 	"github.com/elasticd/elasticd/driver"
 	"github.com/elasticd/elasticd/driver/agents"
+	"github.com/elasticd/elasticd/driver/hosts"
 	"github.com/elasticd/elasticd/driver/launch"
 	"github.com/urfave/cli/v2"
 )
@@ -72,6 +73,10 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.StringFlag{Name: "ssh-identity-file", Usage: "ssh private key `FILE`", EnvVars: []string{"ELASTICD_SSH_IDENTITY_FILE"}},
 			&cli.StringFlag{Name: "output-dir", Usage: "also write each worker's output to `DIR`/<worker>/gen-<generation>.{stdout,stderr}", EnvVars: []string{"ELASTICD_OUTPUT_DIR"}},
 			&cli.DurationFlag{Name: "stop-grace", Value: 5 * time.Second, Usage: "time between SIGTERM and SIGKILL when stopping a worker", EnvVars: []string{"ELASTICD_STOP_GRACE"}},
+			&cli.StringFlag{Name: "slot-policy", Usage: "which slots to use when more are usable than --max-np: packed (fill each host in discovery order, as horovodrun), roundrobin (one slot per host in turn) or loadaware (faster hosts get more; see --slot-groups, --slot-gradient, --slot-weights)", Value: "packed", EnvVars: []string{"ELASTICD_SLOT_POLICY"}},
+			&cli.IntFlag{Name: "slot-groups", Value: hosts.DefaultSlotGroups, Usage: "loadaware: how many speed groups the hosts are sorted into", EnvVars: []string{"ELASTICD_SLOT_GROUPS"}},
+			&cli.Float64Flag{Name: "slot-gradient", Value: hosts.DefaultSlotGradient, Usage: "loadaware: each faster group gets (1+gradient)× the slots of the next slower one", EnvVars: []string{"ELASTICD_SLOT_GRADIENT"}},
+			&cli.StringFlag{Name: "slot-weights", Value: hosts.DefaultSlotPolicy().Weights.String(), Usage: "loadaware: `STEPTIME,BUSY,ACTIVE` weights of a host's score (step time in seconds, GPU busy 0..1, active slots); lower scores are faster", EnvVars: []string{"ELASTICD_SLOT_WEIGHTS"}},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also log every rendezvous exchange (worker reports, assignments, key-value sets); the driver's decisions are always logged", EnvVars: []string{"ELASTICD_VERBOSE"}},
 		),
 		Action: runJob,
@@ -128,6 +133,9 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 	if o.CooldownMin, o.CooldownMax, err = parseCooldown(c.String("blacklist-cooldown-range")); err != nil {
 		return o, usageError("blacklist-cooldown-range", "%v", err)
 	}
+	if err := slotPolicy(c, &o.Config); err != nil {
+		return o, err
+	}
 	if err := o.Config.Validate(); err != nil {
 		return o, cli.Exit(err.Error(), 2)
 	}
@@ -173,6 +181,31 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 		return o, usageError("ssh-port", "%d: must be a TCP port", c.Int("ssh-port"))
 	}
 	return o, nil
+}
+
+// slotPolicy reads --slot-policy and its settings.
+func slotPolicy(c *cli.Context, cfg *driver.Config) error {
+	name := c.String("slot-policy")
+	if name == "packed" {
+		for _, f := range []string{"slot-groups", "slot-gradient", "slot-weights"} {
+			if c.IsSet(f) {
+				return usageError(f, "only used with --slot-policy loadaware")
+			}
+		}
+		return nil
+	}
+	p := hosts.DefaultSlotPolicy()
+	p.Name, p.Groups, p.Gradient = name, c.Int("slot-groups"), c.Float64("slot-gradient")
+	w, err := hosts.ParseWeights(c.String("slot-weights"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	p.Weights = w
+	if err := p.Validate(); err != nil {
+		return cli.Exit(strings.Replace(err.Error(), "roundrobin or loadaware", "packed, roundrobin or loadaware", 1), 2)
+	}
+	cfg.SlotPolicy = &p
+	return nil
 }
 
 // agentLauncher sets up --launcher agent: the registry the agents connect to, the job's

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -361,5 +362,31 @@ func TestRunOutputDir(t *testing.T) {
 	}
 	if !strings.Contains(j.output(), "[0] generation 1: world size 2") {
 		t.Fatal("the terminal lacks rank 0's prefixed line")
+	}
+}
+
+// --slot-policy roundrobin spreads a job over hosts that offer more slots than it needs;
+// packed (the default) fills the first host.
+func TestRunSlotPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		want   []string
+	}{
+		{"roundrobin", []string{"127.0.0.2/0", "127.0.0.3/0"}},
+		{"packed", []string{"127.0.0.2/0", "127.0.0.2/1"}},
+	} {
+		j := startJob(t, append([]string{"run", "-np", "2", "-H", "127.0.0.2:2,127.0.0.3:2", "--slot-policy", tc.policy},
+			trainArgs("--steps", "20")...)...)
+		if code := j.wait(time.Minute); code != 0 {
+			t.Fatalf("%s: exit %d", tc.policy, code)
+		}
+		var got []string
+		for w := range j.workerPIDs() {
+			got = append(got, w)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("--slot-policy %s launched %v, want %v", tc.policy, got, tc.want)
+		}
 	}
 }
