@@ -23,6 +23,10 @@ type State struct {
 
 	entries []*entry
 	step    int
+	// version counts this rank's commits; holds is whether it has one (a joiner has none
+	// until its first Sync). Ranks with rank 0's version hold rank 0's commit.
+	version uint64
+	holds   bool
 }
 
 type entry struct {
@@ -94,6 +98,15 @@ func (e *entry) restore() error {
 
 // Save snapshots the live state (the local half of Commit).
 func (s *State) Save() error {
+	if err := s.save(); err != nil {
+		return err
+	}
+	s.version++
+	s.holds = true
+	return nil
+}
+
+func (s *State) save() error {
 	for _, e := range s.entries {
 		if err := e.save(); err != nil {
 			return err
@@ -153,9 +166,8 @@ func (s *State) Step(ctx context.Context) error {
 	return nil
 }
 
-// Sync makes every rank's state equal to rank 0's (the oldest worker, which holds the newest
-// commit), then commits it.
-func (s *State) Sync(ctx context.Context) error {
+// broadcast makes every rank's live state equal to rank 0's, entry by entry.
+func (s *State) broadcast(ctx context.Context) error {
 	c := s.w.comm
 	for _, e := range s.entries {
 		switch l := e.live.(type) {
@@ -193,5 +205,5 @@ func (s *State) Sync(ctx context.Context) error {
 			}
 		}
 	}
-	return s.Save()
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/elasticd/elasticd/allreduce"
 	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/worker/peerstate"
 )
 
 // Environment the driver gives every worker process (docs/protocol.md §3).
@@ -55,6 +56,7 @@ type Worker struct {
 	latest atomic.Uint64 // newest host-update version the watcher has heard of
 
 	onReset []func(ctx context.Context) error
+	peers   *peerstate.Server // serves this worker's commit to joiners; nil until needed
 
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
@@ -272,6 +274,9 @@ func (w *Worker) Close(ctx context.Context, err error) {
 		<-w.watchDone
 		if w.comm != nil {
 			w.comm.Close()
+		}
+		if w.peers != nil {
+			w.peers.Close()
 		}
 		w.client.CloseIdleConnections()
 	})

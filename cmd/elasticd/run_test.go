@@ -390,3 +390,26 @@ func TestRunSlotPolicy(t *testing.T) {
 		}
 	}
 }
+
+// With ELASTICD_STATE_TRANSFER=peers, the worker that joins after its cooldown fetches the
+// committed state from the survivors' peerstate servers instead of a broadcast; training
+// carries on from where it was and the model still converges.
+func TestRunJoinerFetchesStateFromPeers(t *testing.T) {
+	t.Setenv("ELASTICD_STATE_TRANSFER", "peers")
+	args := append([]string{"run", "-np", "3", "--min-np", "2", "--blacklist-cooldown-range", "1s,10s"},
+		trainArgs("--steps", "500", "--step-delay", "5ms", "--die-at-step", "100", "--die-rank", "2")...)
+	j := startJob(t, args...)
+	if code := j.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	out := j.output()
+	gens := generations(out)
+	if len(gens) != 3 || gens[1] != [2]int{2, 100} || gens[2][0] != 3 || gens[2][1] < 100 {
+		t.Fatalf("generations (size, resumed at) %v: want (3,0) (2,100) (3,>=100)", gens)
+	}
+	if m := regexp.MustCompile(`test accuracy (\d+\.\d+)%`).FindStringSubmatch(out); m == nil {
+		t.Fatal("no final accuracy")
+	} else if acc, _ := strconv.ParseFloat(m[1], 64); acc < 90 {
+		t.Fatalf("test accuracy %.2f%%, want > 90%%: the joiner's state was wrong", acc)
+	}
+}

@@ -1,0 +1,222 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/gob"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"github.com/elasticd/elasticd/allreduce"
+	"github.com/elasticd/elasticd/worker/peerstate"
+)
+
+// How Sync brings ranks without the newest commit up to date (ELASTICD_STATE_TRANSFER):
+//
+//	broadcast  every rank takes part in a broadcast from rank 0, entry by entry
+//	peers      the ranks that lack it fetch rank 0's commit in chunks from every rank that
+//	           holds it (worker/peerstate, seed 001); the holders are not blocked in a
+//	           collective while it moves, and busy holders are skipped
+//	auto       peers for states of PeerThreshold bytes or more, else broadcast (the default:
+//	           on one machine the pipelined broadcast is faster for small states)
+const (
+	TransferAuto      = "auto"
+	TransferBroadcast = "broadcast"
+	TransferPeers     = "peers"
+
+	// EnvStateTransfer chooses the transfer; see TransferAuto.
+	EnvStateTransfer = "ELASTICD_STATE_TRANSFER"
+	// PeerThreshold is the state size from which auto fetches from peers.
+	PeerThreshold = 64 << 20
+)
+
+// syncInfo is what each rank tells the others at the start of Sync.
+type syncInfo struct {
+	Holds   bool   // it has a commit (rank 0 always counts as holding)
+	Version uint64 // its commit counter
+	Size    uint64 // bytes of its committed state
+	Addr    string // its peerstate server, "" when it has none
+}
+
+// Sync makes every rank's state equal to rank 0's (the oldest worker, which holds the newest
+// commit), then commits it. Ranks that already hold rank 0's commit (same commit counter)
+// move nothing: after a reset among survivors, Sync costs one small allgather.
+func (s *State) Sync(ctx context.Context) error {
+	c := s.w.comm
+	me := syncInfo{Holds: s.holds || c.Rank() == 0, Version: s.version, Size: uint64(s.size())}
+	mode := transferMode()
+	if me.Holds && mode != TransferBroadcast && (mode == TransferPeers || me.Size >= PeerThreshold) {
+		addr, err := s.w.peerServer()
+		if err != nil {
+			s.w.log.Warn("cannot serve state to peers; they will use the broadcast", "err", err)
+		}
+		me.Addr = addr
+	}
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(me); err != nil {
+		return err
+	}
+	raw, err := c.Allgather(ctx, buf.Bytes())
+	if err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	infos := make([]syncInfo, len(raw))
+	for i, b := range raw {
+		if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&infos[i]); err != nil {
+			return fmt.Errorf("sync: rank %d's state summary: %w", i, err)
+		}
+	}
+	v0 := infos[0].Version
+	var holders []peerstate.Holder
+	needers := 0
+	for _, in := range infos {
+		switch {
+		case !in.Holds || in.Version != v0:
+			needers++
+		case in.Addr != "":
+			holders = append(holders, peerstate.Holder{Addr: in.Addr, Host: hostOf(in.Addr)})
+		}
+	}
+	if needers == 0 {
+		return nil
+	}
+	usePeers := mode != TransferBroadcast && infos[0].Addr != "" && (mode == TransferPeers || infos[0].Size >= PeerThreshold)
+	if usePeers {
+		failed := int64(0)
+		mine := infos[c.Rank()]
+		if mine.Holds && mine.Version == v0 {
+			s.w.peers.Publish(v0, s.blob())
+		} else if err := s.fetch(ctx, v0, holders); err != nil {
+			s.w.log.Warn("fetching the state from peers failed; falling back to the broadcast", "err", err)
+			failed = 1
+		}
+		// Every rank waits here until every fetch is over, so holders serve until then.
+		flag := []int64{failed}
+		if err := c.Allreduce(ctx, flag, allreduce.Max); err != nil {
+			return fmt.Errorf("sync: %w", err)
+		}
+		if flag[0] == 0 {
+			s.version, s.holds = v0, true
+			return s.save()
+		}
+	}
+	if err := s.broadcast(ctx); err != nil {
+		return err
+	}
+	s.version, s.holds = v0, true
+	return s.save()
+}
+
+func transferMode() string {
+	switch m := os.Getenv(EnvStateTransfer); m {
+	case TransferBroadcast, TransferPeers:
+		return m
+	default:
+		return TransferAuto
+	}
+}
+
+// hostOf is the host part of host:port.
+func hostOf(addr string) string {
+	for i := len(addr) - 1; i >= 0; i-- {
+		if addr[i] == ':' {
+			return addr[:i]
+		}
+	}
+	return addr
+}
+
+// peerServer starts this worker's peerstate server once and returns its address.
+func (w *Worker) peerServer() (string, error) {
+	if w.peers == nil {
+		srv, err := peerstate.Listen(peerstate.ServerConfig{Secret: w.secret, Logger: w.log}, w.hostAddr+":0")
+		if err != nil {
+			return "", err
+		}
+		w.peers = srv
+	}
+	return w.peers.Addr(), nil
+}
+
+// fetch pulls version v of the committed state from the holders into the live entries.
+func (s *State) fetch(ctx context.Context, v uint64, holders []peerstate.Holder) error {
+	f, err := peerstate.NewFetcher(peerstate.FetcherConfig{Secret: s.w.secret, Host: s.w.hostAddr, Logger: s.w.log})
+	if err != nil {
+		return err
+	}
+	blob, _, err := f.FetchInto(ctx, v, holders, nil)
+	if err != nil {
+		return err
+	}
+	return s.load(blob)
+}
+
+// size is the length of blob().
+func (s *State) size() int {
+	n := 0
+	for _, e := range s.entries {
+		n += 8 + len(rawBytes(e.saved))
+	}
+	return n
+}
+
+// blob is the committed state as bytes: per entry, its length (uint64, little-endian) and
+// its snapshot (a tensor's memory, or the gob encoding of a value).
+func (s *State) blob() []byte {
+	out := make([]byte, 0, s.size())
+	for _, e := range s.entries {
+		b := rawBytes(e.saved)
+		out = binary.LittleEndian.AppendUint64(out, uint64(len(b)))
+		out = append(out, b...)
+	}
+	return out
+}
+
+// load puts a blob into the live entries.
+func (s *State) load(blob []byte) error {
+	for _, e := range s.entries {
+		if len(blob) < 8 {
+			return fmt.Errorf("state %q: the fetched state is truncated", e.name)
+		}
+		n := binary.LittleEndian.Uint64(blob)
+		blob = blob[8:]
+		if uint64(len(blob)) < n {
+			return fmt.Errorf("state %q: the fetched state is truncated", e.name)
+		}
+		b := blob[:n]
+		blob = blob[n:]
+		switch l := e.live.(type) {
+		case []float32, []float64, []int64:
+			dst := rawBytes(l)
+			if len(dst) != len(b) {
+				return fmt.Errorf("state %q: %d bytes fetched for a tensor of %d: the ranks registered different shapes", e.name, len(b), len(dst))
+			}
+			copy(dst, b)
+		default:
+			if err := gob.NewDecoder(bytes.NewReader(b)).Decode(e.live); err != nil {
+				return fmt.Errorf("state %q: decode: %w", e.name, err)
+			}
+		}
+	}
+	if len(blob) != 0 {
+		return fmt.Errorf("the fetched state has %d bytes more than the registered entries", len(blob))
+	}
+	return nil
+}
+
+// rawBytes is a tensor's memory, or gob bytes as they are.
+func rawBytes(v any) []byte {
+	switch l := v.(type) {
+	case []float32:
+		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(l))), len(l)*4)
+	case []float64:
+		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(l))), len(l)*8)
+	case []int64:
+		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(l))), len(l)*8)
+	case []byte:
+		return l
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/elasticd/elasticd/allreduce"
+)
+
+// syncRank is one rank of a Sync test: a Worker with a communicator, and its state.
+type syncRank struct {
+	w      *Worker
+	s      *State
+	tensor []float32
+	step   *int
+}
+
+func newSyncRank(t *testing.T, n int) *syncRank {
+	t.Helper()
+	w := &Worker{log: slog.New(slog.DiscardHandler), hostAddr: "127.0.0.1", secret: []byte("0123456789abcdef0123456789abcdef")}
+	t.Cleanup(func() {
+		if w.peers != nil {
+			w.peers.Close()
+		}
+	})
+	r := &syncRank{w: w, s: NewState(w), tensor: make([]float32, n), step: new(int)}
+	if err := r.s.Register("weights", r.tensor); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.s.Register("step", r.step); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// train makes the rank hold a commit: the tensor filled with v, step k, k commits.
+func (r *syncRank) train(t *testing.T, v float32, k int) {
+	t.Helper()
+	for i := range r.tensor {
+		r.tensor[i] = v + float32(i%7)
+	}
+	*r.step = k
+	for range k {
+		if err := r.s.Save(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// syncAll runs Sync on every rank over one generation's communicators.
+func syncAll(t *testing.T, ranks []*syncRank) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	store := allreduce.NewMemStore()
+	errs := make([]error, len(ranks))
+	var wg sync.WaitGroup
+	for i, r := range ranks {
+		wg.Go(func() {
+			c, err := allreduce.New(ctx, allreduce.Config{Rank: i, Size: len(ranks), Generation: 1, Store: store, Timeout: 5 * time.Second})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer c.Close()
+			r.w.comm = c
+			errs[i] = r.s.Sync(ctx)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", i, err)
+		}
+	}
+}
+
+// Joiners get rank 0's commit whichever way it travels; in peers mode it comes from every
+// holder's peerstate server, not from a collective.
+func TestSyncBringsJoinersUpToDate(t *testing.T) {
+	for _, mode := range []string{TransferPeers, TransferBroadcast} {
+		t.Run(mode, func(t *testing.T) {
+			t.Setenv(EnvStateTransfer, mode)
+			const n = 3 << 20 // 12 MiB of float32: several peerstate chunks
+			ranks := []*syncRank{newSyncRank(t, n), newSyncRank(t, n), newSyncRank(t, n), newSyncRank(t, n)}
+			ranks[0].train(t, 1, 5)
+			ranks[1].train(t, 1, 5)
+			ranks[2].train(t, 9, 4) // a commit behind: must take rank 0's
+			// ranks[3] joined: nothing committed
+			syncAll(t, ranks)
+			for i, r := range ranks {
+				if !slices.Equal(r.tensor, ranks[0].tensor) || *r.step != 5 || r.s.version != 5 {
+					t.Fatalf("rank %d after Sync: step %d, version %d, tensor equal %v; want rank 0's commit (step 5, version 5)",
+						i, *r.step, r.s.version, slices.Equal(r.tensor, ranks[0].tensor))
+				}
+			}
+			var served int64
+			for _, r := range ranks[:2] {
+				if r.w.peers != nil {
+					served += r.w.peers.Stats().Chunks
+				}
+			}
+			if mode == TransferPeers && (served == 0 || ranks[0].w.peers == nil || ranks[1].w.peers == nil) {
+				t.Fatalf("peers mode: holders served %d chunks, want the joiners' chunks from the holders", served)
+			}
+			if mode == TransferBroadcast && (ranks[0].w.peers != nil || served != 0) {
+				t.Fatal("broadcast mode started a peerstate server")
+			}
+		})
+	}
+}
+
+// When every rank already holds rank 0's commit (a reset among survivors), Sync moves
+// nothing: each rank keeps its memory untouched.
+func TestSyncAmongSurvivorsMovesNothing(t *testing.T) {
+	t.Setenv(EnvStateTransfer, TransferPeers)
+	ranks := []*syncRank{newSyncRank(t, 1024), newSyncRank(t, 1024), newSyncRank(t, 1024)}
+	for _, r := range ranks {
+		r.train(t, 2, 3)
+	}
+	ranks[1].tensor[0] = -1 // uncommitted on rank 1 only: Sync must not overwrite it (no transfer)
+	syncAll(t, ranks)
+	if ranks[1].tensor[0] != -1 {
+		t.Fatal("Sync moved state among ranks that all hold the same commit")
+	}
+	for i, r := range ranks {
+		if r.w.peers != nil && r.w.peers.Stats().Chunks != 0 {
+			t.Fatalf("rank %d served chunks", i)
+		}
+	}
+}
+
+func TestBlobRoundTrip(t *testing.T) {
+	a, b := newSyncRank(t, 100), newSyncRank(t, 100)
+	a.train(t, 3, 2)
+	if err := b.s.load(a.s.blob()); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.tensor, b.tensor) || *b.step != 2 {
+		t.Fatal("blob did not round-trip")
+	}
+	short := newSyncRank(t, 50)
+	if err := short.s.load(a.s.blob()); err == nil || !strings.Contains(err.Error(), "registered different shapes") {
+		t.Fatalf("a blob for another shape: %v, want an error naming the shapes", err)
+	}
+}
