@@ -67,12 +67,9 @@ func benchNotice(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	trainer := c.String("trainer")
-	if trainer == "" {
-		trainer = filepath.Join(filepath.Dir(self), "train")
-	}
-	if st, err := os.Stat(trainer); err != nil || st.IsDir() {
-		return usageError("trainer", "%q not found: run make build, or give the demo trainer's path", trainer)
+	trainer, err := demoTrainer(c, self)
+	if err != nil {
+		return err
 	}
 	var detect, move, total, lost []float64
 	for i := range runs {

@@ -65,12 +65,9 @@ func benchRecovery(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	trainer := c.String("trainer")
-	if trainer == "" {
-		trainer = filepath.Join(filepath.Dir(self), "train")
-	}
-	if st, err := os.Stat(trainer); err != nil || st.IsDir() {
-		return usageError("trainer", "%q not found: run make build, or give the demo trainer's path", trainer)
+	trainer, err := demoTrainer(c, self)
+	if err != nil {
+		return err
 	}
 	var cold, rec, join, lost []float64
 	for i := range runs {
@@ -97,6 +94,18 @@ var (
 	resumeRe   = regexp.MustCompile(`world size (\d+), resuming at step (\d+)`)
 	launchedRe = regexp.MustCompile(`launched worker" worker=(\S+) rank=(\d+) generation=1 pid=(\d+)`)
 )
+
+// demoTrainer is --trainer, or the demo trainer beside this binary (make build puts it there).
+func demoTrainer(c *cli.Context, self string) (string, error) {
+	trainer := c.String("trainer")
+	if trainer == "" {
+		trainer = filepath.Join(filepath.Dir(self), "train")
+	}
+	if st, err := os.Stat(trainer); err != nil || st.IsDir() {
+		return "", usageError("trainer", "%q not found: run make build, or give the demo trainer's path", trainer)
+	}
+	return trainer, nil
+}
 
 // recoveryRun runs one job and measures it; the job is stopped (SIGTERM, then SIGKILL) at the end.
 func recoveryRun(ctx context.Context, self, trainer string, np int) (recoveryResult, error) {

@@ -318,18 +318,8 @@ func (s *sess) pollCommands(ctx context.Context, wait time.Duration) error {
 		target := s.path("commands") + "?after=" + strconv.FormatUint(after, 10) + "&wait_ms=" + strconv.FormatInt(wait.Milliseconds(), 10)
 		_, err := s.a.c.do(ctx, http.MethodGet, target, nil, &ans, wait)
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if isStatus(err, http.StatusNotFound) {
-				return errSessionGone
-			}
-			if s.a.driverGone() {
-				return fmt.Errorf("no answer from the driver for %v (last error: %w)", s.a.cfg.DriverTimeout, err)
-			}
-			s.a.log.Warn("cannot reach the driver for commands; retrying", "err", describe(err), "retry_in", s.a.pause(attempt))
-			if !s.a.backoff(ctx, attempt) {
-				return ctx.Err()
+			if err := s.retry(ctx, err, "cannot reach the driver for commands; retrying", attempt); err != nil {
+				return err
 			}
 			attempt++
 			continue
@@ -361,22 +351,31 @@ func (s *sess) sendEvents(ctx context.Context) error {
 				attempt = 0
 				continue
 			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if isStatus(err, http.StatusNotFound) {
-				return errSessionGone
-			}
-			if s.a.driverGone() {
-				return fmt.Errorf("no answer from the driver for %v (last error: %w)", s.a.cfg.DriverTimeout, err)
-			}
-			s.a.log.Warn("cannot send events to the driver; retrying", "err", describe(err), "retry_in", s.a.pause(attempt))
-			if !s.a.backoff(ctx, attempt) {
-				return ctx.Err()
+			if err := s.retry(ctx, err, "cannot send events to the driver; retrying", attempt); err != nil {
+				return err
 			}
 			attempt++
 		}
 	}
+}
+
+// retry handles a failed request: nil after the attempt-th pause when it is worth trying
+// again; else why the session is over (the driver ended it, was gone for DriverTimeout, or
+// ctx ended).
+func (s *sess) retry(ctx context.Context, err error, msg string, attempt int) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case isStatus(err, http.StatusNotFound):
+		return errSessionGone
+	case s.a.driverGone():
+		return fmt.Errorf("no answer from the driver for %v (last error: %w)", s.a.cfg.DriverTimeout, err)
+	}
+	s.a.log.Warn(msg, "err", describe(err), "retry_in", s.a.pause(attempt))
+	if !s.a.backoff(ctx, attempt) {
+		return ctx.Err()
+	}
+	return nil
 }
 
 func (s *sess) sendBatch(ctx context.Context) error {
