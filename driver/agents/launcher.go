@@ -124,7 +124,7 @@ func (p *process) Stop(grace time.Duration) {
 	select {
 	case <-p.done:
 	case <-t.C:
-		p.r.log.Warn("worker did not stop in time; giving up on it", "worker", p.spec.Name, "host", p.s.hostAddr)
+		p.r.log.Warn("worker did not stop in time; giving up on it", "worker", p.spec.Name, "host", p.spec.Host) // p.s.hostAddr is discovery's, under r.mu
 	}
 }
 

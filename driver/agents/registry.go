@@ -61,8 +61,8 @@ func (c Config) Validate() error {
 		return errors.New("agents: no job ID")
 	case c.PollWait < 0 || c.Lease < 0 || c.MaxBody < 0:
 		return errors.New("agents: PollWait, Lease and MaxBody must not be negative")
-	case c.Lease > 0 && c.Lease <= cmp.Or(c.PollWait, defaultPollWait):
-		return fmt.Errorf("agents: Lease %v must be longer than PollWait %v", c.Lease, cmp.Or(c.PollWait, defaultPollWait))
+	case cmp.Or(c.Lease, defaultLease) <= cmp.Or(c.PollWait, defaultPollWait):
+		return fmt.Errorf("agents: Lease %v must be longer than PollWait %v", cmp.Or(c.Lease, defaultLease), cmp.Or(c.PollWait, defaultPollWait))
 	}
 	return nil
 }
@@ -214,7 +214,7 @@ func (s *session) slots(fallback int) int {
 
 // expire counts agents lost when they have not been heard from for a lease.
 func (r *Registry) expire() {
-	t := time.NewTicker(min(r.cfg.Lease/4, time.Second))
+	t := time.NewTicker(max(min(r.cfg.Lease/4, time.Second), time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
@@ -352,6 +352,11 @@ func (r *Registry) register(a answer, req *http.Request, body []byte, now time.T
 	}
 	r.mu.Lock()
 	for _, old := range r.sessions {
+		if old.info.HostID == in.HostID && old.info.Addr == in.Addr {
+			// Discovery would match s as it matched old: keep the provider's names meanwhile,
+			// for the notices and faults the agent sends as soon as it has registered.
+			s.hostID, s.hostAddr = old.hostID, old.hostAddr
+		}
 		switch {
 		case old.info.AgentID == in.AgentID:
 			r.loseLocked(old, "the agent registered again")
@@ -430,6 +435,10 @@ func (r *Registry) commands(a answer, req *http.Request, id string) {
 			a.json(CommandsAnswer{Commands: []Command{}})
 			return
 		case <-s.lostCh:
+			if r.isClosing() { // Close ends the sessions too: answer as Close promises
+				a.error(http.StatusServiceUnavailable, "driver shutting down")
+				return
+			}
 			a.error(http.StatusNotFound, "agent session ended: register again")
 			return
 		case <-r.closing:
@@ -511,7 +520,8 @@ func (r *Registry) event(s *session, p *process, ev Event) error {
 			return nil
 		}
 		r.mu.Lock()
-		key := s.info.AgentID + "\x00" + ev.Notice.ID
+		// By host, not by agent process: a restarted agent sends the notice again.
+		key := s.info.HostID + "\x00" + ev.Notice.ID
 		_, dup := r.seen[key]
 		host := s.hostID
 		r.mu.Unlock()

@@ -636,6 +636,43 @@ func TestStop(t *testing.T) {
 	}
 }
 
+func TestStopGivesUp(t *testing.T) {
+	// An agent that stays connected but never reports the exit: Stop gives up after the
+	// grace period plus a lease, while discovery goes on.
+	e := newEnv(t, func(c *agents.Config) { c.PollWait, c.Lease = 100*time.Millisecond, 400*time.Millisecond })
+	a := e.client(t, secret).register(t, agents.RegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := a.next(t, 0)
+	stopped := make(chan time.Duration, 1)
+	t0 := time.Now()
+	go func() {
+		p.Stop(200 * time.Millisecond)
+		stopped <- time.Since(t0)
+	}()
+	stop := a.next(t, start.Seq)
+	w := e.reg.Wrap(nil)
+	for done := false; !done; {
+		select {
+		case d := <-stopped:
+			if d < 550*time.Millisecond {
+				t.Errorf("Stop gave up after %v, before grace 200ms + lease 400ms", d)
+			}
+			done = true
+		case <-time.After(3 * time.Second):
+			t.Fatal("Stop did not give up within 3s")
+		default:
+			a.poll(t, stop.Seq, 20) // the agent stays connected
+			if _, err := w.Hosts(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	notExited(t, p)
+}
+
 func TestStartCancelledStops(t *testing.T) {
 	e := newEnv(t, nil)
 	a := e.client(t, secret).register(t, agents.RegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
@@ -932,6 +969,37 @@ func TestNotices(t *testing.T) {
 	}
 }
 
+func TestReregistrationKeepsProviderNames(t *testing.T) {
+	// The provider knows the host as i-abc; its agent calls it host-a. A restarted agent sends
+	// its GPU faults and notices as soon as it registers, before the next discovery: they
+	// must name the host as the provider does, and workers must start on it by that name.
+	e := newEnv(t, nil)
+	c := e.client(t, secret)
+	in := agents.RegisterRequest{AgentID: "a1", HostID: "host-a", Addr: "10.0.0.1", GPUs: gpus(2)}
+	c.register(t, in)
+	inner := &fakeProvider{hosts: []providers.Host{{ID: "i-abc", Addr: "10.0.0.1", Slots: 1}}}
+	if _, err := e.reg.Wrap(inner).Hosts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	in.AgentID = "a2"
+	a := c.register(t, in)
+	a.emit(t, agents.Event{Kind: agents.KindGPU, GPU: &agents.GPUFault{Index: 0, Kind: "ecc"}})
+	select {
+	case f := <-e.reg.Faults():
+		if f.HostID != "i-abc" || !slices.Equal(f.Slots, []int{0}) {
+			t.Errorf("fault %+v: want slot 0 of the provider's host i-abc", f)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("no fault within 2s")
+	}
+	if _, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "i-abc", Command: []string{"true"}}); err != nil {
+		t.Errorf("Start on the provider's host ID after the agent re-registered: %v", err)
+	}
+	if got := e.reg.Agents(); len(got) != 1 || got[0].HostID != "i-abc" {
+		t.Errorf("Agents() = %+v, want the new session known as i-abc", got)
+	}
+}
+
 func TestGPUFaults(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -981,11 +1049,18 @@ func TestCloseEndsPolls(t *testing.T) {
 		d   time.Duration
 	}
 	polled := make(chan result, 1)
-	go func() {
-		t0 := time.Now()
-		r, err := c.send(http.MethodGet, a.commandsTarget(start.Seq, 10000), nil)
-		polled <- result{r, err, time.Since(t0)}
-	}()
+	holdPoll := func(after uint64) {
+		t.Helper()
+		seen := e.reg.Agents()[0].LastSeen
+		go func() {
+			t0 := time.Now()
+			r, err := c.send(http.MethodGet, a.commandsTarget(after, 10000), nil)
+			polled <- result{r, err, time.Since(t0)}
+		}()
+		// The poll has reached its session once the agent counts as heard from.
+		waitFor(t, "the poll reaches the registry", 2*time.Second, func() bool { return !e.reg.Agents()[0].LastSeen.Equal(seen) })
+	}
+	holdPoll(start.Seq)
 	go p.Stop(time.Second)
 	select {
 	case res := <-polled:
@@ -997,12 +1072,17 @@ func TestCloseEndsPolls(t *testing.T) {
 		t.Fatal("a held poll did not wake within 3s of a queued command")
 	}
 
+	// wait_ms shortens the poll.
+	t0 := time.Now()
+	if cmds := a.poll(t, start.Seq+1, 50); len(cmds) != 0 {
+		t.Errorf("commands %+v, want none", cmds)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Errorf("a poll with wait_ms=50 took %v: held for PollWait", d)
+	}
+
 	// Close ends a held poll with 503.
-	go func() {
-		t0 := time.Now()
-		r, err := c.send(http.MethodGet, a.commandsTarget(start.Seq+1, 10000), nil)
-		polled <- result{r, err, time.Since(t0)}
-	}()
+	holdPoll(start.Seq + 1)
 	e.reg.Close()
 	select {
 	case res := <-polled:
