@@ -48,6 +48,11 @@ type Options struct {
 	// notices and GPU faults its agents report reach the job. The caller wraps Provider and
 	// sets Launcher with it (Registry.Wrap, Registry.Launcher); Run closes it at the end.
 	Agents *agents.Registry
+	// Admin, when set, serves the admin API (driver/admin) under /v1/admin/ on the same
+	// listener; without it those paths answer 404 saying the API is off.
+	Admin http.Handler
+	// Status, when set, receives a snapshot of the job after every step of the state machine.
+	Status *StatusBoard
 	// JobID and Secret are the job's ID and secret; empty: random. With agents they are
 	// derived from the agent secret (agents.JobSecret), so that agents know the secret
 	// without it crossing the network.
@@ -144,12 +149,16 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 		agentNotices, agentFaults = d.o.Agents.Notices(), d.o.Agents.Faults()
 		defer d.o.Agents.Close()
 	}
+	handler = withAdmin(d.o.Admin, handler)
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	serveDone := make(chan struct{})
 	go func() { defer close(serveDone); hs.Serve(ln) }()
 	d.log.Info("rendezvous listening", "addr", ln.Addr().String(), "advertised", adv)
 
 	d.m = NewMachine(d.o.Config)
+	if d.o.Status != nil {
+		d.o.Status.store(d.m.Snapshot())
+	}
 	wctx, stopWatch := context.WithCancel(ctx)
 	watchErr := make(chan error, 1)
 	hostsCh := make(chan []providers.Host)
@@ -210,6 +219,9 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 				res.Code, res.Reason = f.Code, f.Reason
 			}
 			d.do(ctx, a)
+		}
+		if d.o.Status != nil {
+			d.o.Status.store(d.m.Snapshot())
 		}
 	}
 	res.Generations, res.Resets, res.FailureResets = d.m.Generation(), d.m.Resets, d.m.FailureResets
@@ -381,6 +393,23 @@ func (d *runner) outputFiles(a Launch) (io.WriteCloser, io.WriteCloser, error) {
 		return nil, nil, err
 	}
 	return fo, fe, nil
+}
+
+// withAdmin routes /v1/admin/ to the admin API, or answers that it is off, and everything
+// else to next.
+func withAdmin(admin, next http.Handler) http.Handler {
+	if admin == nil {
+		admin = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "the admin API is off: start elasticd run with --admin-secret-file", http.StatusNotFound)
+		})
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/admin/") {
+			admin.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func closeAll(cs []io.Closer) {

@@ -52,6 +52,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 Start here:
    elasticd run -np 4 --min-np 2 -- ./train          an elastic job on this machine (4 slots)
    elasticd agent --driver URL --agent-secret-file F  on each GPU host, for --launcher agent
+   elasticd ctl add-host|remove-host|status         change a running job's hosts (admin API)
    elasticd discover --provider aws --asg NAME      the hosts a provider finds
    elasticd bench allreduce --np 4                  collectives across 4 local processes
    elasticd version                                 the version
@@ -75,6 +76,7 @@ Every flag can also be set through an environment variable named ELASTICD_<FLAG>
 		Commands: []*cli.Command{
 			runCommand(),
 			agentCommand(),
+			ctlCommand(),
 			discoverCommand(),
 			benchCommand(),
 			versionCommand(),

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver"
+	"github.com/elasticd/elasticd/driver/admin"
 	"github.com/elasticd/elasticd/driver/agents"
 	"github.com/elasticd/elasticd/driver/hosts"
 	"github.com/elasticd/elasticd/driver/launch"
@@ -67,6 +68,7 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.StringFlag{Name: "blacklist-cooldown-range", Value: "10s,5m", Usage: "`MIN,MAX` cooldown of a failed slot: MIN after the first failure, doubling per failure up to MAX (seconds or durations; 'MIN MAX' as two arguments works too)", EnvVars: []string{"ELASTICD_BLACKLIST_COOLDOWN_RANGE"}},
 			&cli.StringFlag{Name: "launcher", Value: "local", Usage: "how workers start: local, ssh or agent", EnvVars: []string{"ELASTICD_LAUNCHER"}},
 			&cli.StringFlag{Name: "agent-secret-file", Usage: "with --launcher agent: `FILE` holding the secret shared with every agent (at least 16 bytes, e.g. from head -c 32 /dev/urandom | base64)", EnvVars: []string{"ELASTICD_AGENT_SECRET_FILE"}},
+			&cli.StringFlag{Name: "admin-secret-file", Usage: "turn on the admin API (elasticd ctl add-host, remove-host, status) on the --listen address: `FILE` holding its secret, at least 16 bytes; ctl needs the same file", EnvVars: []string{"ELASTICD_ADMIN_SECRET_FILE"}},
 			&cli.StringFlag{Name: "listen", Usage: "`HOST:PORT` the driver listens on for workers and agents (default: 127.0.0.1:0 with the local launcher, :0 with ssh, :29400 with agent)", EnvVars: []string{"ELASTICD_LISTEN"}},
 			&cli.IntFlag{Name: "ssh-port", Usage: "ssh port (default: ssh's own)", EnvVars: []string{"ELASTICD_SSH_PORT"}},
 			&cli.StringFlag{Name: "driver-addr", Usage: "`HOST` workers use to reach this driver (default: 127.0.0.1 with the local launcher, else this machine's first non-loopback IPv4 address)", EnvVars: []string{"ELASTICD_DRIVER_ADDR"}},
@@ -180,7 +182,33 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 	if c.Int("ssh-port") < 0 || c.Int("ssh-port") > 65535 {
 		return o, usageError("ssh-port", "%d: must be a TCP port", c.Int("ssh-port"))
 	}
+	if c.IsSet("admin-secret-file") {
+		if err := adminAPI(c, &o); err != nil {
+			return o, err
+		}
+	}
 	return o, nil
+}
+
+// adminAPI sets up --admin-secret-file: the provider, whichever it is, is wrapped so that
+// hosts can be added and removed while the job runs, through the signed admin API.
+func adminAPI(c *cli.Context, o *driver.Options) error {
+	secret, err := readSecretFile("admin-secret-file", c.String("admin-secret-file"), o.Logger)
+	if err != nil {
+		return err
+	}
+	minNP := o.MinNP
+	if minNP == 0 {
+		minNP = o.NP
+	}
+	overlay := admin.NewOverlay(o.Provider, minNP)
+	o.Status = &driver.StatusBoard{}
+	h, err := admin.NewHandler(secret, overlay, o.Status.Load, o.Logger)
+	if err != nil {
+		return usageError("admin-secret-file", "%v", err)
+	}
+	o.Provider, o.Admin = overlay, h
+	return nil
 }
 
 // slotPolicy reads --slot-policy and its settings.
