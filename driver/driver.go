@@ -51,6 +51,10 @@ type Options struct {
 	// Admin, when set, serves the admin API (driver/admin) under /v1/admin/ on the same
 	// listener; without it those paths answer 404 saying the API is off.
 	Admin http.Handler
+	// Rediscover, when set, makes discovery poll at once when it receives (the admin
+	// overlay's Changed), so an operator's change reaches the job without waiting for
+	// DiscoveryInterval.
+	Rediscover <-chan struct{}
 	// Status, when set, receives a snapshot of the job after every step of the state machine.
 	Status *StatusBoard
 	// JobID and Secret are the job's ID and secret; empty: random. With agents they are
@@ -162,7 +166,7 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	wctx, stopWatch := context.WithCancel(ctx)
 	watchErr := make(chan error, 1)
 	hostsCh := make(chan []providers.Host)
-	w := &discovery.Watcher{Provider: d.o.Provider, Interval: d.o.DiscoveryInterval, Timeout: d.o.DiscoveryTimeout, Logger: d.log}
+	w := &discovery.Watcher{Provider: d.o.Provider, Interval: d.o.DiscoveryInterval, Timeout: d.o.DiscoveryTimeout, Logger: d.log, Poke: d.o.Rediscover}
 	var bg sync.WaitGroup
 	bg.Go(func() { watchErr <- w.Run(wctx, hostsCh) })
 	noticeCh := make(chan providers.Notice)

@@ -26,9 +26,9 @@ func ctlCommand() *cli.Command {
 		Description: `For platforms that manage their machines themselves: tell a running 'elasticd run' to
 take a host in or to let one go, without restarting the job.
 
-   add-host HOST[:SLOTS]   the job grows onto HOST: its workers start once the driver's next
-                           discovery poll sees it (--discovery-interval), and the others take
-                           them in at their next commit. A host removed before (stopped)
+   add-host HOST[:SLOTS]   the job grows onto HOST: the driver polls discovery at once, its
+                           workers start, and the others take them in at their next
+                           commit. A host removed before (stopped)
                            comes back as it was, its workers under the same IDs.
    remove-host HOST        HOST's workers leave at their next commit, without rollback, and
                            the host is kept as stopped. Refused when fewer usable slots than

@@ -207,7 +207,7 @@ func adminAPI(c *cli.Context, o *driver.Options) error {
 	if err != nil {
 		return usageError("admin-secret-file", "%v", err)
 	}
-	o.Provider, o.Admin = overlay, h
+	o.Provider, o.Admin, o.Rediscover = overlay, h, overlay.Changed()
 	return nil
 }
 

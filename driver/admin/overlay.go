@@ -49,6 +49,8 @@ type Overlay struct {
 	minNP int
 	now   func() time.Time
 
+	changed chan struct{} // capacity 1: the operator changed the hosts
+
 	mu        sync.Mutex
 	lastInner []providers.Host          // inner's latest good answer
 	added     map[string]providers.Host // by the operator, whether or not inner lists them
@@ -58,7 +60,18 @@ type Overlay struct {
 // NewOverlay wraps inner (nil: no hosts but the added ones). minNP is the job's --min-np:
 // Remove refuses, unless forced, to leave fewer usable slots.
 func NewOverlay(inner providers.Provider, minNP int) *Overlay {
-	return &Overlay{inner: inner, minNP: minNP, now: time.Now, added: map[string]providers.Host{}, stopped: map[string]providers.Host{}}
+	return &Overlay{inner: inner, minNP: minNP, now: time.Now, added: map[string]providers.Host{}, stopped: map[string]providers.Host{}, changed: make(chan struct{}, 1)}
+}
+
+// Changed receives after each successful Add or Remove, so that discovery can poll at once
+// (discovery.Watcher.Poke) rather than at its next interval.
+func (o *Overlay) Changed() <-chan struct{} { return o.changed }
+
+func (o *Overlay) poke() {
+	select {
+	case o.changed <- struct{}{}:
+	default:
+	}
 }
 
 // Hosts polls inner once and applies the operator's changes.
@@ -139,7 +152,12 @@ func (o *Overlay) Add(h providers.Host) error {
 }
 
 // add is Add, also saying whether the host was a stopped one brought back.
-func (o *Overlay) add(h providers.Host) (providers.Host, bool, error) {
+func (o *Overlay) add(h providers.Host) (_ providers.Host, _ bool, err error) {
+	defer func() {
+		if err == nil {
+			o.poke()
+		}
+	}()
 	h.ID = cmp.Or(h.ID, h.Addr)
 	h.Addr = cmp.Or(h.Addr, h.ID)
 	if h.ID == "" {
@@ -186,7 +204,12 @@ func (o *Overlay) Remove(id string, force bool) error {
 	return err
 }
 
-func (o *Overlay) remove(id string, force bool) (providers.Host, error) {
+func (o *Overlay) remove(id string, force bool) (_ providers.Host, err error) {
+	defer func() {
+		if err == nil {
+			o.poke()
+		}
+	}()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	cur := o.currentLocked()

@@ -32,6 +32,9 @@ type Watcher struct {
 	Timeout time.Duration
 	// Logger receives poll failures and recoveries; nil discards them.
 	Logger *slog.Logger
+	// Poke, when set, makes the next poll start at once when it receives (an operator just
+	// changed the hosts); nil: polls follow Interval only.
+	Poke <-chan struct{}
 }
 
 // Validate reports the first invalid field; zero durations take their defaults.
@@ -94,6 +97,8 @@ func (w *Watcher) Run(ctx context.Context, out chan<- []providers.Host) error {
 			return fmt.Errorf("discovery: %w", ctx.Err())
 		case send <- msg:
 			sent = current
+		case <-w.Poke:
+			timer.Reset(0)
 		case <-timer.C:
 			start := time.Now()
 			hosts, err := w.poll(ctx, timeout)

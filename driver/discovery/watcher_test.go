@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -459,4 +460,34 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%+v: Run returned %v; want an error containing %q", tt.w, err, tt.want)
 		}
 	}
+}
+
+// A poke starts the next poll at once instead of after Interval.
+func TestWatcherPoke(t *testing.T) {
+	p := &countingProvider{}
+	poke := make(chan struct{}, 1)
+	w := &discovery.Watcher{Provider: p, Interval: time.Hour, Poke: poke}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out := make(chan []providers.Host, 1)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, out) }()
+	<-out // the first poll
+	poke <- struct{}{}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.calls.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no poll after the poke within 5s (Interval is an hour)")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+}
+
+type countingProvider struct{ calls atomic.Int64 }
+
+func (p *countingProvider) Hosts(context.Context) ([]providers.Host, error) {
+	p.calls.Add(1)
+	return []providers.Host{{ID: "h", Addr: "127.0.0.1", Slots: 1}}, nil
 }
