@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -38,6 +39,20 @@ type Config struct {
 	Secret []byte
 	// Logger receives connection-level events; nil discards them.
 	Logger *slog.Logger
+
+	// ID is this member's identity across generations (a worker ID such as "host/slot"),
+	// published with its address. Ranks change from one generation to the next; IDs do not,
+	// so they tell which connections of Previous link the same two members again. Empty: no
+	// reuse, and New behaves exactly as without it.
+	ID string
+	// Previous is this member's communicator of the generation it is leaving, or nil. When ID
+	// is set, New carries over Previous's healthy connections to members that are neighbours
+	// again and agree to it (docs/protocol.md §1.2); the others are dialed fresh. New retires
+	// a healthy Previous of the same ID (its collectives fail with ErrClosed from then on) and
+	// owns the connections it carries over, even if New fails; the caller still closes
+	// Previous after New returns, which closes only what was not carried over. Previous must
+	// be idle: one in a collective, failed or closed carries nothing over.
+	Previous *Comm
 }
 
 const (
@@ -63,6 +78,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("allreduce config: ChunkBytes %d: must be at most 64 MiB", c.ChunkBytes)
 	case c.SmallBytes < 0:
 		return fmt.Errorf("allreduce config: SmallBytes %d: must not be negative", c.SmallBytes)
+	case c.Previous != nil && c.Previous.cfg.Generation >= c.Generation:
+		return fmt.Errorf("allreduce config: Previous is generation %d: must be earlier than Generation %d", c.Previous.cfg.Generation, c.Generation)
 	}
 	return nil
 }
@@ -99,15 +116,26 @@ type Comm struct {
 	seq     uint64     // guarded by opMu
 	scratch []byte     // guarded by opMu
 
-	mu     sync.Mutex
-	cause  error // why the running operation was interrupted (ctx, Close)
-	err    error // sticky failure
-	closed bool
+	stats Stats // set by New
+
+	mu      sync.Mutex // guards the fields below, and peers once New has returned
+	cause   error      // why the running operation was interrupted (ctx, Close)
+	err     error      // sticky failure
+	closed  bool
+	retired bool // a later generation's New took connections from peers
+}
+
+// Stats says how a communicator's connections were made.
+type Stats struct {
+	Reused int // carried over from Config.Previous
+	Fresh  int // dialed or accepted by New
 }
 
 type peer struct {
 	rank   int
 	addr   string
+	id     string // the member's Config.ID; "" when it has none or this rank has none
+	reused bool   // carried over from the previous generation
 	conn   *net.TCPConn
 	whdr   [headerLen]byte // used only by the one goroutine writing to this peer
 	rhdr   [headerLen]byte // used only by the one goroutine reading from this peer
@@ -167,15 +195,27 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 			abandoned(fmt.Errorf("generation %d was abandoned (%s): %w", cfg.Generation, v, ErrPeerLost))
 		}
 	}()
-	if err := cfg.Store.Set(ctx, addrKey(cfg.Generation, cfg.Rank), []byte(c.addr)); err != nil {
+	self := record{Addr: c.addr}
+	var cands map[string]*handover
+	if cfg.ID != "" {
+		self.ID = cfg.ID
+		cands = cfg.Previous.handOver(cfg.ID)
+		defer cfg.Previous.takeBack(cands)
+		for id, h := range cands {
+			self.Prev = h.prevGen
+			self.Keep = append(self.Keep, id)
+		}
+		slices.Sort(self.Keep)
+	}
+	if err := cfg.Store.Set(ctx, addrKey(cfg.Generation, cfg.Rank), self.encode()); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("allreduce: publish address: %w", err)
 	}
-	if err := c.connect(ctx, ln); err != nil {
+	if err := c.connect(ctx, ln, self, cands); err != nil {
 		c.closeConns()
 		return nil, fmt.Errorf("allreduce: rank %d of %d, generation %d: %w", cfg.Rank, cfg.Size, cfg.Generation, err)
 	}
-	c.log.Debug("communicator ready", "addr", c.addr, "peers", c.peerRanks())
+	c.log.Debug("communicator ready", "addr", c.addr, "peers", c.peerRanks(), "reused", c.stats.Reused, "fresh", c.stats.Fresh)
 	return c, nil
 }
 
@@ -224,20 +264,26 @@ func (c *Comm) peerRanks() []int {
 	return rs
 }
 
-// connect accepts the higher-ranked neighbours and dials the lower-ranked ones.
-func (c *Comm) connect(ctx context.Context, ln net.Listener) error {
-	var dial []int
+// connect accepts the higher-ranked neighbours and dials the lower-ranked ones, except
+// where both sides of a pair agree to carry over their connection from the previous
+// generation (self is what this rank published, cands what it can carry over).
+func (c *Comm) connect(ctx context.Context, ln net.Listener, self record, cands map[string]*handover) error {
+	nb := neighbours(c.cfg.Rank, c.cfg.Size)
+	reuse := self.ID != ""
 	accept := map[int]bool{}
-	for _, q := range neighbours(c.cfg.Rank, c.cfg.Size) {
-		if q < c.cfg.Rank {
-			dial = append(dial, q)
-		} else {
+	for _, q := range nb {
+		if q > c.cfg.Rank {
 			accept[q] = true
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	got := make(chan *peer)
-	errc := make(chan error, len(dial))
+	errc := make(chan error, len(nb))
+	type named struct {
+		rank int
+		id   string
+	}
+	ids := make(chan named, len(nb))
 	var wg sync.WaitGroup
 	var pendingMu sync.Mutex
 	pending := map[net.Conn]bool{} // accepted connections still in their hello
@@ -277,9 +323,33 @@ func (c *Comm) connect(ctx context.Context, ln net.Listener) error {
 			})
 		}
 	})
-	for _, q := range dial {
+	for _, q := range nb {
+		if q > c.cfg.Rank && !reuse {
+			continue // it dials this rank, and there is nothing to agree on
+		}
 		wg.Go(func() {
-			p, err := c.dial(ctx, q)
+			rec, err := c.lookup(ctx, q)
+			if err != nil {
+				errc <- err
+				return
+			}
+			if reuse {
+				ids <- named{q, rec.ID}
+			}
+			if h := agree(self, rec, cands); h != nil {
+				p, err := c.rehello(ctx, q, rec.Addr, h)
+				if err != nil {
+					errc <- err
+					return
+				}
+				p.id = rec.ID
+				offer(p)
+				return
+			}
+			if q > c.cfg.Rank {
+				return // it dials this rank
+			}
+			p, err := c.dial(ctx, q, rec.Addr)
 			if err != nil {
 				errc <- err
 				return
@@ -288,8 +358,13 @@ func (c *Comm) connect(ctx context.Context, ln net.Listener) error {
 		})
 	}
 
+	peerIDs := make([]string, c.cfg.Size)
+	needIDs := 0
+	if reuse {
+		needIDs = len(nb)
+	}
 	var err error
-	for need := len(dial) + len(accept); need > 0 && err == nil; {
+	for need := len(nb); (need > 0 || needIDs > 0) && err == nil; {
 		select {
 		case p := <-got:
 			if c.peers[p.rank] != nil {
@@ -299,7 +374,13 @@ func (c *Comm) connect(ctx context.Context, ln net.Listener) error {
 			}
 			c.peers[p.rank] = p
 			need--
+		case n := <-ids:
+			peerIDs[n.rank] = n.id
+			needIDs--
 		case err = <-errc:
+			if ctx.Err() != nil { // the error is the end of the wait, not its reason
+				err = fmt.Errorf("waiting for peers %v: %w", c.missing(), context.Cause(ctx))
+			}
 		case <-ctx.Done():
 			err = fmt.Errorf("waiting for peers %v: %w", c.missing(), context.Cause(ctx))
 			// A peer that was refused (wrong secret, generation or world size) is the likely
@@ -320,6 +401,17 @@ func (c *Comm) connect(ctx context.Context, ln net.Listener) error {
 	}
 	pendingMu.Unlock()
 	wg.Wait()
+	for _, p := range c.peers {
+		if p == nil {
+			continue
+		}
+		p.id = peerIDs[p.rank]
+		if p.reused {
+			c.stats.Reused++
+		} else {
+			c.stats.Fresh++
+		}
+	}
 	return err
 }
 
@@ -434,14 +526,22 @@ func refuse(conn net.Conn, rank int, why error) {
 	conn.Close()
 }
 
-// dial connects to rank q, retrying while its address is refused (a listener not up yet
-// cannot happen, but a restarted host can briefly refuse).
-func (c *Comm) dial(ctx context.Context, q int) (*peer, error) {
+// lookup reads rank q's record from the store, waiting until q has published it.
+func (c *Comm) lookup(ctx context.Context, q int) (record, error) {
 	v, err := c.cfg.Store.Get(ctx, addrKey(c.cfg.Generation, q))
 	if err != nil {
-		return nil, fmt.Errorf("look up rank %d: %w", q, err)
+		return record{}, fmt.Errorf("look up rank %d: %w", q, err)
 	}
-	addr := string(v)
+	rec, err := parseRecord(v)
+	if err != nil {
+		return record{}, fmt.Errorf("look up rank %d: %w", q, err)
+	}
+	return rec, nil
+}
+
+// dial connects to rank q at addr, retrying while the address is refused (a listener not up
+// yet cannot happen, but a restarted host can briefly refuse).
+func (c *Comm) dial(ctx context.Context, q int, addr string) (*peer, error) {
 	var d net.Dialer
 	for {
 		conn, err := d.DialContext(ctx, "tcp", addr)
@@ -497,6 +597,10 @@ func (c *Comm) Generation() uint64 { return c.cfg.Generation }
 // Addr returns the address this rank published ("" for a world of one).
 func (c *Comm) Addr() string { return c.addr }
 
+// Stats says how many connections New carried over from Config.Previous and how many it
+// made afresh.
+func (c *Comm) Stats() Stats { return c.stats }
+
 // Close releases every connection. An operation in progress returns ErrClosed; Close waits
 // for it. Close is idempotent.
 func (c *Comm) Close() error {
@@ -527,10 +631,10 @@ func (c *Comm) closeConns() {
 // reports cause.
 func (c *Comm) interrupt(cause error) {
 	c.mu.Lock()
+	defer c.mu.Unlock() // a later generation's New may be taking peers away (handOver)
 	if c.cause == nil {
 		c.cause = cause
 	}
-	c.mu.Unlock()
 	now := time.Now()
 	for _, p := range c.peers {
 		if p != nil {

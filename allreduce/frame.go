@@ -9,14 +9,14 @@ import (
 // `length` payload bytes.
 //
 //	0  magic   u32  "ELAR"
-//	4  kind    u8   hello | data | abort
+//	4  kind    u8   hello | data | abort | rehello
 //	5  op      u8   the collective (data), 0 otherwise
 //	6  dtype   u8   element type (data), 0 otherwise
 //	7  flags   u8   reserved, 0
 //	8  gen     u64  generation
-//	16 seq     u64  operation sequence number within the generation (data)
-//	24 total   u64  bytes of the whole operation on the sender (data); world size (hello)
-//	32 unit    u32  unit index within the operation (data); sender rank (hello); blamed rank (abort)
+//	16 seq     u64  operation sequence number within the generation (data); previous generation (rehello)
+//	24 total   u64  bytes of the whole operation on the sender (data); world size (hello, rehello)
+//	32 unit    u32  unit index within the operation (data); sender rank (hello, rehello); blamed rank (abort)
 //	36 length  u32  payload bytes
 const (
 	headerLen = 40
@@ -25,6 +25,8 @@ const (
 	kindHello = 1
 	kindData  = 2
 	kindAbort = 3
+	// kindRehello opens a connection carried over from the previous generation (reuse.go).
+	kindRehello = 4
 
 	// maxAbortLen bounds the reason text in an abort frame.
 	maxAbortLen = 1024
@@ -69,7 +71,7 @@ func parseHeader(b []byte) (header, error) {
 		unit:   binary.LittleEndian.Uint32(b[32:]),
 		length: binary.LittleEndian.Uint32(b[36:]),
 	}
-	if h.kind < kindHello || h.kind > kindAbort {
+	if h.kind < kindHello || h.kind > kindRehello {
 		return header{}, fmt.Errorf("unknown frame kind %d", h.kind)
 	}
 	if b[7] != 0 {

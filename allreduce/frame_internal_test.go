@@ -480,7 +480,7 @@ func FuzzParseHeader(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if h.kind < kindHello || h.kind > kindAbort {
+		if h.kind < kindHello || h.kind > kindRehello {
 			t.Fatalf("accepted kind %d", h.kind)
 		}
 		out := make([]byte, headerLen)

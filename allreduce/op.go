@@ -60,11 +60,13 @@ func (c *Comm) do(ctx context.Context, fn func() error) error {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
 	c.mu.Lock()
-	closed, failed := c.closed, c.err
+	closed, failed, retired := c.closed, c.err, c.retired
 	c.mu.Unlock()
 	switch {
 	case closed:
 		return ErrClosed
+	case retired:
+		return fmt.Errorf("the next generation's communicator took over its connections: %w", ErrClosed)
 	case failed != nil:
 		return fmt.Errorf("communicator failed earlier: %w", failed)
 	case ctx.Err() != nil:

@@ -154,7 +154,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 		log:    log.With("worker", cfg.ID.String()),
 	}
 	// Registering = READY for the generation before the one we were launched for.
-	if err := w.join(ctx, cfg.Generation-1, "registering"); err != nil {
+	if err := w.join(ctx, cfg.Generation-1, "registering", nil); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.Background()) // owned by w: Close stops it
@@ -165,7 +165,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 
 // join reports READY after generation `after` and builds the communicator of the next
 // generation this worker is part of, skipping generations abandoned while it connected.
-func (w *Worker) join(ctx context.Context, after uint64, reason string) error {
+//
+// prev is the communicator of the generation being left after a planned reset, whose healthy
+// connections to members that are neighbours again are carried over (allreduce.Config.Previous);
+// nil builds every connection afresh.
+func (w *Worker) join(ctx context.Context, after uint64, reason string, prev *allreduce.Comm) error {
 	for {
 		if err := w.client.Report(ctx, after, rendezvous.Ready, reason); err != nil {
 			return fmt.Errorf("worker %s: report ready: %w", w.id, err)
@@ -182,6 +186,7 @@ func (w *Worker) join(ctx context.Context, after uint64, reason string) error {
 			Store:      w.client.Store(a.Generation),
 			ListenAddr: w.hostAddr + ":0", AdvertiseHost: w.hostAddr,
 			Timeout: w.commTimeout, Secret: w.secret, Logger: w.log,
+			ID: w.id.String(), Previous: prev,
 		})
 		if err == nil {
 			w.assign, w.comm = a, comm
@@ -226,9 +231,18 @@ func (w *Worker) reset(ctx context.Context, why error) error {
 	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_ = allreduce.Abandon(actx, w.client.Store(old), old, fmt.Sprintf("rank %d reset: %v", w.assign.Rank, why))
 	cancel()
-	w.comm.Close()
+	// A planned reset (hosts changed) leaves a healthy communicator: its connections to
+	// members that stay neighbours are reused. After a failure the communicator is broken
+	// and is closed at once, as its failure must reach every peer.
+	var prev *allreduce.Comm
+	if errors.Is(why, ErrHostsUpdated) {
+		prev = w.comm
+		defer prev.Close()
+	} else {
+		w.comm.Close()
+	}
 	w.comm = nil
-	if err := w.join(ctx, old, why.Error()); err != nil {
+	if err := w.join(ctx, old, why.Error(), prev); err != nil {
 		return err
 	}
 	for _, fn := range w.onReset {
