@@ -64,6 +64,10 @@ type Options struct {
 	Secret []byte
 }
 
+// loadEvery is how often the workers' step times and the agents' GPU busy reach the machine
+// (--slot-policy loadaware).
+const loadEvery = 5 * time.Second
+
 // Result is how a job ended.
 type Result struct {
 	Code                  int
@@ -171,11 +175,19 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	bg.Go(func() { watchErr <- w.Run(wctx, hostsCh) })
 	noticeCh := make(chan providers.Notice)
 	bg.Go(func() { w.RunNotices(wctx, noticeCh) })
+	loadTick := time.NewTicker(loadEvery)
+	defer loadTick.Stop()
 	bg.Go(func() {
 		for {
 			select {
 			case <-wctx.Done():
 				return
+			case now := <-loadTick.C:
+				ev := LoadsMeasured{Now: now, StepTimes: srv.StepTimes()}
+				if d.o.Agents != nil {
+					ev.GPUBusy = d.o.Agents.GPUBusy()
+				}
+				d.send(wctx, ev)
 			case hs := <-hostsCh:
 				d.send(wctx, HostsDiscovered{Now: time.Now(), Hosts: hs})
 			case n := <-noticeCh:

@@ -60,6 +60,14 @@ type SlotsFailed struct {
 	Reason string
 }
 
+// LoadsMeasured is what the driver has heard of the hosts' load, the input of --slot-policy
+// loadaware: each worker's mean step time, and each agent host's mean GPU busy fraction.
+type LoadsMeasured struct {
+	Now       time.Time
+	StepTimes map[rendezvous.WorkerID]time.Duration
+	GPUBusy   map[string]float64 // by host ID
+}
+
 // Tick is the clock reaching Machine.NextDeadline.
 type Tick struct{ Now time.Time }
 
@@ -75,6 +83,7 @@ func (e WorkerExited) at() time.Time    { return e.Now }
 func (e Tick) at() time.Time            { return e.Now }
 func (e NoticeReceived) at() time.Time  { return e.Now }
 func (e SlotsFailed) at() time.Time     { return e.Now }
+func (e LoadsMeasured) at() time.Time   { return e.Now }
 func (e Interrupted) at() time.Time     { return e.Now }
 
 // Action is something the driver must do.
@@ -266,6 +275,8 @@ func (m *Machine) Step(ev Event) []Action {
 		acts = m.notice(now, e.Notice)
 	case SlotsFailed:
 		acts = m.slotsFailed(now, e)
+	case LoadsMeasured:
+		m.measured(e)
 	case Tick:
 		acts = m.tick(now)
 	}
@@ -647,8 +658,29 @@ func (m *Machine) chooseSlots(fresh []rendezvous.WorkerID, n int) []rendezvous.W
 	return out
 }
 
-// SetLoad records what is known of a host's load for --slot-policy loadaware.
-func (m *Machine) SetLoad(host string, l hosts.Load) { m.loads[host] = l }
+// measured replaces the hosts' loads: a host's step time is the mean over its live workers
+// that reported one; its GPU busy fraction is its agent's.
+func (m *Machine) measured(e LoadsMeasured) {
+	sum, n := map[string]time.Duration{}, map[string]int{}
+	for id, d := range e.StepTimes {
+		if w := m.workers[id]; w != nil && !w.exited && d > 0 {
+			sum[id.Host] += d
+			n[id.Host]++
+		}
+	}
+	loads := map[string]hosts.Load{}
+	for host, k := range n {
+		l := loads[host]
+		l.StepTime = sum[host] / time.Duration(k)
+		loads[host] = l
+	}
+	for host, b := range e.GPUBusy {
+		l := loads[host]
+		l.GPUBusy = b
+		loads[host] = l
+	}
+	m.loads = loads
+}
 
 // assign gives dense ranks in order; local ranks count workers on the same address, cross
 // ranks count addresses among the workers of the same local rank.

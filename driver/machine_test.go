@@ -504,3 +504,42 @@ func TestSlotPolicyRoundRobin(t *testing.T) {
 		t.Fatalf("packed: launched %v, want %v", got, want)
 	}
 }
+
+// With loadaware, slow hosts get fewer of the new slots: step times from the workers and GPU
+// busy from the agents feed the scores.
+func TestSlotPolicyLoadAwareUsesMeasuredLoad(t *testing.T) {
+	p := hosts.DefaultSlotPolicy()
+	p.Name, p.Groups, p.Gradient, p.Weights = hosts.LoadAware, 2, 1, hosts.Weights{StepTime: 1, GPUBusy: 1}
+	s := newSim(t, Config{NP: 2, MinNP: 1, MaxNP: 8, SlotPolicy: &p})
+	hs := []providers.Host{{ID: "slow", Addr: "10.0.0.1", Slots: 1}, {ID: "fast", Addr: "10.0.0.2", Slots: 1}}
+	s.m.Step(HostsDiscovered{Now: s.now, Hosts: hs})
+	for _, h := range []string{"slow", "fast"} {
+		s.m.Step(WorkerReported{Now: s.now, Worker: rendezvous.WorkerID{Host: h}, Generation: 0, State: rendezvous.Ready})
+	}
+	s.m.Step(LoadsMeasured{Now: s.now, StepTimes: map[rendezvous.WorkerID]time.Duration{
+		{Host: "slow"}: 2 * time.Second, {Host: "fast"}: 500 * time.Millisecond}, GPUBusy: map[string]float64{"slow": 0.9}})
+	if l := s.m.loads["slow"]; l.StepTime != 2*time.Second || l.GPUBusy != 0.9 {
+		t.Fatalf("load of slow = %+v, want its worker's step time and its agent's GPU busy", l)
+	}
+	// Both hosts grow to 5 slots; 6 new slots go 4 to the fast group, 2 to the slow one.
+	hs[0].Slots, hs[1].Slots = 5, 5
+	acts := s.m.Step(HostsDiscovered{Now: s.now, Hosts: hs})
+	if !has[NotifyHosts](acts) {
+		t.Fatalf("growth not announced: %v", acts)
+	}
+	var acts2 []Action
+	for _, h := range []string{"slow", "fast"} {
+		acts2 = append(acts2, s.m.Step(WorkerReported{Now: s.now, Worker: rendezvous.WorkerID{Host: h}, Generation: 1, State: rendezvous.Ready})...)
+	}
+	_, order := plan(acts2)
+	if order == nil {
+		t.Fatal("no generation 2")
+	}
+	count := map[string]int{}
+	for _, h := range order {
+		count[h]++
+	}
+	if count["fast"] <= count["slow"] || count["fast"]+count["slow"] != 8 {
+		t.Fatalf("generation 2 has %v slots per host, want 8 with more on the fast host", count)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/gob"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/elasticd/elasticd/allreduce"
 )
@@ -27,6 +28,8 @@ type State struct {
 	// until its first Sync). Ranks with rank 0's version hold rank 0's commit.
 	version uint64
 	holds   bool
+	// lastStep is when Step last ended, for the worker's step time.
+	lastStep time.Time
 }
 
 type entry struct {
@@ -155,6 +158,11 @@ func (s *State) CheckHosts(ctx context.Context) error {
 // updates every CheckEvery steps.
 func (s *State) Step(ctx context.Context) error {
 	s.step++
+	now := time.Now()
+	if !s.lastStep.IsZero() && s.w != nil {
+		s.w.observeStep(now.Sub(s.lastStep))
+	}
+	s.lastStep = now
 	if s.CommitEvery <= 1 || s.step%s.CommitEvery == 0 {
 		if err := s.Save(); err != nil {
 			return err

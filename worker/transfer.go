@@ -7,6 +7,7 @@ import (
 	"encoding/gob"
 	"fmt"
 	"os"
+	"time"
 	"unsafe"
 
 	"github.com/elasticd/elasticd/allreduce"
@@ -44,6 +45,7 @@ type syncInfo struct {
 // commit), then commits it. Ranks that already hold rank 0's commit (same commit counter)
 // move nothing: after a reset among survivors, Sync costs one small allgather.
 func (s *State) Sync(ctx context.Context) error {
+	s.lastStep = time.Time{} // the reset is not a step
 	c := s.w.comm
 	me := syncInfo{Holds: s.holds || c.Rank() == 0, Version: s.version, Size: uint64(s.size())}
 	mode := transferMode()

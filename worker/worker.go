@@ -60,6 +60,8 @@ type Worker struct {
 
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
+	loadDone  chan struct{}
+	stepTime  atomic.Int64 // mean step time in nanoseconds (moving average), 0 before two steps
 	closeOnce sync.Once
 }
 
@@ -158,8 +160,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.Background()) // owned by w: Close stops it
-	w.stopWatch, w.watchDone = cancel, make(chan struct{})
+	w.stopWatch, w.watchDone, w.loadDone = cancel, make(chan struct{}), make(chan struct{})
 	go w.watchHosts(wctx)
+	go w.reportLoad(wctx)
 	return w, nil
 }
 
@@ -221,6 +224,42 @@ func (w *Worker) watchHosts(ctx context.Context) {
 		v = nv
 		w.latest.Store(nv)
 	}
+}
+
+// loadEvery is how often a worker tells the driver its mean step time.
+var loadEvery = 5 * time.Second
+
+// reportLoad sends the mean step time to the driver every loadEvery while it changes (an
+// input of --slot-policy loadaware); failures are only logged: it is advice, not state.
+func (w *Worker) reportLoad(ctx context.Context) {
+	defer close(w.loadDone)
+	t := time.NewTicker(loadEvery)
+	defer t.Stop()
+	var sent int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if st := w.stepTime.Load(); st > 0 && st != sent {
+			if err := w.client.ReportLoad(ctx, time.Duration(st)); err != nil {
+				w.log.Debug("could not report the step time", "err", err)
+				continue
+			}
+			sent = st
+		}
+	}
+}
+
+// observeStep folds the time since the previous step into the moving average.
+func (w *Worker) observeStep(d time.Duration) {
+	old := w.stepTime.Load()
+	if old == 0 {
+		w.stepTime.Store(int64(d))
+		return
+	}
+	w.stepTime.Store(old + (int64(d)-old)/8)
 }
 
 // reset leaves the current generation and joins the next one.
@@ -286,6 +325,7 @@ func (w *Worker) Close(ctx context.Context, err error) {
 		}
 		w.stopWatch()
 		<-w.watchDone
+		<-w.loadDone
 		if w.comm != nil {
 			w.comm.Close()
 		}

@@ -279,3 +279,30 @@ func TestRunRestoresAndResetsOnPeerLost(t *testing.T) {
 		t.Fatalf("survivors resumed at different steps %d and %d", lives[0].resumed[1], lives[1].resumed[1])
 	}
 }
+
+// A worker's mean step time reaches the driver, the input of --slot-policy loadaware.
+func TestStepTimeReachesDriver(t *testing.T) {
+	defer worker.SetLoadEvery(20 * time.Millisecond)()
+	j := newJob(t)
+	w := j.start(1)[0]
+	s := worker.NewState(w)
+	for range 4 {
+		time.Sleep(30 * time.Millisecond) // a step's work
+		if err := s.Step(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if d := j.srv.StepTimes()[id(0)]; d > 0 {
+			if d < 25*time.Millisecond || d > time.Second {
+				t.Fatalf("reported step time %v, want about 30ms", d)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no step time reached the driver within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -113,6 +113,7 @@ type session struct {
 	// own until a discovery matches it.
 	hostID, hostAddr string
 	evMu             sync.Mutex // one events request of a session at a time, so output stays in order
+	gpuBusy          float64    // the latest KindLoad; -1 before one
 }
 
 // New returns a registry; Close stops it.
@@ -198,6 +199,20 @@ func (r *Registry) Agents() []AgentInfo {
 		})
 	}
 	slices.SortFunc(out, func(a, b AgentInfo) int { return strings.Compare(a.HostID, b.HostID) })
+	return out
+}
+
+// GPUBusy returns the latest mean GPU busy fraction of each connected agent's host that
+// reported one, by the host's provider ID.
+func (r *Registry) GPUBusy() map[string]float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]float64{}
+	for _, s := range r.sessions {
+		if s.gpuBusy >= 0 {
+			out[s.hostID] = s.gpuBusy
+		}
+	}
 	return out
 }
 
@@ -348,7 +363,7 @@ func (r *Registry) register(a answer, req *http.Request, body []byte, now time.T
 	s := &session{
 		id: randomID(), info: in, registered: now, lastSeen: now,
 		lostCh: make(chan struct{}), cmdCh: make(chan struct{}), procs: map[uint64]*process{},
-		hostID: in.HostID, hostAddr: in.Addr,
+		hostID: in.HostID, hostAddr: in.Addr, gpuBusy: -1,
 	}
 	r.mu.Lock()
 	for _, old := range r.sessions {
@@ -541,6 +556,12 @@ func (r *Registry) event(s *session, p *process, ev Event) error {
 		r.remember(key)
 		r.mu.Unlock()
 		r.log.Info("agent notice", "host", host, "kind", n.Kind, "deadline", n.Deadline, "detail", ev.Notice.Detail)
+	case KindLoad:
+		if ev.GPUBusy >= 0 && ev.GPUBusy <= 1 {
+			r.mu.Lock()
+			s.gpuBusy = ev.GPUBusy
+			r.mu.Unlock()
+		}
 	case KindGPU:
 		if ev.GPU == nil {
 			return nil

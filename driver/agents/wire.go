@@ -42,6 +42,7 @@ const (
 	KindOutput  = "output"  // a piece of a process's stdout or stderr (Stream, Data)
 	KindNotice  = "notice"  // the cloud will take this host (Notice)
 	KindGPU     = "gpu"     // a GPU is unfit to train on (GPU)
+	KindLoad    = "load"    // the host's mean GPU busy fraction (GPUBusy), for --slot-policy loadaware
 )
 
 // GPU is one device of an agent's host.
@@ -138,6 +139,8 @@ type Event struct {
 	Data   []byte    `json:"data,omitempty"`
 	Notice *Notice   `json:"notice,omitempty"`
 	GPU    *GPUFault `json:"gpu,omitempty"`
+	// GPUBusy is the mean busy fraction (0 to 1) of the host's GPUs.
+	GPUBusy float64 `json:"gpu_busy,omitempty"`
 }
 
 // EventsRequest is the body of POST /v1/agents/{session}/events.

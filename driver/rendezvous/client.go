@@ -104,6 +104,20 @@ func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 // Report tells the driver this worker's state in generation gen. A message longer than
 // MaxMessage is truncated. Retries carry the same report ID, so the driver sees a report
 // once even when an answer was lost.
+// ReportLoad tells the driver this worker's recent mean step time, one of the inputs of
+// --slot-policy loadaware.
+func (c *Client) ReportLoad(ctx context.Context, step time.Duration) error {
+	body, err := json.Marshal(loadRequest{StepSeconds: step.Seconds()})
+	if err != nil {
+		return err
+	}
+	target := "/v1/workers/" + escapeSegment(c.id.String()) + "/load"
+	if _, _, err := c.do(ctx, http.MethodPost, target, body, 0, http.StatusNoContent); err != nil {
+		return fmt.Errorf("rendezvous: report load: %w", err)
+	}
+	return nil
+}
+
 func (c *Client) Report(ctx context.Context, gen uint64, st State, msg string) error {
 	// Invalid UTF-8 would grow in JSON (each bad byte becomes U+FFFD), so replace it first.
 	msg = truncate(strings.ToValidUTF8(msg, "\uFFFD"), MaxMessage)

@@ -155,3 +155,19 @@ func TestReportTruncatesMessage(t *testing.T) {
 		t.Fatalf("message of %d bytes arrived as %d bytes", len(msg), len(ev.Message))
 	}
 }
+
+// A worker's step time reaches the driver; a nonsense one is refused.
+func TestReportLoad(t *testing.T) {
+	e := newEnv(t, nil)
+	id := wid("h", 1)
+	c := e.client(id)
+	if err := c.ReportLoad(t.Context(), 250*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.srv.StepTimes()[id]; got != 250*time.Millisecond {
+		t.Fatalf("step time %v, want 250ms", got)
+	}
+	if err := c.ReportLoad(t.Context(), 0); err == nil || !strings.Contains(err.Error(), "step_seconds") {
+		t.Fatalf("a zero step time: %v, want a 400 naming step_seconds", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -123,6 +124,7 @@ type Server struct {
 	kvFloor    uint64        // key-value data of generations below it is gone
 	kv         map[uint64]*genKV
 	lastReport map[WorkerID]string // report ID of each worker's last queued report
+	stepTimes  map[WorkerID]time.Duration
 
 	qmu    sync.Mutex
 	queue  []Event       // reports not yet handed to the driver, oldest first
@@ -156,6 +158,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		hostsCh:    make(chan struct{}),
 		kv:         map[uint64]*genKV{},
 		lastReport: map[WorkerID]string{},
+		stepTimes:  map[WorkerID]time.Duration{},
 		qwake:      make(chan struct{}, 1),
 		events:     make(chan Event),
 	}
@@ -163,6 +166,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	mux.HandleFunc("POST /v1/workers/{id}/state", s.handleState)
 	mux.HandleFunc("GET /v1/workers/{id}/assignment", s.handleAssignment)
 	mux.HandleFunc("GET /v1/hosts/version", s.handleHosts)
+	mux.HandleFunc("POST /v1/workers/{id}/load", s.handleLoad)
 	mux.HandleFunc("PUT /v1/kv/{gen}/{key...}", s.handleKVPut)
 	mux.HandleFunc("GET /v1/kv/{gen}/{key...}", s.handleKVGet)
 	s.mux = mux
@@ -434,6 +438,38 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Debug("worker report", "worker", id, "generation", ev.Generation, "state", string(ev.State), "duplicate", dup)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// loadRequest is the body of POST /v1/workers/{id}/load.
+type loadRequest struct {
+	StepSeconds float64 `json:"step_seconds"`
+}
+
+// handleLoad records a worker's recent mean step time (for --slot-policy loadaware).
+func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) {
+	id, ok := workerParam(w, r)
+	if !ok {
+		return
+	}
+	var req loadRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	if !(req.StepSeconds > 0 && req.StepSeconds < 86400) {
+		http.Error(w, fmt.Sprintf(`"step_seconds" %v: want a step time in seconds, above 0 and below a day`, req.StepSeconds), http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	s.stepTimes[id] = time.Duration(req.StepSeconds * float64(time.Second))
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// StepTimes returns each worker's latest reported mean step time.
+func (s *Server) StepTimes() map[WorkerID]time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.stepTimes)
 }
 
 func (s *Server) handleAssignment(w http.ResponseWriter, r *http.Request) {

@@ -159,6 +159,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.GPUs != nil && len(a.gpus) > 0 {
 		bg.Go(func() { a.watchGPUs(bctx) })
+		bg.Go(func() { a.reportLoad(bctx) })
 	}
 
 	for ctx.Err() == nil {

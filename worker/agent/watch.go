@@ -94,6 +94,49 @@ func (a *agent) completeNotice(id string) {
 	}()
 }
 
+// loadEvery is how often the agent reports its GPUs' busy fraction.
+var loadEvery = 10 * time.Second
+
+// reportLoad sends the mean GPU busy fraction every loadEvery, when the GPU source can say
+// (gpu.Monitor can); a failing read is logged once per run of failures.
+func (a *agent) reportLoad(ctx context.Context) {
+	u, ok := a.cfg.GPUs.(interface{ Utilization() ([]float64, error) })
+	if !ok {
+		return
+	}
+	t := time.NewTicker(loadEvery)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		busy, err := u.Utilization()
+		if err != nil {
+			if !failing {
+				a.log.Warn("cannot read GPU utilization; --slot-policy loadaware will not know it", "err", err)
+			}
+			failing = true
+			continue
+		}
+		failing = false
+		if len(busy) == 0 {
+			continue
+		}
+		sum := 0.0
+		for _, b := range busy {
+			sum += b
+		}
+		a.mu.Lock()
+		if a.cur != nil {
+			a.cur.add(agents.Event{Kind: agents.KindLoad, GPUBusy: sum / float64(len(busy))})
+		}
+		a.mu.Unlock()
+	}
+}
+
 // watchGPUs sends GPU faults to the driver until ctx ends; a failing NVML is retried.
 func (a *agent) watchGPUs(ctx context.Context) {
 	ch := make(chan gpu.Event)

@@ -104,6 +104,23 @@ func (m *Monitor) describe(i int) (GPU, nvml.Device, nvml.Return) {
 // GPUs returns the GPUs found at Open, in NVML index order.
 func (m *Monitor) GPUs() []GPU { return slices.Clone(m.gpus) }
 
+// Utilization returns each GPU's busy fraction (0 to 1) over NVML's last sample period, in
+// the order of GPUs(); nil without NVML.
+func (m *Monitor) Utilization() ([]float64, error) {
+	if m.lib == nil {
+		return nil, nil
+	}
+	out := make([]float64, len(m.devs))
+	for i, d := range m.devs {
+		u, r := d.GetUtilizationRates()
+		if r != nvml.SUCCESS {
+			return nil, fmt.Errorf("utilization of gpu %d: %w", i, r)
+		}
+		out[i] = float64(u.Gpu) / 100
+	}
+	return out, nil
+}
+
 // Close shuts NVML down. Call it once Watch has returned.
 func (m *Monitor) Close() error {
 	if m.lib == nil {

@@ -29,3 +29,6 @@ func (m *Monitor) Watch(ctx context.Context, out chan<- Event) error {
 
 // Close does nothing.
 func (m *Monitor) Close() error { return nil }
+
+// Utilization is nil: no NVML without cgo.
+func (m *Monitor) Utilization() ([]float64, error) { return nil, nil }
