@@ -99,10 +99,18 @@ func TestSyncBringsJoinersUpToDate(t *testing.T) {
 						i, *r.step, r.s.version, slices.Equal(r.tensor, ranks[0].tensor))
 				}
 			}
+			// A holder counts a chunk once its write returns, which may be after the
+			// joiner has read it: wait for the count rather than read it once.
 			var served int64
-			for _, r := range ranks[:2] {
-				if r.w.peers != nil {
-					served += r.w.peers.Stats().Chunks
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				served = 0
+				for _, r := range ranks[:2] {
+					if r.w.peers != nil {
+						served += r.w.peers.Stats().Chunks
+					}
+				}
+				if served > 0 || mode != TransferPeers || time.Now().After(deadline) {
+					break
 				}
 			}
 			if mode == TransferPeers && (served == 0 || ranks[0].w.peers == nil || ranks[1].w.peers == nil) {
