@@ -88,12 +88,22 @@ func (s *State) Sync(ctx context.Context) error {
 	if usePeers {
 		failed := int64(0)
 		mine := infos[c.Rank()]
-		if mine.Holds && mine.Version == v0 {
+		holder := mine.Holds && mine.Version == v0
+		if holder {
 			s.w.peers.Publish(v0, s.blob())
-		} else if err := s.fetch(ctx, v0, holders); err != nil {
-			s.w.log.Warn("fetching the state from peers failed; falling back to the broadcast", "err", err)
-			failed = 1
 		}
+		// No fetch before every holder has published: a holder asked too early answers
+		// that it lacks the version, and the fetcher would drop it.
+		if err := c.Barrier(ctx); err != nil {
+			return fmt.Errorf("sync: %w", err)
+		}
+		if !holder {
+			if err := s.fetch(ctx, v0, holders); err != nil {
+				s.w.log.Warn("fetching the state from peers failed; falling back to the broadcast", "err", err)
+				failed = 1
+			}
+		}
+
 		// Every rank waits here until every fetch is over, so holders serve until then.
 		flag := []int64{failed}
 		if err := c.Allreduce(ctx, flag, allreduce.Max); err != nil {
