@@ -535,8 +535,11 @@ func (r *Registry) event(s *session, p *process, ev Event) error {
 			return nil
 		}
 		r.mu.Lock()
-		// By host, not by agent process: a restarted agent sends the notice again.
-		key := s.info.HostID + "\x00" + ev.Notice.ID
+		// Per agent process: a VM that is preempted, restarted and preempted again may
+		// repeat a notice ID (GCP's are derived from the metadata answer), and its agent is a
+		// new process then. A restarted agent on a live host may send a notice twice; the
+		// job treats the repeat as the same news.
+		key := s.info.AgentID + "\x00" + ev.Notice.ID
 		_, dup := r.seen[key]
 		host := s.hostID
 		r.mu.Unlock()
