@@ -1,7 +1,6 @@
 package allreduce
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,8 +9,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Collective codes carried in every data frame, so ranks that call different collectives
@@ -208,28 +205,6 @@ func (c *Comm) startSend(p *peer, o *opInfo, unit int, payload []byte) (finish f
 	}
 	rest := net.Buffers{p.whdr[min(n, headerLen):], payload[max(0, n-headerLen):]}
 	return func() error { return c.write(p, rest, n) }, nil
-}
-
-// writeNow makes one non-blocking writev; a full socket buffer is not an error.
-func writeNow(conn *net.TCPConn, hdr, payload []byte) (int, error) {
-	rc, err := conn.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var n int
-	var werr error
-	err = rc.Write(func(fd uintptr) bool {
-		iov := [][]byte{hdr, payload}
-		if len(payload) == 0 {
-			iov = iov[:1]
-		}
-		n, werr = unix.Writev(int(fd), iov)
-		return true // never wait for the socket to become writable
-	})
-	if errors.Is(werr, unix.EAGAIN) {
-		return 0, nil
-	}
-	return max(n, 0), cmp.Or(werr, err)
 }
 
 // recv reads the data frame `unit` of operation o from p into dst, whose length is exactly
