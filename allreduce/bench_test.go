@@ -1,10 +1,8 @@
 package allreduce_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -61,7 +59,7 @@ func BenchmarkReset(b *testing.B) {
 			// build makes a generation of every member; with IDs, carrying over from prev.
 			build := func(prev []*allreduce.Comm, withIDs bool) []*allreduce.Comm {
 				gen++
-				return buildWorld(b, n, gen, store, func(c *allreduce.Config) {
+				return newWorld(b, n, gen, store, func(c *allreduce.Config) {
 					if withIDs {
 						c.ID = ms[c.Rank].id
 					}
@@ -107,25 +105,6 @@ func BenchmarkReset(b *testing.B) {
 			b.ReportMetric(float64(mf)/float64(mr), "fresh/reuse")
 		})
 	}
-}
-
-// buildWorld is newWorld without the cleanup: the caller closes what it builds.
-func buildWorld(b *testing.B, n int, gen uint64, store allreduce.Store, tweak func(*allreduce.Config)) []*allreduce.Comm {
-	ctx, cancel := context.WithTimeout(b.Context(), 20*time.Second)
-	defer cancel()
-	comms := make([]*allreduce.Comm, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() {
-			cfg := allreduce.Config{Rank: r, Size: n, Generation: gen, Store: store, Timeout: 10 * time.Second}
-			tweak(&cfg)
-			comms[r], errs[r] = allreduce.New(ctx, cfg)
-		})
-	}
-	wg.Wait()
-	mustAll(b, errs)
-	return comms
 }
 
 func median(ds []time.Duration) time.Duration {

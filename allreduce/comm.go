@@ -342,8 +342,7 @@ func (c *Comm) connect(ctx context.Context, ln net.Listener, self record, cands 
 					errc <- err
 					return
 				}
-				p.id = rec.ID
-				offer(p)
+				offer(p) // its id is set from ids below, as every peer's
 				return
 			}
 			if q > c.cfg.Rank {
@@ -363,6 +362,18 @@ func (c *Comm) connect(ctx context.Context, ln net.Listener, self record, cands 
 	if reuse {
 		needIDs = len(nb)
 	}
+	// ended is the error once ctx has ended: what is missing and why. A peer that was refused
+	// (wrong secret, generation or world size) is the likely reason; say so here too, not
+	// only in the peer's error.
+	ended := func() error {
+		err := fmt.Errorf("waiting for peers %v: %w", c.missing(), context.Cause(ctx))
+		pendingMu.Lock()
+		defer pendingMu.Unlock()
+		if refused != nil {
+			err = fmt.Errorf("%w (last connection %v)", err, refused)
+		}
+		return err
+	}
 	var err error
 	for need := len(nb); (need > 0 || needIDs > 0) && err == nil; {
 		select {
@@ -379,17 +390,10 @@ func (c *Comm) connect(ctx context.Context, ln net.Listener, self record, cands 
 			needIDs--
 		case err = <-errc:
 			if ctx.Err() != nil { // the error is the end of the wait, not its reason
-				err = fmt.Errorf("waiting for peers %v: %w", c.missing(), context.Cause(ctx))
+				err = ended()
 			}
 		case <-ctx.Done():
-			err = fmt.Errorf("waiting for peers %v: %w", c.missing(), context.Cause(ctx))
-			// A peer that was refused (wrong secret, generation or world size) is the likely
-			// reason; say so here too, not only in the peer's error.
-			pendingMu.Lock()
-			if refused != nil {
-				err = fmt.Errorf("%w (last connection %v)", err, refused)
-			}
-			pendingMu.Unlock()
+			err = ended()
 		}
 	}
 	// Stop the accept loop, the dialers and the hellos in progress, and wait for them all.

@@ -3,6 +3,7 @@ package allreduce
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -84,7 +85,7 @@ func TestRecordCompatible(t *testing.T) {
 			t.Errorf("%+v: published %q, want the bare address as before", rec, v)
 		}
 		got, err := parseRecord(v)
-		if err != nil || got.Addr != rec.Addr || got.ID != rec.ID || got.Prev != rec.Prev || len(got.Keep) != len(rec.Keep) {
+		if err != nil || got.Addr != rec.Addr || got.ID != rec.ID || got.Prev != rec.Prev || !slices.Equal(got.Keep, rec.Keep) {
 			t.Errorf("%+v: round trip gave %+v, %v", rec, got, err)
 		}
 	}

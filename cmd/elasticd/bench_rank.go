@@ -118,7 +118,13 @@ func timeAllreduce(c *cli.Context, comm *allreduce.Comm, size int64, iters int) 
 	res := allreduceResult{SizeBytes: size, Ranks: n, Iters: iters, MedianS: med}
 	if med > 0 {
 		res.AlgbwGbps = float64(size) / med / 1e9
-		res.BusbwGbps = res.AlgbwGbps * 2 * float64(n-1) / float64(n)
+		res.BusbwGbps = busbw(res.AlgbwGbps, n)
 	}
 	return res, nil
+}
+
+// busbw is the bus bandwidth of an allreduce of n ranks at algbw: algbw·2(n−1)/n, the bytes
+// each rank sends in a ring.
+func busbw(algbw float64, n int) float64 {
+	return algbw * 2 * float64(n-1) / float64(n)
 }

@@ -131,8 +131,7 @@ func printReport(w io.Writer, lines []reportLine) {
 			}
 			m := median(ts)
 			med[im] = m
-			busbw := float64(k.size) / m / 1e9 * 2 * float64(k.ranks-1) / float64(k.ranks)
-			cells += fmt.Sprintf("%s (%.2f)\t", fmtDur(m), busbw)
+			cells += fmt.Sprintf("%s (%.2f)\t", fmtDur(m), busbw(float64(k.size)/m/1e9, k.ranks))
 		}
 		for _, im := range impls[1:] {
 			if med[impls[0]] > 0 && med[im] > 0 {
