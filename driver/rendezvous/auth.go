@@ -38,9 +38,7 @@ func NewAuth(secret []byte, label string, window time.Duration) (*Auth, error) {
 	if window <= 0 {
 		window = defaultReplayWindow
 	}
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(label))
-	return &Auth{key: m.Sum(nil), window: window, nonces: newNonceCache(2*window, time.Now())}, nil
+	return &Auth{key: deriveKey(secret, label), window: window, nonces: newNonceCache(2*window, time.Now())}, nil
 }
 
 // Sign adds the signature headers for body to req and returns the request's nonce, which
@@ -66,17 +64,24 @@ func signRequest(key []byte, req *http.Request, body []byte) string {
 // body is what was signed. It returns the request's nonce for SignAnswer. An error's text is
 // a one-line reason fit for a 401 answer; it reveals nothing about the key.
 func (a *Auth) Verify(r *http.Request, body []byte, now time.Time) (string, error) {
-	nonce, err := checkSignature(a.key, r.Method, r.RequestURI, r.Header.Get, now, a.window)
+	nonce, err := a.verifyHeaders(r, now)
 	if err != nil {
 		return "", err
 	}
 	if !strings.EqualFold(bodyHash(body), r.Header.Get(HeaderBodyHash)) {
 		return "", errBodyHash
 	}
-	if !a.nonces.add(nonce, now) {
-		return "", authError("replayed request: nonce already used")
-	}
 	return hex.EncodeToString(nonce[:]), nil
+}
+
+// verifyHeaders is Verify without the body check, for a server that authenticates a request
+// before reading its body: signature, timestamp and nonce, which it records as used.
+func (a *Auth) verifyHeaders(r *http.Request, now time.Time) ([nonceBytes]byte, error) {
+	nonce, err := checkSignature(a.key, r.Method, r.RequestURI, r.Header.Get, now, a.window)
+	if err == nil && !a.nonces.add(nonce, now) {
+		err = authError("replayed request: nonce already used")
+	}
+	return nonce, err
 }
 
 // SignAnswer sets the signature of an answer with status and body to the request whose nonce

@@ -89,7 +89,7 @@ func NewClient(baseURL string, secret []byte, id WorkerID, hc *http.Client) *Cli
 	}
 	return &Client{
 		base:       strings.TrimRight(baseURL, "/"),
-		key:        deriveKey(secret),
+		key:        deriveKey(secret, keyLabel),
 		id:         id,
 		hc:         hc,
 		retries:    defaultRetries,
@@ -101,9 +101,6 @@ func NewClient(baseURL string, secret []byte, id WorkerID, hc *http.Client) *Cli
 // CloseIdleConnections closes the client's idle keep-alive connections.
 func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 
-// Report tells the driver this worker's state in generation gen. A message longer than
-// MaxMessage is truncated. Retries carry the same report ID, so the driver sees a report
-// once even when an answer was lost.
 // ReportLoad tells the driver this worker's recent mean step time, one of the inputs of
 // --slot-policy loadaware.
 func (c *Client) ReportLoad(ctx context.Context, step time.Duration) error {
@@ -118,6 +115,9 @@ func (c *Client) ReportLoad(ctx context.Context, step time.Duration) error {
 	return nil
 }
 
+// Report tells the driver this worker's state in generation gen. A message longer than
+// MaxMessage is truncated. Retries carry the same report ID, so the driver sees a report
+// once even when an answer was lost.
 func (c *Client) Report(ctx context.Context, gen uint64, st State, msg string) error {
 	// Invalid UTF-8 would grow in JSON (each bad byte becomes U+FFFD), so replace it first.
 	msg = truncate(strings.ToValidUTF8(msg, "\uFFFD"), MaxMessage)

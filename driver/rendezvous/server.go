@@ -104,11 +104,10 @@ func (c ServerConfig) withDefaults() ServerConfig {
 // Server is the driver's side of rendezvous, an http.Handler. Its methods are safe for
 // concurrent use.
 type Server struct {
-	cfg    ServerConfig
-	log    *slog.Logger
-	key    []byte
-	mux    *http.ServeMux
-	nonces *nonceCache
+	cfg  ServerConfig
+	log  *slog.Logger
+	auth *Auth // keyed with keyLabel
+	mux  *http.ServeMux
 
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -147,11 +146,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	auth, err := NewAuth(cfg.Secret, keyLabel, cfg.ReplayWindow)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		cfg:        cfg,
 		log:        cfg.Logger,
-		key:        deriveKey(cfg.Secret),
-		nonces:     newNonceCache(2*cfg.ReplayWindow, time.Now()),
+		auth:       auth,
 		closing:    make(chan struct{}),
 		fed:        make(chan struct{}),
 		genCh:      make(chan struct{}),
@@ -177,11 +179,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // ServeHTTP authenticates the request, reads its body (at most MaxBody+1 bytes) and routes it.
 // Nothing but the 401 and its one-line reason is revealed to a request that fails the check.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	now := time.Now()
-	nonce, err := checkSignature(s.key, r.Method, r.RequestURI, r.Header.Get, now, s.cfg.ReplayWindow)
-	if err == nil && !s.nonces.add(nonce, now) {
-		err = authError("replayed request: nonce already used")
-	}
+	_, err := s.auth.verifyHeaders(r, time.Now())
 	if err != nil {
 		s.unauthorized.Add(1)
 		s.log.Warn("rendezvous request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "reason", err.Error())

@@ -80,11 +80,12 @@ type hostsVersion struct {
 	Version uint64 `json:"version"`
 }
 
-// deriveKey turns the job secret into the key for this protocol, so that the same secret can
-// key other protocols (the collectives' hello MAC) without one MAC ever standing for another.
-func deriveKey(secret []byte) []byte {
+// deriveKey turns a secret into the key for the protocol named by label (keyLabel for
+// rendezvous), so that the same secret can key other protocols (the collectives' hello MAC,
+// the agents', the admin API's) without one MAC ever standing for another.
+func deriveKey(secret []byte, label string) []byte {
 	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(keyLabel))
+	m.Write([]byte(label))
 	return m.Sum(nil)
 }
 
