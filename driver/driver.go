@@ -21,6 +21,7 @@ import (
 	"github.com/elasticd/elasticd/allreduce"
 	"github.com/elasticd/elasticd/driver/agents"
 	"github.com/elasticd/elasticd/driver/discovery"
+	"github.com/elasticd/elasticd/driver/hosts"
 	"github.com/elasticd/elasticd/driver/launch"
 	"github.com/elasticd/elasticd/driver/rendezvous"
 	"github.com/elasticd/elasticd/providers"
@@ -55,7 +56,8 @@ type Options struct {
 	// overlay's Changed), so an operator's change reaches the job without waiting for
 	// DiscoveryInterval.
 	Rediscover <-chan struct{}
-	// Status, when set, receives a snapshot of the job after every step of the state machine.
+	// Status, when set, receives a snapshot of the job whenever the state machine has worked
+	// off the events at hand (a burst of them is snapshotted once, after its last step).
 	Status *StatusBoard
 	// JobID and Secret are the job's ID and secret; empty: random. With agents they are
 	// derived from the agent secret (agents.JobSecret), so that agents know the secret
@@ -175,14 +177,18 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	bg.Go(func() { watchErr <- w.Run(wctx, hostsCh) })
 	noticeCh := make(chan providers.Notice)
 	bg.Go(func() { w.RunNotices(wctx, noticeCh) })
-	loadTick := time.NewTicker(loadEvery)
-	defer loadTick.Stop()
+	var loadTick <-chan time.Time // only loadaware reads the loads: no ticks without it
+	if p := d.o.SlotPolicy; p != nil && p.Name == hosts.LoadAware {
+		t := time.NewTicker(loadEvery)
+		defer t.Stop()
+		loadTick = t.C
+	}
 	bg.Go(func() {
 		for {
 			select {
 			case <-wctx.Done():
 				return
-			case now := <-loadTick.C:
+			case now := <-loadTick:
 				ev := LoadsMeasured{Now: now, StepTimes: srv.StepTimes()}
 				if d.o.Agents != nil {
 					ev.GPUBusy = d.o.Agents.GPUBusy()
@@ -236,7 +242,9 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 			}
 			d.do(ctx, a)
 		}
-		if d.o.Status != nil {
+		// A burst of events (a reset's READY reports) is snapshotted once, when it has been
+		// worked off: whenever the loop waits, the board holds the machine's current state.
+		if d.o.Status != nil && (len(d.events) == 0 || d.m.Done()) {
 			d.o.Status.store(d.m.Snapshot())
 		}
 	}

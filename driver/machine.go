@@ -627,22 +627,22 @@ func (m *Machine) chooseSlots(fresh []rendezvous.WorkerID, n int) []rendezvous.W
 	}
 	var offers []hosts.Offer
 	var slots [][]rendezvous.WorkerID // per offer, its fresh slots in order
+	index := map[string]int{}         // host -> its offer
 	for _, id := range fresh {
-		i := slices.IndexFunc(offers, func(o hosts.Offer) bool { return o.Host == id.Host })
-		if i < 0 {
+		i, ok := index[id.Host]
+		if !ok {
 			i = len(offers)
+			index[id.Host] = i
 			offers = append(offers, hosts.Offer{Host: id.Host, Load: m.loads[id.Host]})
 			slots = append(slots, nil)
 		}
-		// Active slots of the host count towards its load (loadaware's third weight).
 		offers[i].Slots++
 		slots[i] = append(slots[i], id)
 	}
-	for i := range offers {
-		for id, w := range m.workers {
-			if id.Host == offers[i].Host && !w.exited && !w.stopping {
-				offers[i].Load.ActiveSlots++
-			}
+	// Active slots of the host count towards its load (loadaware's third weight).
+	for id, w := range m.workers {
+		if i, ok := index[id.Host]; ok && !w.exited && !w.stopping {
+			offers[i].Load.ActiveSlots++
 		}
 	}
 	picked, err := hosts.Allocate(*m.cfg.SlotPolicy, offers, n)

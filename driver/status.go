@@ -111,7 +111,8 @@ func (m *Machine) Snapshot() Status {
 }
 
 // StatusBoard holds the latest Status for readers on other goroutines: the driver's loop
-// publishes one after every step, the admin API reads it. Safe for concurrent use.
+// publishes one whenever it has worked off the events at hand, the admin API reads it. Safe
+// for concurrent use.
 type StatusBoard struct{ p atomic.Pointer[Status] }
 
 // Load returns the latest status, or nil before the job's first step. It is shared with
