@@ -143,7 +143,6 @@ func (s *Sampler) Record(ctx context.Context, c SamplerComm) error {
 	if len(all) != k.size {
 		return fmt.Errorf("sampler: gathered %d ranks' indices, want %d", len(all), k.size)
 	}
-	var got [][]int
 	for q, b := range all {
 		idx, err := decodeRecord(b, s.epoch, s.cursor)
 		if err != nil {
@@ -152,15 +151,14 @@ func (s *Sampler) Record(ctx context.Context, c SamplerComm) error {
 		if want := s.share(q, k.size); !slices.Equal(idx, want) {
 			return fmt.Errorf("sampler: rank %d processed %d indices that are not its share of the step: ranks disagree (same data set size, seed and batch on every rank?)", q, len(idx))
 		}
-		got = append(got, idx)
 	}
-	for _, idx := range got {
-		for _, i := range idx {
-			s.done[i/64] |= 1 << (i % 64)
-		}
-		s.nDone += len(idx)
+	// Every rank processed its share: together, positions [cursor, end) of the deal.
+	end := min(s.cursor+s.batch, len(s.remaining))
+	for _, i := range s.remaining[s.cursor:end] {
+		s.done[i/64] |= 1 << (i % 64)
 	}
-	s.cursor = min(s.cursor+s.batch, len(s.remaining))
+	s.nDone += end - s.cursor
+	s.cursor = end
 	s.cur = nil
 	if s.nDone >= s.n {
 		s.epoch++
@@ -201,14 +199,9 @@ func (s *Sampler) Shard(rank, size int) []int {
 		return nil
 	}
 	var out []int
-	k := 0
-	for _, i := range s.epochPerm() {
-		if s.done[i/64]&(1<<(i%64)) == 0 {
-			if k%size == rank {
-				out = append(out, int(i))
-			}
-			k++
-		}
+	left := s.unprocessed(nil)
+	for k := rank; k < len(left); k += size {
+		out = append(out, int(left[k]))
 	}
 	return out
 }
@@ -219,14 +212,18 @@ func (s *Sampler) deal(k dealKey) {
 	if s.dealt && s.key == k {
 		return
 	}
-	perm := s.epochPerm()
-	s.remaining = s.remaining[:0]
-	for _, i := range perm {
+	s.remaining = s.unprocessed(s.remaining[:0])
+	s.key, s.dealt, s.cursor, s.cur = k, true, 0, nil
+}
+
+// unprocessed appends the indices of the epoch not yet processed, in permutation order.
+func (s *Sampler) unprocessed(dst []int32) []int32 {
+	for _, i := range s.epochPerm() {
 		if s.done[i/64]&(1<<(i%64)) == 0 {
-			s.remaining = append(s.remaining, i)
+			dst = append(dst, i)
 		}
 	}
-	s.key, s.dealt, s.cursor, s.cur = k, true, 0, nil
+	return dst
 }
 
 func (s *Sampler) epochPerm() []int32 {

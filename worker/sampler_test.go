@@ -156,7 +156,13 @@ func newSimRank(t *testing.T, name string, commitEvery int) *simRank {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &simRank{w: &Worker{log: slog.New(slog.DiscardHandler)}, s: s, model: make([]int64, simEpochs*simN), name: name}
+	w := &Worker{log: slog.New(slog.DiscardHandler), hostAddr: "127.0.0.1", secret: []byte("0123456789abcdef")}
+	t.Cleanup(func() {
+		if w.peers != nil {
+			w.peers.Close()
+		}
+	})
+	m := &simRank{w: w, s: s, model: make([]int64, simEpochs*simN), name: name}
 	m.st = NewState(m.w)
 	m.st.CommitEvery = commitEvery
 	if err := m.st.Register("model", m.model); err != nil {
@@ -235,10 +241,16 @@ func (m *simRank) train(ctx context.Context, ev event) error {
 }
 
 // The elastic simulation: ranks die at random points of a step and new ones join, in
-// random generations; at the end every index went into the model exactly once per epoch.
+// random generations; at the end every index went into the model exactly once per epoch,
+// whichever way Sync moves the state to the joiners.
 func TestSamplerExactlyOnceAcrossKillsAndJoins(t *testing.T) {
-	for seed := range uint64(8) {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { simulate(t, seed) })
+	for _, mode := range []string{TransferAuto, TransferPeers} {
+		for seed := range uint64(8) {
+			t.Run(fmt.Sprint(mode, "/seed", seed), func(t *testing.T) {
+				t.Setenv(EnvStateTransfer, mode)
+				simulate(t, seed)
+			})
+		}
 	}
 }
 

@@ -63,7 +63,7 @@ func (s *State) Register(name string, v any) error {
 }
 
 func (e *entry) save() error {
-	switch l := e.live.(type) { // snapshots reuse their buffer: Commit allocates nothing
+	switch l := e.live.(type) { // tensor snapshots reuse their buffer: committing them allocates nothing
 	case []float32:
 		saved, _ := e.saved.([]float32)
 		e.saved = append(saved[:0], l...)
@@ -74,11 +74,11 @@ func (e *entry) save() error {
 		saved, _ := e.saved.([]int64)
 		e.saved = append(saved[:0], l...)
 	default:
-		var b bytes.Buffer
-		if err := gob.NewEncoder(&b).Encode(e.live); err != nil {
-			return fmt.Errorf("state %q: encode: %w", e.name, err)
+		b, err := e.encode()
+		if err != nil {
+			return err
 		}
-		e.saved = b.Bytes()
+		e.saved = b
 	}
 	return nil
 }
@@ -92,9 +92,24 @@ func (e *entry) restore() error {
 	case []int64:
 		copy(l, e.saved.([]int64))
 	default:
-		if err := gob.NewDecoder(bytes.NewReader(e.saved.([]byte))).Decode(e.live); err != nil {
-			return fmt.Errorf("state %q: decode: %w", e.name, err)
-		}
+		return e.decode(e.saved.([]byte))
+	}
+	return nil
+}
+
+// encode is the gob encoding of a value's entry.
+func (e *entry) encode() ([]byte, error) {
+	var b bytes.Buffer
+	if err := gob.NewEncoder(&b).Encode(e.live); err != nil {
+		return nil, fmt.Errorf("state %q: encode: %w", e.name, err)
+	}
+	return b.Bytes(), nil
+}
+
+// decode puts gob bytes from encode into a value's entry.
+func (e *entry) decode(b []byte) error {
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(e.live); err != nil {
+		return fmt.Errorf("state %q: decode: %w", e.name, err)
 	}
 	return nil
 }
@@ -155,11 +170,11 @@ func (s *State) CheckHosts(ctx context.Context) error {
 }
 
 // Step ends one training step: it commits every CommitEvery steps and checks for host
-// updates every CheckEvery steps.
+// updates every CheckEvery steps, counted on every rank from the last Sync.
 func (s *State) Step(ctx context.Context) error {
 	s.step++
 	now := time.Now()
-	if !s.lastStep.IsZero() && s.w != nil {
+	if !s.lastStep.IsZero() {
 		s.w.observeStep(now.Sub(s.lastStep))
 	}
 	s.lastStep = now
@@ -184,14 +199,15 @@ func (s *State) broadcast(ctx context.Context) error {
 				return fmt.Errorf("sync %q: %w", e.name, err)
 			}
 		default:
-			var b bytes.Buffer
+			var buf []byte
 			if c.Rank() == 0 {
-				if err := gob.NewEncoder(&b).Encode(e.live); err != nil {
-					return fmt.Errorf("sync %q: encode: %w", e.name, err)
+				var err error
+				if buf, err = e.encode(); err != nil {
+					return fmt.Errorf("sync: %w", err)
 				}
 			}
 			n := make([]byte, 8)
-			binary.LittleEndian.PutUint64(n, uint64(b.Len()))
+			binary.LittleEndian.PutUint64(n, uint64(len(buf)))
 			if err := c.Broadcast(ctx, n, 0); err != nil {
 				return fmt.Errorf("sync %q: %w", e.name, err)
 			}
@@ -199,7 +215,6 @@ func (s *State) broadcast(ctx context.Context) error {
 			if size > 1<<30 {
 				return fmt.Errorf("sync %q: rank 0 sent %d bytes", e.name, size)
 			}
-			buf := b.Bytes()
 			if c.Rank() != 0 {
 				buf = make([]byte, size)
 			}
@@ -207,8 +222,8 @@ func (s *State) broadcast(ctx context.Context) error {
 				return fmt.Errorf("sync %q: %w", e.name, err)
 			}
 			if c.Rank() != 0 {
-				if err := gob.NewDecoder(bytes.NewReader(buf)).Decode(e.live); err != nil {
-					return fmt.Errorf("sync %q: decode: %w", e.name, err)
+				if err := e.decode(buf); err != nil {
+					return fmt.Errorf("sync: %w", err)
 				}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/gob"
 	"fmt"
+	"net"
 	"os"
 	"time"
 	"unsafe"
@@ -45,11 +46,13 @@ type syncInfo struct {
 // commit), then commits it. Ranks that already hold rank 0's commit (same commit counter)
 // move nothing: after a reset among survivors, Sync costs one small allgather.
 func (s *State) Sync(ctx context.Context) error {
-	s.lastStep = time.Time{} // the reset is not a step
+	// Every rank counts steps from here, so that all commit and check at the same steps (a
+	// joiner's count would otherwise start at 0 and a survivor's not).
+	s.step, s.lastStep = 0, time.Time{} // the reset is not a step
 	c := s.w.comm
 	me := syncInfo{Holds: s.holds || c.Rank() == 0, Version: s.version, Size: uint64(s.size())}
 	mode := transferMode()
-	if me.Holds && mode != TransferBroadcast && (mode == TransferPeers || me.Size >= PeerThreshold) {
+	if me.Holds && wantPeers(mode, me.Size) {
 		addr, err := s.w.peerServer()
 		if err != nil {
 			s.w.log.Warn("cannot serve state to peers; they will use the broadcast", "err", err)
@@ -78,19 +81,26 @@ func (s *State) Sync(ctx context.Context) error {
 		case !in.Holds || in.Version != v0:
 			needers++
 		case in.Addr != "":
-			holders = append(holders, peerstate.Holder{Addr: in.Addr, Host: hostOf(in.Addr)})
+			host, _, _ := net.SplitHostPort(in.Addr)
+			holders = append(holders, peerstate.Holder{Addr: in.Addr, Host: host})
 		}
 	}
 	if needers == 0 {
 		return nil
 	}
-	usePeers := mode != TransferBroadcast && infos[0].Addr != "" && (mode == TransferPeers || infos[0].Size >= PeerThreshold)
-	if usePeers {
+	if infos[0].Addr != "" && wantPeers(mode, infos[0].Size) {
 		failed := int64(0)
 		mine := infos[c.Rank()]
 		holder := mine.Holds && mine.Version == v0
-		if holder {
+		published := holder && mine.Addr != "" // a holder whose server did not start serves nothing
+		if published {
+			// What the broadcast would send: the live state, which is ahead of the last
+			// commit when the hosts changed at a step that did not commit.
+			if err := s.save(); err != nil {
+				return err
+			}
 			s.w.peers.Publish(v0, s.blob())
+			defer s.w.peers.Unpublish() // the fetches are over by then: keep no copy of the state
 		}
 		// No fetch before every holder has published: a holder asked too early answers
 		// that it lacks the version, and the fetcher would drop it.
@@ -111,6 +121,9 @@ func (s *State) Sync(ctx context.Context) error {
 		}
 		if flag[0] == 0 {
 			s.version, s.holds = v0, true
+			if published {
+				return nil // saved before publishing
+			}
 			return s.save()
 		}
 	}
@@ -130,20 +143,15 @@ func transferMode() string {
 	}
 }
 
-// hostOf is the host part of host:port.
-func hostOf(addr string) string {
-	for i := len(addr) - 1; i >= 0; i-- {
-		if addr[i] == ':' {
-			return addr[:i]
-		}
-	}
-	return addr
+// wantPeers reports whether a state of size bytes travels from peers in mode.
+func wantPeers(mode string, size uint64) bool {
+	return mode == TransferPeers || mode == TransferAuto && size >= PeerThreshold
 }
 
 // peerServer starts this worker's peerstate server once and returns its address.
 func (w *Worker) peerServer() (string, error) {
 	if w.peers == nil {
-		srv, err := peerstate.Listen(peerstate.ServerConfig{Secret: w.secret, Logger: w.log}, w.hostAddr+":0")
+		srv, err := peerstate.Listen(peerstate.ServerConfig{Secret: w.secret, Logger: w.log}, net.JoinHostPort(w.hostAddr, "0"))
 		if err != nil {
 			return "", err
 		}
@@ -207,8 +215,8 @@ func (s *State) load(blob []byte) error {
 			}
 			copy(dst, b)
 		default:
-			if err := gob.NewDecoder(bytes.NewReader(b)).Decode(e.live); err != nil {
-				return fmt.Errorf("state %q: decode: %w", e.name, err)
+			if err := e.decode(b); err != nil {
+				return err
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/allreduce"
+	"github.com/elasticd/elasticd/worker/peerstate"
 )
 
 // syncRank is one rank of a Sync test: a Worker with a communicator, and its state.
@@ -119,6 +121,16 @@ func TestSyncBringsJoinersUpToDate(t *testing.T) {
 			if mode == TransferBroadcast && (ranks[0].w.peers != nil || served != 0) {
 				t.Fatal("broadcast mode started a peerstate server")
 			}
+			if mode == TransferPeers {
+				// The fetches are over: the holders keep no copy of the state.
+				f, err := peerstate.NewFetcher(peerstate.FetcherConfig{Secret: ranks[0].w.secret})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, _, err := f.Fetch(t.Context(), 5, []peerstate.Holder{{Addr: ranks[0].w.peers.Addr()}}); !errors.Is(err, peerstate.ErrNoHolder) {
+					t.Fatalf("fetch from a holder after Sync: %v, want ErrNoHolder", err)
+				}
+			}
 		})
 	}
 }
@@ -155,5 +167,71 @@ func TestBlobRoundTrip(t *testing.T) {
 	short := newSyncRank(t, 50)
 	if err := short.s.load(a.s.blob()); err == nil || !strings.Contains(err.Error(), "registered different shapes") {
 		t.Fatalf("a blob for another shape: %v, want an error naming the shapes", err)
+	}
+}
+
+// Joiners get rank 0's state as it is at the reset, whichever way it travels: after
+// ErrHostsUpdated at a step that did not commit (CheckEvery < CommitEvery), the survivors'
+// state is ahead of their last commit, and they keep it; a joiner given the older commit
+// would train on a different model.
+func TestSyncGivesJoinersTheSurvivorsState(t *testing.T) {
+	for _, mode := range []string{TransferPeers, TransferBroadcast} {
+		t.Run(mode, func(t *testing.T) {
+			t.Setenv(EnvStateTransfer, mode)
+			ranks := []*syncRank{newSyncRank(t, 1<<16), newSyncRank(t, 1<<16), newSyncRank(t, 1<<16)}
+			for _, r := range ranks[:2] {
+				r.train(t, 1, 3)
+				r.tensor[0], *r.step = 42, 4 // a step since the commit, the same on both
+			}
+			syncAll(t, ranks)
+			for i, r := range ranks {
+				if !slices.Equal(r.tensor, ranks[0].tensor) || r.tensor[0] != 42 || *r.step != 4 {
+					t.Fatalf("rank %d after Sync: tensor[0] %v, step %d; want the survivors' 42, 4", i, r.tensor[0], *r.step)
+				}
+			}
+		})
+	}
+}
+
+// A holder whose peerstate server cannot start serves nothing and fetches nothing; the
+// joiners fetch from the other holders.
+func TestSyncHolderWithoutServer(t *testing.T) {
+	t.Setenv(EnvStateTransfer, TransferPeers)
+	ranks := []*syncRank{newSyncRank(t, 1<<16), newSyncRank(t, 1<<16), newSyncRank(t, 1<<16)}
+	ranks[0].train(t, 1, 3)
+	ranks[1].train(t, 1, 3)
+	ranks[1].w.secret = nil // its server refuses to start without the job secret
+	syncAll(t, ranks)
+	if ranks[1].w.peers != nil {
+		t.Fatal("a server started without the job secret")
+	}
+	for i, r := range ranks {
+		if !slices.Equal(r.tensor, ranks[0].tensor) || *r.step != 3 {
+			t.Fatalf("rank %d after Sync: step %d; want rank 0's commit", i, *r.step)
+		}
+	}
+	if ranks[0].w.peers.Stats().Requests == 0 {
+		t.Fatal("the joiner did not fetch from rank 0")
+	}
+}
+
+// After Sync every rank counts CommitEvery and CheckEvery from the same step, the joiner
+// too: else they commit at different steps (and the same commit counter no longer means the
+// same commit), and CheckHosts's allreduce meets another rank's training collective.
+func TestSyncAlignsCommitSteps(t *testing.T) {
+	ranks := []*syncRank{newSyncRank(t, 16), newSyncRank(t, 16)}
+	ranks[0].train(t, 1, 3)
+	ranks[0].s.step = 1 // a step since the process started (the joiner has taken none)
+	syncAll(t, ranks)
+	for _, r := range ranks {
+		r.s.CommitEvery, r.s.CheckEvery = 2, 1000 // no CheckHosts: no communicator needed
+		for range 3 {
+			if err := r.s.Step(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if ranks[0].s.version != ranks[1].s.version {
+		t.Fatalf("after Sync and 3 steps committing every 2: versions %d and %d, want equal", ranks[0].s.version, ranks[1].s.version)
 	}
 }

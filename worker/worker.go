@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -187,7 +188,7 @@ func (w *Worker) join(ctx context.Context, after uint64, reason string, prev *al
 		comm, err := allreduce.New(ctx, allreduce.Config{
 			Rank: a.Rank, Size: a.Size, Generation: a.Generation,
 			Store:      w.client.Store(a.Generation),
-			ListenAddr: w.hostAddr + ":0", AdvertiseHost: w.hostAddr,
+			ListenAddr: net.JoinHostPort(w.hostAddr, "0"), AdvertiseHost: w.hostAddr,
 			Timeout: w.commTimeout, Secret: w.secret, Logger: w.log,
 			ID: w.id.String(), Previous: prev,
 		})

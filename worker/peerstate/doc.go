@@ -62,18 +62,18 @@
 //	BUSY, NO_VERSION   nothing more
 //	DENIED, BAD_REQUEST  a UTF-8 message to the end of the frame; the holder then closes
 //
-// A Server holds one version at a time (the last Publish); MANIFEST and CHUNK requests for
-// any other version are answered NO_VERSION with the version it has. Only CHUNK requests
-// count as transfers against MaxTransfers; MANIFEST is small and always answered.
+// A Server holds one version at a time (the last Publish; none after Unpublish); MANIFEST
+// and CHUNK requests for any other version are answered NO_VERSION with the version it has
+// (0: none). Only CHUNK requests count as transfers against MaxTransfers; MANIFEST is small
+// and always answered.
 //
 // # Wiring
 //
-// The worker runs one Server per process (Listen on its host address, port 0) and, after
-// each commit, Publishes the committed blob under the commit's version (a generation and
-// step both ranks agree on), and calls Prepare off the training path (when a reset begins)
-// so joiners do not wait for the checksums. The driver learns each worker's Server address
-// and committed version through rendezvous and implements Directory from it. A joining
-// worker calls Fetcher.FetchInto with the holders the driver named in its assignment and the
-// memory of its state, and falls back to the rank-0 broadcast (worker.State.Sync) if the
-// fetch fails.
+// worker.State.Sync runs one Server per process, started the first time the worker holds a
+// state to serve (Listen on its host address, port 0). At a reset one allgather tells every
+// rank the others' commit counters and Server addresses; when some rank lacks rank 0's
+// commit, every rank that holds it Publishes it under that counter, all ranks pass a
+// barrier, the others Fetch it from all those holders, and once every fetch is over the
+// holders Unpublish. The allgather names every holder, so the worker gives its Fetcher no
+// Directory. A fetch that fails falls back, on every rank, to the broadcast from rank 0.
 package peerstate

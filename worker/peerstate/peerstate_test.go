@@ -564,3 +564,19 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatalf("fetcher without a secret: %v", err)
 	}
 }
+
+// After Unpublish a holder serves nothing, and a later Publish serves again.
+func TestUnpublish(t *testing.T) {
+	h := newHolder(t, peerstate.ServerConfig{})
+	data := blob(1000, 11)
+	h.srv.Publish(5, data)
+	h.srv.Unpublish()
+	_, _, err := newFetcher(t, peerstate.FetcherConfig{}).Fetch(ctxFor(t, 5*time.Second), 5, []peerstate.Holder{h.addr()})
+	if !errors.Is(err, peerstate.ErrNoHolder) || !strings.Contains(err.Error(), "holds version 0") {
+		t.Fatalf("fetch from a holder that unpublished: %v, want ErrNoHolder, holds version 0", err)
+	}
+	h.srv.Publish(6, data)
+	if got, _, err := newFetcher(t, peerstate.FetcherConfig{}).Fetch(ctxFor(t, 5*time.Second), 6, []peerstate.Holder{h.addr()}); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("fetch after a new Publish: %v", err)
+	}
+}

@@ -172,6 +172,11 @@ func (s *Server) Publish(version uint64, data []byte) {
 	s.snap.Store(&snapshot{version: version, data: data, size: int64(len(data)), chunk: s.cfg.ChunkSize})
 }
 
+// Unpublish stops serving the published version, so the holder keeps no reference to it:
+// requests are answered NO_VERSION (holding 0) until the next Publish. Transfers already
+// under way finish.
+func (s *Server) Unpublish() { s.snap.Store(nil) }
+
 // PublishFrom is Publish for state read through r (size bytes), for example from a file.
 func (s *Server) PublishFrom(version uint64, r io.ReaderAt, size int64) error {
 	if size < 0 || size > MaxSize {
