@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -233,5 +232,4 @@ func TestAgentHelp(t *testing.T) {
 			t.Errorf("agent --help lacks %q (exit %d)", want, code)
 		}
 	}
-	_ = exec.Command
 }

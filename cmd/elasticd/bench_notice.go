@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -119,6 +118,14 @@ func (s *simIMDS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// interrupt puts a spot interruption at deadline on the metadata.
+func (s *simIMDS) interrupt(deadline time.Time) {
+	b, _ := json.Marshal(map[string]string{"action": "terminate", "time": deadline.UTC().Format(time.RFC3339)})
+	s.mu.Lock()
+	s.action = b
+	s.mu.Unlock()
+}
+
 var (
 	listeningRe   = regexp.MustCompile(`rendezvous listening" addr=(\S+)`)
 	rank0HostRe   = regexp.MustCompile(`launched worker" worker=(\S+)/\d+ rank=0 generation=1`)
@@ -141,19 +148,7 @@ func noticeRun(ctx context.Context, self, trainer string) (noticeResult, error) 
 	}
 	var procs sync.WaitGroup
 	defer procs.Wait()
-	start := func(args ...string) (*exec.Cmd, io.Reader, error) {
-		cmd := exec.CommandContext(ctx, self, args...)
-		cmd.SysProcAttr = childProcAttr()
-		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-		cmd.WaitDelay = 10 * time.Second
-		pr, pw := io.Pipe()
-		cmd.Stdout, cmd.Stderr = pw, pw
-		if err := cmd.Start(); err != nil {
-			return nil, nil, err
-		}
-		procs.Go(func() { cmd.Wait(); pw.Close() })
-		return cmd, pr, nil
-	}
+	start := func(args ...string) (*exec.Cmd, io.Reader, error) { return startChild(ctx, &procs, self, args...) }
 	defer cancel() // runs before procs.Wait: every process gets SIGTERM
 
 	_, out, err := start("run", "-np", "4", "--min-np", "2", "--launcher", "agent", "--agent-secret-file", secret,
@@ -232,10 +227,7 @@ func noticeRun(ctx context.Context, self, trainer string) (noticeResult, error) 
 				if doomed == nil {
 					return r, fmt.Errorf("no rank 0 host logged")
 				}
-				b, _ := json.Marshal(map[string]string{"action": "terminate", "time": time.Now().Add(2 * time.Minute).UTC().Format(time.RFC3339)})
-				doomed.mu.Lock()
-				doomed.action = b
-				doomed.mu.Unlock()
+				doomed.interrupt(time.Now().Add(2 * time.Minute))
 				armed = time.Now()
 			}
 			lastFull = step

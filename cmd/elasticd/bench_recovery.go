@@ -107,24 +107,35 @@ func demoTrainer(c *cli.Context, self string) (string, error) {
 	return trainer, nil
 }
 
-// recoveryRun runs one job and measures it; the job is stopped (SIGTERM, then SIGKILL) at the end.
-func recoveryRun(ctx context.Context, self, trainer string, np int) (recoveryResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, self, "run", "-np", strconv.Itoa(np), "--min-np", strconv.Itoa(np-1),
-		"--blacklist-cooldown-range", "1s,1s", "--discovery-interval", "100ms", "--stop-grace", "1s",
-		"--", trainer, "--steps", "100000000", "--step-delay", "2ms", "--events", "--log-every", "100000000")
+// startChild starts this binary (self) with args, its stdout and stderr together on the
+// returned reader, which ends once the process has exited; wg waits for that. The end of ctx
+// sends it SIGTERM, and SIGKILL 10 s later.
+func startChild(ctx context.Context, wg *sync.WaitGroup, self string, args ...string) (*exec.Cmd, io.Reader, error) {
+	cmd := exec.CommandContext(ctx, self, args...)
 	cmd.SysProcAttr = childProcAttr()
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	start := time.Now()
 	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	wg.Go(func() { cmd.Wait(); pw.Close() })
+	return cmd, pr, nil
+}
+
+// recoveryRun runs one job and measures it; the job is stopped (SIGTERM, then SIGKILL) at the end.
+func recoveryRun(ctx context.Context, self, trainer string, np int) (recoveryResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	start := time.Now()
+	cmd, pr, err := startChild(ctx, &wg, self, "run", "-np", strconv.Itoa(np), "--min-np", strconv.Itoa(np-1),
+		"--blacklist-cooldown-range", "1s,1s", "--discovery-interval", "100ms", "--stop-grace", "1s",
+		"--", trainer, "--steps", "100000000", "--step-delay", "2ms", "--events", "--log-every", "100000000")
+	if err != nil {
 		return recoveryResult{}, err
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { cmd.Wait(); pw.Close() })
 	defer func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		go io.Copy(io.Discard, pr) // keep draining until the job has exited

@@ -525,11 +525,10 @@ func (r *Registry) event(s *session, p *process, ev Event) error {
 		r.mu.Lock()
 		delete(s.procs, p.id)
 		r.mu.Unlock()
-		var err error
 		if ev.Error != "" {
 			p.output("stderr", []byte("agent: "+ev.Error+"\n"))
 		}
-		p.finish(launch.ExitStatus{Code: ev.Code, Signal: ev.Signal}, err)
+		p.finish(launch.ExitStatus{Code: ev.Code, Signal: ev.Signal}, nil)
 	case KindNotice:
 		if ev.Notice == nil {
 			return nil

@@ -141,7 +141,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	var id [8]byte
-	cryptoRead(id[:])
+	rand.Read(id[:])
 	a := &agent{cfg: cfg, log: cfg.Logger, c: newClient(cfg.DriverURL, auth, cfg.HTTPClient), agentID: hex.EncodeToString(id[:])}
 	if cfg.GPUs != nil {
 		a.gpus = cfg.GPUs.GPUs()
@@ -157,7 +157,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Notices != nil {
 		bg.Go(func() { a.watchNotices(bctx) })
 	}
-	if cfg.GPUs != nil && len(a.gpus) > 0 {
+	if len(a.gpus) > 0 {
 		bg.Go(func() { a.watchGPUs(bctx) })
 		bg.Go(func() { a.reportLoad(bctx) })
 	}
@@ -179,13 +179,10 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-func cryptoRead(b []byte) { rand.Read(b) }
-
-// backoff sleeps for the attempt-th retry's pause (doubling from minBackoff up to MaxBackoff,
-// with jitter); false if ctx ended.
+// backoff sleeps for the attempt-th retry's pause, less up to a fifth of it at random; false
+// if ctx ended.
 func (a *agent) backoff(ctx context.Context, attempt int) bool {
-	d := minBackoff << min(attempt, 16)
-	d = min(d, a.cfg.MaxBackoff)
+	d := a.pause(attempt)
 	d = d - d/5 + time.Duration(mrand.Int64N(int64(d/5)+1))
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -197,8 +194,10 @@ func (a *agent) backoff(ctx context.Context, attempt int) bool {
 	}
 }
 
+// pause is the attempt-th retry's pause before jitter: doubling from minBackoff up to
+// MaxBackoff.
 func (a *agent) pause(attempt int) time.Duration {
-	return min(minBackoff<<min(attempt, 16), a.cfg.MaxBackoff).Round(100 * time.Millisecond)
+	return min(minBackoff<<min(attempt, 16), a.cfg.MaxBackoff)
 }
 
 // register registers with the driver, retrying until it succeeds or ctx ends.
@@ -213,7 +212,7 @@ func (a *agent) register(ctx context.Context) (agents.RegisterAnswer, error) {
 	}
 	var ans agents.RegisterAnswer
 	for attempt := 0; ; attempt++ {
-		_, err := a.c.do(ctx, http.MethodPost, agents.PathRegister, req, &ans, 0)
+		err := a.c.do(ctx, http.MethodPost, agents.PathRegister, req, &ans, 0)
 		if err == nil && ans.Session != "" && ans.JobID != "" {
 			a.touch()
 			a.log.Info("registered with the driver", "driver", a.cfg.DriverURL, "job", ans.JobID, "host", a.cfg.HostID, "addr", a.cfg.Addr, "gpus", len(a.gpus))
@@ -286,7 +285,8 @@ func (a *agent) session(ctx context.Context, reg agents.RegisterAnswer) error {
 	return err
 }
 
-// emit queues an event for the current session, or keeps a GPU fault for the next one.
+// emit queues an event for the current session, or keeps a GPU fault for the next one. Other
+// events are dropped between sessions (notices are kept apart, in a.notices).
 func (a *agent) emit(ev agents.Event) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -317,7 +317,7 @@ func (s *sess) pollCommands(ctx context.Context, wait time.Duration) error {
 	for attempt := 0; ctx.Err() == nil; {
 		var ans agents.CommandsAnswer
 		target := s.path("commands") + "?after=" + strconv.FormatUint(after, 10) + "&wait_ms=" + strconv.FormatInt(wait.Milliseconds(), 10)
-		_, err := s.a.c.do(ctx, http.MethodGet, target, nil, &ans, wait)
+		err := s.a.c.do(ctx, http.MethodGet, target, nil, &ans, wait)
 		if err != nil {
 			if err := s.retry(ctx, err, "cannot reach the driver for commands; retrying", attempt); err != nil {
 				return err
@@ -384,7 +384,7 @@ func (s *sess) sendBatch(ctx context.Context) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	if _, err := s.a.c.do(ctx, http.MethodPost, s.path("events"), agents.EventsRequest{Events: evs}, nil, 0); err != nil {
+	if err := s.a.c.do(ctx, http.MethodPost, s.path("events"), agents.EventsRequest{Events: evs}, nil, 0); err != nil {
 		return err
 	}
 	s.a.touch()

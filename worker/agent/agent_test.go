@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -25,7 +26,8 @@ import (
 
 var secret = []byte("0123456789abcdef0123456789abcdef")
 
-// logBuf collects a component's log for assertions and shows it when the test fails.
+// logBuf is a buffer safe for concurrent writes: a component's log (see logger), or a
+// worker's output as the driver receives it.
 type logBuf struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -122,8 +124,8 @@ func runAgent(t *testing.T, cfg agent.Config) (stop func(), log *logBuf) {
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.2"
 	}
-	cfg.MaxBackoff = cmpOr(cfg.MaxBackoff, 200*time.Millisecond)
-	cfg.StopGrace = cmpOr(cfg.StopGrace, 2*time.Second)
+	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 200*time.Millisecond)
+	cfg.StopGrace = cmp.Or(cfg.StopGrace, 2*time.Second)
 	cfg.Logger, log = logger(t, "agent "+cfg.HostID)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -146,14 +148,6 @@ func runAgent(t *testing.T, cfg agent.Config) (stop func(), log *logBuf) {
 	return stop, log
 }
 
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
-}
-
 func alive(pid int) bool {
 	if syscall.Kill(pid, 0) != nil {
 		return false
@@ -171,24 +165,6 @@ func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// syncBuf is a worker's output as the driver receives it.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // fakeGPUs is a host's GPUs: inventory, and faults the test injects.
@@ -224,7 +200,7 @@ func TestStartThroughAgent(t *testing.T) {
 	if info[0].Slots != 2 || len(info[0].GPUs) != 2 {
 		t.Fatalf("agent registered with %d slots and %d GPUs, want one slot per GPU (2)", info[0].Slots, len(info[0].GPUs))
 	}
-	var out, errw syncBuf
+	var out, errw logBuf
 	p, err := d.reg.Launcher().Start(t.Context(), launch.Spec{
 		Name: "rank 1", Host: "127.0.0.2", Slot: 1,
 		Command: []string{"sh", "-c", `echo "secret=$ELASTICD_SECRET gpu=$CUDA_VISIBLE_DEVICES"; echo oops >&2; exit 3`},
@@ -250,7 +226,7 @@ func TestStartThroughAgent(t *testing.T) {
 	}
 
 	// A command the agent cannot start exits 127 with the reason on stderr.
-	errw = syncBuf{}
+	errw = logBuf{}
 	p, err = d.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "127.0.0.2", Command: []string{"/no/such/program"}, Stderr: &errw})
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +313,7 @@ func TestDriverRestart(t *testing.T) {
 		t.Errorf("the agent did not say why it registered again")
 	}
 	// The new job's workers get the new job's secret.
-	var out syncBuf
+	var out logBuf
 	p2, err := d2.reg.Launcher().Start(t.Context(), launch.Spec{Name: "new", Host: "127.0.0.2", Command: []string{"sh", "-c", `echo $ELASTICD_SECRET`}, Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
@@ -380,7 +356,7 @@ func TestBadSecret(t *testing.T) {
 	if n := len(d.reg.Agents()); n != 0 {
 		t.Fatalf("%d agents registered with a wrong secret", n)
 	}
-	// Three attempts take at least the first two pauses (0.5 s and 0.4 s capped, ±20%).
+	// Three attempts take at least the first two pauses (0.5 s and 0.4 s capped, each less up to 20%).
 	if took < 600*time.Millisecond {
 		t.Fatalf("three refused attempts in %v: the agent does not back off", took)
 	}
@@ -417,9 +393,10 @@ func (f *fakeNotices) CompleteNotice(_ context.Context, n providers.Notice) erro
 	return nil
 }
 
-// A notice on the host's metadata reaches the driver once, named by the provider's host ID,
-// even across a re-registration; completing it reaches the watcher (Azure's StartRequests).
-// A metadata service that fails is retried.
+// A notice on the host's metadata reaches the driver once, named by the provider's host ID;
+// completing it reaches the watcher (Azure's StartRequests). A metadata service that fails is
+// retried. A new session (here, with a restarted driver) hears of the notice again.
+// (driver/agents' TestNotices checks that the same driver takes a re-sent notice once.)
 func TestNoticeReachesDriver(t *testing.T) {
 	d := startDriver(t, "127.0.0.1:0", "job-1")
 	fn := &fakeNotices{fail: 2}
@@ -459,6 +436,17 @@ func TestNoticeReachesDriver(t *testing.T) {
 		defer fn.mu.Unlock()
 		return len(fn.completed) == 1 && fn.completed[0] == "ev-1"
 	})
+
+	d.stop()
+	d2 := startDriver(t, d.addr, "job-1")
+	select {
+	case n := <-d2.reg.Notices():
+		if n.ID != "agent:ev-1" {
+			t.Fatalf("notice %+v sent to the new session, want agent:ev-1", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent did not send its standing notice to its new session")
+	}
 }
 
 // A GPU fault reaches the driver as the slots that use the GPU.

@@ -66,19 +66,19 @@ func isStatus(err error, code int) bool {
 
 // do sends one signed request; in (may be nil) is JSON-encoded and out (may be nil) decoded
 // from a 200 answer. wait is added to the request's deadline for long-polls.
-func (c *client) do(ctx context.Context, method, target string, in, out any, wait time.Duration) (int, error) {
+func (c *client) do(ctx context.Context, method, target string, in, out any, wait time.Duration) error {
 	var body []byte
 	if in != nil {
 		var err error
 		if body, err = json.Marshal(in); err != nil {
-			return 0, err
+			return err
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout+wait)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, c.base+target, bytes.NewReader(body))
 	if err != nil {
-		return 0, err
+		return err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -86,33 +86,33 @@ func (c *client) do(ctx context.Context, method, target string, in, out any, wai
 	nonce := c.auth.Sign(req, body)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
-		return 0, fmt.Errorf("read the driver's answer: %w", err)
+		return fmt.Errorf("read the driver's answer: %w", err)
 	}
 	if len(data) > maxAnswer {
-		return 0, fmt.Errorf("the driver's answer is longer than %d bytes", maxAnswer)
+		return fmt.Errorf("the driver's answer is longer than %d bytes", maxAnswer)
 	}
 	msg := strings.TrimSpace(string(data))
 	if i := strings.IndexByte(msg, '\n'); i >= 0 {
 		msg = msg[:i]
 	}
 	if resp.StatusCode == http.StatusUnauthorized && resp.Header.Get(rendezvous.HeaderAnswerSignature) == "" {
-		return resp.StatusCode, &errRefused{reason: msg}
+		return &errRefused{reason: msg}
 	}
 	if err := c.auth.VerifyAnswer(resp.Header, nonce, resp.StatusCode, data); err != nil {
-		return resp.StatusCode, fmt.Errorf("%s %s: %w", method, target, err)
+		return fmt.Errorf("%s %s: %w", method, target, err)
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK && out != nil:
 		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("%s %s: malformed answer: %w", method, target, err)
+			return fmt.Errorf("%s %s: malformed answer: %w", method, target, err)
 		}
 	case resp.StatusCode >= 300:
-		return resp.StatusCode, &statusError{code: resp.StatusCode, msg: msg}
+		return &statusError{code: resp.StatusCode, msg: msg}
 	}
-	return resp.StatusCode, nil
+	return nil
 }

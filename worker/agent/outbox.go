@@ -24,9 +24,15 @@ type outbox struct {
 	mu      sync.Mutex
 	seq     uint64
 	events  []item
-	outSize int         // bytes of output in events
-	dropped map[int]int // output bytes dropped per process since the last that got through
+	outSize int            // bytes of output in events
+	dropped map[stream]int // output bytes dropped per stream since the last that got through
 	wake    chan struct{}
+}
+
+// stream is one output stream ("stdout" or "stderr") of one process.
+type stream struct {
+	proc uint64
+	name string
 }
 
 // item is a queued event; a sealed one has been sent and must not grow.
@@ -36,7 +42,7 @@ type item struct {
 }
 
 func newOutbox() *outbox {
-	return &outbox{dropped: map[int]int{}, wake: make(chan struct{}, 1)}
+	return &outbox{dropped: map[stream]int{}, wake: make(chan struct{}, 1)}
 }
 
 func (o *outbox) signal() {
@@ -57,22 +63,19 @@ func (o *outbox) add(ev agents.Event) {
 }
 
 // output queues a piece of a process's output.
-func (o *outbox) output(proc uint64, stream string, p []byte) {
+func (o *outbox) output(proc uint64, name string, p []byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	key := int(proc) * 2
-	if stream == "stderr" {
-		key++
-	}
+	key := stream{proc, name}
 	if o.outSize+len(p) > maxPendingOutput {
 		o.dropped[key] += len(p)
 		return
 	}
 	if n := o.dropped[key]; n > 0 {
 		delete(o.dropped, key)
-		o.appendOutput(proc, stream, fmt.Appendf(nil, "\n[elasticd agent: %d bytes of output dropped: the driver was not taking them]\n", n))
+		o.appendOutput(proc, name, fmt.Appendf(nil, "\n[elasticd agent: %d bytes of output dropped: the driver was not taking them]\n", n))
 	}
-	o.appendOutput(proc, stream, p)
+	o.appendOutput(proc, name, p)
 	o.signal()
 }
 

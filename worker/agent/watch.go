@@ -129,11 +129,7 @@ func (a *agent) reportLoad(ctx context.Context) {
 		for _, b := range busy {
 			sum += b
 		}
-		a.mu.Lock()
-		if a.cur != nil {
-			a.cur.add(agents.Event{Kind: agents.KindLoad, GPUBusy: sum / float64(len(busy))})
-		}
-		a.mu.Unlock()
+		a.emit(agents.Event{Kind: agents.KindLoad, GPUBusy: sum / float64(len(busy))})
 	}
 }
 

@@ -168,7 +168,7 @@ func (a *AWS) get(ctx context.Context, path string) (*http.Request, answer, erro
 			return req, answer{}, err
 		}
 		req.Header.Set("X-aws-ec2-metadata-token", tok)
-		ans, err := do(ctx, a.cfg.Client, req)
+		ans, err := do(a.cfg.Client, req)
 		if err != nil {
 			return req, answer{}, err
 		}
@@ -196,7 +196,7 @@ func (a *AWS) sessionToken(ctx context.Context, force bool) (string, error) {
 		return "", err
 	}
 	req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", strconv.Itoa(ttl))
-	ans, err := do(ctx, a.cfg.Client, req)
+	ans, err := do(a.cfg.Client, req)
 	if err != nil {
 		return "", fmt.Errorf("IMDSv2 token: %w", err)
 	}

@@ -183,6 +183,6 @@ func (a *Azure) send(ctx context.Context, method, path string, body []byte) (*ht
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	ans, err := do(ctx, a.cfg.Client, req)
+	ans, err := do(a.cfg.Client, req)
 	return req, ans, err
 }

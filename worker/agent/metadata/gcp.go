@@ -175,7 +175,7 @@ func (g *GCP) get(ctx context.Context, path string, q url.Values) (*http.Request
 		return nil, answer{}, err
 	}
 	req.Header.Set("Metadata-Flavor", "Google")
-	ans, err := do(ctx, g.cfg.Client, req)
+	ans, err := do(g.cfg.Client, req)
 	if err != nil {
 		return req, answer{}, err
 	}

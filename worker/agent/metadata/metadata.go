@@ -118,9 +118,10 @@ type answer struct {
 	body   []byte
 }
 
-// do sends req and reads the answer; the error names the method and URL once.
-func do(ctx context.Context, client *http.Client, req *http.Request) (answer, error) {
-	resp, err := client.Do(req.WithContext(ctx))
+// do sends req (made with the caller's context) and reads the answer; the error names the
+// method and URL once.
+func do(client *http.Client, req *http.Request) (answer, error) {
+	resp, err := client.Do(req)
 	if err != nil {
 		// url.Error already names the method and URL.
 		return answer{}, err
