@@ -132,7 +132,7 @@ func watch(c *cli.Context, p providers.Provider, log *slog.Logger) error {
 					switch {
 					case !ok:
 						fmt.Fprintf(c.App.Writer, "%s + %s %s:%d %s%s\n", now, h.ID, h.Addr, h.Slots, h.Type, leavingMark(h))
-					case old != h:
+					case !providers.SameHost(old, h):
 						fmt.Fprintf(c.App.Writer, "%s ~ %s %s:%d %s%s\n", now, h.ID, h.Addr, h.Slots, h.Type, leavingMark(h))
 					}
 				}

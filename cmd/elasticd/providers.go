@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -41,11 +42,7 @@ var cloudProviders = map[string]func(providerOptions) (providers.Provider, error
 }
 
 func providerNames() string {
-	names := []string{"local", "fixed", "script", "agents"}
-	for n := range cloudProviders {
-		names = append(names, n)
-	}
-	slices.Sort(names[4:])
+	names := append([]string{"local", "fixed", "script", "agents"}, slices.Sorted(maps.Keys(cloudProviders))...)
 	return strings.Join(names, ", ")
 }
 

@@ -524,9 +524,10 @@ func (p *Provider) call(ctx context.Context, op, what string, do func() (*core.D
 		switch {
 		case throttled(status):
 			why := fmt.Sprintf("HTTP %d %s: %v", status, http.StatusText(status), err)
-			wait := p.gates.Throttled(op, retryAfter(resp, now), errors.New(why))
+			ra := retryAfter(resp, now)
+			wait := p.gates.Throttled(op, ra, errors.New(why))
 			p.log.Warn("VPC API throttled; this endpoint backs off", "endpoint", op, "status", status,
-				"retry_after", retryAfter(resp, now), "wait", wait, "attempt", attempt)
+				"retry_after", ra, "wait", wait, "attempt", attempt)
 			throttledErr = fmt.Errorf("%s: %w %d times in a row (last %s); not before %s", what, ErrThrottled, attempt, why, p.gates.Until(op).Format(time.RFC3339))
 		case status == 0 || status >= 500:
 			why := fmt.Sprintf("%v", err)
