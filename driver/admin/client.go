@@ -1,11 +1,10 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -70,50 +69,26 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 }
 
 func (c *Client) do(ctx context.Context, method, target string, in, out any) error {
-	var body []byte
-	if in != nil {
-		var err error
-		if body, err = json.Marshal(in); err != nil {
-			return err
-		}
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+target, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("driver URL %q: %w", c.base, err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	nonce := c.auth.Sign(req, body)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("driver unreachable at %s: %w", c.base, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return fmt.Errorf("read the driver's answer: %w", err)
-	}
-	msg := strings.TrimSpace(string(data))
-	if i := strings.IndexByte(msg, '\n'); i >= 0 {
-		msg = msg[:i]
-	}
-	if resp.Header.Get(rendezvous.HeaderAnswerSignature) == "" {
-		switch resp.StatusCode {
+	r, err := c.auth.Exchange(ctx, c.hc, method, c.base+target, in, 16<<20)
+	if ue, ok := errors.AsType[*rendezvous.UnsignedError](err); ok {
+		switch ue.Status {
 		case http.StatusUnauthorized:
-			return fmt.Errorf("the driver refused the request's signature (%s): check that --admin-secret-file holds the secret the driver was started with, and that the clocks agree within 60s", msg)
+			return fmt.Errorf("the driver refused the request's signature (%s): check that --admin-secret-file holds the secret the driver was started with, and that the clocks agree within 60s", ue.Reason)
 		case http.StatusNotFound:
-			return fmt.Errorf("%s answered 404 (%s): is this the driver's URL, and was it started with --admin-secret-file?", c.base, msg)
+			return fmt.Errorf("%s answered 404 (%s): is this the driver's URL, and was it started with --admin-secret-file?", c.base, ue.Reason)
 		}
-		return fmt.Errorf("%s answered %d without a signature (%s): not an elasticd driver's admin API?", c.base, resp.StatusCode, msg)
+		return fmt.Errorf("%s answered %d without a signature (%s): not an elasticd driver's admin API?", c.base, ue.Status, ue.Reason)
 	}
-	if err := c.auth.VerifyAnswer(resp.Header, nonce, resp.StatusCode, data); err != nil {
-		return fmt.Errorf("%s %s: %w", method, target, err)
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		return fmt.Errorf("driver unreachable at %s: %w", c.base, ue)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return &Refused{Code: resp.StatusCode, Msg: msg}
+	if err != nil {
+		return err
 	}
-	if err := json.Unmarshal(data, out); err != nil {
+	if r.Status != http.StatusOK {
+		return &Refused{Code: r.Status, Msg: r.Reason}
+	}
+	if err := json.Unmarshal(r.Body, out); err != nil {
 		return fmt.Errorf("%s %s: malformed answer: %w", method, target, err)
 	}
 	return nil

@@ -126,37 +126,37 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
-	a := answer{w: w, auth: h.auth, nonce: nonce}
+	a := rendezvous.Answer{W: w, Auth: h.auth, Nonce: nonce}
 	path := r.URL.Path
 	switch {
 	case path == PathStatus && r.Method == http.MethodGet:
-		a.json(h.snapshot())
+		a.JSON(h.snapshot())
 	case path == PathHosts && r.Method == http.MethodPost:
 		h.add(a, body)
 	case strings.HasPrefix(path, PathHosts+"/") && r.Method == http.MethodDelete:
 		h.remove(a, r, strings.TrimPrefix(path, PathHosts+"/"))
 	case path == PathStatus || path == PathHosts || strings.HasPrefix(path, PathHosts+"/"):
-		a.error(http.StatusMethodNotAllowed, fmt.Sprintf("%s %s is not part of the admin API (GET %s, POST %s, DELETE %s/{id})", r.Method, path, PathStatus, PathHosts, PathHosts))
+		a.Error(http.StatusMethodNotAllowed, fmt.Sprintf("%s %s is not part of the admin API (GET %s, POST %s, DELETE %s/{id})", r.Method, path, PathStatus, PathHosts, PathHosts))
 	default:
-		a.error(http.StatusNotFound, fmt.Sprintf("no %s in the admin API (GET %s, POST %s, DELETE %s/{id})", path, PathStatus, PathHosts, PathHosts))
+		a.Error(http.StatusNotFound, fmt.Sprintf("no %s in the admin API (GET %s, POST %s, DELETE %s/{id})", path, PathStatus, PathHosts, PathHosts))
 	}
 }
 
-func (h *Handler) add(a answer, body []byte) {
+func (h *Handler) add(a rendezvous.Answer, body []byte) {
 	var in AddRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		a.error(http.StatusBadRequest, `malformed JSON body: `+err.Error()+`; want {"host": "10.0.0.5", "slots": 4}`)
+		a.Error(http.StatusBadRequest, `malformed JSON body: `+err.Error()+`; want {"host": "10.0.0.5", "slots": 4}`)
 		return
 	}
 	host := strings.TrimSpace(in.Host)
 	if host == "" {
-		a.error(http.StatusBadRequest, `"host" is required: an address or hostname, e.g. 10.0.0.5`)
+		a.Error(http.StatusBadRequest, `"host" is required: an address or hostname, e.g. 10.0.0.5`)
 		return
 	}
 	if in.Slots < 0 || in.Slots > providers.MaxSlots {
-		a.error(http.StatusBadRequest, fmt.Sprintf(`"slots" %d: must be between 1 and %d (0: the host's own count, else 1)`, in.Slots, providers.MaxSlots))
+		a.Error(http.StatusBadRequest, fmt.Sprintf(`"slots" %d: must be between 1 and %d (0: the host's own count, else 1)`, in.Slots, providers.MaxSlots))
 		return
 	}
 	spec := host
@@ -164,12 +164,12 @@ func (h *Handler) add(a answer, body []byte) {
 	case strings.Count(host, ":") > 1 && !strings.HasPrefix(host, "["):
 		spec = "[" + host + "]" // a bare IPv6 address
 	case strings.Contains(host, ":") && !strings.HasSuffix(host, "]"):
-		a.error(http.StatusBadRequest, fmt.Sprintf(`"host" %q: give the slot count in "slots", not after ':'`, in.Host))
+		a.Error(http.StatusBadRequest, fmt.Sprintf(`"host" %q: give the slot count in "slots", not after ':'`, in.Host))
 		return
 	}
 	hs, err := providers.ParseHosts(spec, 1)
 	if err != nil {
-		a.error(http.StatusBadRequest, fmt.Sprintf(`"host" %q: %s`, in.Host, strings.TrimPrefix(err.Error(), fmt.Sprintf("host list entry 1 %q: ", spec))))
+		a.Error(http.StatusBadRequest, fmt.Sprintf(`"host" %q: %s`, in.Host, strings.TrimPrefix(err.Error(), fmt.Sprintf("host list entry 1 %q: ", spec))))
 		return
 	}
 	id := hs[0].ID
@@ -178,7 +178,7 @@ func (h *Handler) add(a answer, body []byte) {
 	}
 	added, restarted, err := h.overlay.add(providers.Host{ID: id, Addr: hs[0].Addr, Slots: in.Slots})
 	if err != nil {
-		a.refusal(err)
+		answerRefusal(a, err)
 		return
 	}
 	action := "added"
@@ -186,30 +186,30 @@ func (h *Handler) add(a answer, body []byte) {
 		action = "restarted"
 	}
 	h.log.Info("admin: host "+action+"; the job takes it at the next discovery poll", "host", added.ID, "addr", added.Addr, "slots", added.Slots)
-	a.json(Change{Action: action, Host: Host{ID: added.ID, Addr: added.Addr, Slots: added.Slots}, Status: h.snapshot()})
+	a.JSON(Change{Action: action, Host: Host{ID: added.ID, Addr: added.Addr, Slots: added.Slots}, Status: h.snapshot()})
 }
 
-func (h *Handler) remove(a answer, r *http.Request, id string) {
+func (h *Handler) remove(a rendezvous.Answer, r *http.Request, id string) {
 	force := false
 	if v := r.URL.Query().Get("force"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			a.error(http.StatusBadRequest, fmt.Sprintf("force=%q: want 1 or 0", v))
+			a.Error(http.StatusBadRequest, fmt.Sprintf("force=%q: want 1 or 0", v))
 			return
 		}
 		force = b
 	}
 	if id == "" || strings.Contains(id, "/") {
-		a.error(http.StatusBadRequest, fmt.Sprintf("host %q: want DELETE %s/{id} with one host ID or address", id, PathHosts))
+		a.Error(http.StatusBadRequest, fmt.Sprintf("host %q: want DELETE %s/{id} with one host ID or address", id, PathHosts))
 		return
 	}
 	removed, err := h.overlay.remove(id, force)
 	if err != nil {
-		a.refusal(err)
+		answerRefusal(a, err)
 		return
 	}
 	h.log.Info("admin: host removed; its workers leave at their next commit once discovery drops it", "host", removed.ID, "addr", removed.Addr, "slots", removed.Slots, "forced", force)
-	a.json(Change{Action: "removed", Host: Host{ID: removed.ID, Addr: removed.Addr, Slots: removed.Slots}, Status: h.snapshot()})
+	a.JSON(Change{Action: "removed", Host: Host{ID: removed.ID, Addr: removed.Addr, Slots: removed.Slots}, Status: h.snapshot()})
 }
 
 // snapshot joins the driver's view (what the job runs) with the overlay's (what it is offered).
@@ -264,43 +264,16 @@ func (h *Handler) snapshot() Status {
 	return s
 }
 
-// answer writes signed answers to one authenticated request.
-type answer struct {
-	w     http.ResponseWriter
-	auth  *rendezvous.Auth
-	nonce string
-}
-
-func (a answer) write(status int, contentType string, body []byte) {
-	a.auth.SignAnswer(a.w.Header(), a.nonce, status, body)
-	a.w.Header().Set("Content-Type", contentType)
-	a.w.WriteHeader(status)
-	a.w.Write(body)
-}
-
-func (a answer) json(v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		a.error(http.StatusInternalServerError, err.Error())
-		return
-	}
-	a.write(http.StatusOK, "application/json", append(b, '\n'))
-}
-
-func (a answer) error(status int, msg string) {
-	a.write(status, "text/plain; charset=utf-8", []byte(strings.ReplaceAll(msg, "\n", " ")+"\n"))
-}
-
-// refusal answers an Overlay refusal: 404 unknown host, 409 a conflict with the job's state.
-func (a answer) refusal(err error) {
+// answerRefusal answers an Overlay refusal: 404 unknown host, 409 a conflict with the job's state.
+func answerRefusal(a rendezvous.Answer, err error) {
 	switch {
 	case errors.Is(err, ErrUnknownHost):
-		a.error(http.StatusNotFound, err.Error())
+		a.Error(http.StatusNotFound, err.Error())
 	case errors.Is(err, ErrAlreadyPresent), errors.Is(err, ErrAlreadyStopped), errors.Is(err, ErrBelowMinNP):
-		a.error(http.StatusConflict, err.Error())
+		a.Error(http.StatusConflict, err.Error())
 	case errors.Is(err, ErrBadHost):
-		a.error(http.StatusBadRequest, err.Error())
+		a.Error(http.StatusBadRequest, err.Error())
 	default:
-		a.error(http.StatusInternalServerError, err.Error())
+		a.Error(http.StatusInternalServerError, err.Error())
 	}
 }

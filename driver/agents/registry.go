@@ -284,9 +284,9 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
-	a := answer{w: w, auth: r.auth, nonce: nonce}
+	a := rendezvous.Answer{W: w, Auth: r.auth, Nonce: nonce}
 	if r.isClosing() {
-		a.error(http.StatusServiceUnavailable, "driver shutting down")
+		a.Error(http.StatusServiceUnavailable, "driver shutting down")
 		return
 	}
 	rest := strings.TrimPrefix(req.URL.Path, PathPrefix)
@@ -298,66 +298,37 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case strings.HasSuffix(rest, "/events") && req.Method == http.MethodPost:
 		r.events(a, body, strings.TrimSuffix(rest, "/events"))
 	default:
-		a.error(http.StatusNotFound, fmt.Sprintf("no %s %s in the agents' protocol", req.Method, req.URL.Path))
+		a.Error(http.StatusNotFound, fmt.Sprintf("no %s %s in the agents' protocol", req.Method, req.URL.Path))
 	}
 }
 
-// answer writes signed answers to one authenticated request.
-type answer struct {
-	w     http.ResponseWriter
-	auth  *rendezvous.Auth
-	nonce string
-}
-
-func (a answer) write(status int, body []byte) {
-	a.auth.SignAnswer(a.w.Header(), a.nonce, status, body)
-	if len(body) > 0 {
-		a.w.Header().Set("Content-Type", "application/json")
-	}
-	a.w.WriteHeader(status)
-	a.w.Write(body)
-}
-
-func (a answer) json(v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		a.error(http.StatusInternalServerError, err.Error())
-		return
-	}
-	a.write(http.StatusOK, b)
-}
-
-func (a answer) error(status int, msg string) {
-	a.write(status, []byte(strings.ReplaceAll(msg, "\n", " ")+"\n"))
-}
-
-func decode(a answer, body []byte, v any) bool {
+func decode(a rendezvous.Answer, body []byte, v any) bool {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		a.error(http.StatusBadRequest, "malformed JSON body: "+err.Error())
+		a.Error(http.StatusBadRequest, "malformed JSON body: "+err.Error())
 		return false
 	}
 	return true
 }
 
-func (r *Registry) register(a answer, req *http.Request, body []byte, now time.Time) {
+func (r *Registry) register(a rendezvous.Answer, req *http.Request, body []byte, now time.Time) {
 	var in RegisterRequest
 	if !decode(a, body, &in) {
 		return
 	}
 	switch {
 	case in.AgentID == "" || len(in.AgentID) > 64:
-		a.error(http.StatusBadRequest, `"agent_id" must be 1 to 64 characters`)
+		a.Error(http.StatusBadRequest, `"agent_id" must be 1 to 64 characters`)
 		return
 	case in.HostID == "" || in.Addr == "":
-		a.error(http.StatusBadRequest, `"host_id" and "addr" are required`)
+		a.Error(http.StatusBadRequest, `"host_id" and "addr" are required`)
 		return
 	case in.Slots < 0 || in.Slots > 4096:
-		a.error(http.StatusBadRequest, fmt.Sprintf(`"slots" %d: must be in [0, 4096]`, in.Slots))
+		a.Error(http.StatusBadRequest, fmt.Sprintf(`"slots" %d: must be in [0, 4096]`, in.Slots))
 		return
 	case len(in.GPUs) > 4096:
-		a.error(http.StatusBadRequest, fmt.Sprintf("%d GPUs: at most 4096", len(in.GPUs)))
+		a.Error(http.StatusBadRequest, fmt.Sprintf("%d GPUs: at most 4096", len(in.GPUs)))
 		return
 	}
 	s := &session{
@@ -382,11 +353,11 @@ func (r *Registry) register(a answer, req *http.Request, body []byte, now time.T
 	r.sessions[s.id] = s
 	r.mu.Unlock()
 	r.log.Info("agent registered", "host", in.HostID, "addr", in.Addr, "gpus", len(in.GPUs), "slots", s.slots(0), "metadata", in.Metadata, "session", s.id, "remote", req.RemoteAddr)
-	a.json(RegisterAnswer{Session: s.id, JobID: r.cfg.JobID, PollWaitMS: r.cfg.PollWait.Milliseconds(), LeaseMS: r.cfg.Lease.Milliseconds()})
+	a.JSON(RegisterAnswer{Session: s.id, JobID: r.cfg.JobID, PollWaitMS: r.cfg.PollWait.Milliseconds(), LeaseMS: r.cfg.Lease.Milliseconds()})
 }
 
 // session returns the live session id, or answers 404.
-func (r *Registry) session(a answer, id string) *session {
+func (r *Registry) session(a rendezvous.Answer, id string) *session {
 	r.mu.Lock()
 	s := r.sessions[id]
 	if s != nil {
@@ -394,12 +365,12 @@ func (r *Registry) session(a answer, id string) *session {
 	}
 	r.mu.Unlock()
 	if s == nil {
-		a.error(http.StatusNotFound, "unknown agent session (the driver restarted, or counted this agent lost): register again")
+		a.Error(http.StatusNotFound, "unknown agent session (the driver restarted, or counted this agent lost): register again")
 	}
 	return s
 }
 
-func (r *Registry) commands(a answer, req *http.Request, id string) {
+func (r *Registry) commands(a rendezvous.Answer, req *http.Request, id string) {
 	s := r.session(a, id)
 	if s == nil {
 		return
@@ -407,14 +378,14 @@ func (r *Registry) commands(a answer, req *http.Request, id string) {
 	q := req.URL.Query()
 	after, err := strconv.ParseUint(cmp.Or(q.Get("after"), "0"), 10, 64)
 	if err != nil {
-		a.error(http.StatusBadRequest, fmt.Sprintf("after=%q: want a command sequence number", q.Get("after")))
+		a.Error(http.StatusBadRequest, fmt.Sprintf("after=%q: want a command sequence number", q.Get("after")))
 		return
 	}
 	wait := r.cfg.PollWait
 	if v := q.Get("wait_ms"); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms < 0 {
-			a.error(http.StatusBadRequest, fmt.Sprintf("wait_ms=%q: want milliseconds", v))
+			a.Error(http.StatusBadRequest, fmt.Sprintf("wait_ms=%q: want milliseconds", v))
 			return
 		}
 		wait = min(wait, time.Duration(ms)*time.Millisecond)
@@ -439,7 +410,7 @@ func (r *Registry) commands(a answer, req *http.Request, id string) {
 		if len(s.cmds) > 0 {
 			out := CommandsAnswer{Commands: slices.Clone(s.cmds)}
 			r.mu.Unlock()
-			a.json(out)
+			a.JSON(out)
 			return
 		}
 		ch := s.cmdCh
@@ -447,17 +418,17 @@ func (r *Registry) commands(a answer, req *http.Request, id string) {
 		select {
 		case <-ch:
 		case <-timer.C:
-			a.json(CommandsAnswer{Commands: []Command{}})
+			a.JSON(CommandsAnswer{Commands: []Command{}})
 			return
 		case <-s.lostCh:
 			if r.isClosing() { // Close ends the sessions too: answer as Close promises
-				a.error(http.StatusServiceUnavailable, "driver shutting down")
+				a.Error(http.StatusServiceUnavailable, "driver shutting down")
 				return
 			}
-			a.error(http.StatusNotFound, "agent session ended: register again")
+			a.Error(http.StatusNotFound, "agent session ended: register again")
 			return
 		case <-r.closing:
-			a.error(http.StatusServiceUnavailable, "driver shutting down")
+			a.Error(http.StatusServiceUnavailable, "driver shutting down")
 			return
 		case <-req.Context().Done():
 			return
@@ -475,7 +446,7 @@ func (s *session) queueLocked(c Command) {
 	s.cmdCh = make(chan struct{})
 }
 
-func (r *Registry) events(a answer, body []byte, id string) {
+func (r *Registry) events(a rendezvous.Answer, body []byte, id string) {
 	s := r.session(a, id)
 	if s == nil {
 		return
@@ -495,14 +466,14 @@ func (r *Registry) events(a answer, body []byte, id string) {
 		p := s.procs[ev.Proc]
 		r.mu.Unlock()
 		if err := r.event(s, p, ev); err != nil {
-			a.error(http.StatusServiceUnavailable, err.Error())
+			a.Error(http.StatusServiceUnavailable, err.Error())
 			return
 		}
 		r.mu.Lock()
 		s.lastEvent = ev.Seq
 		r.mu.Unlock()
 	}
-	a.write(http.StatusNoContent, nil)
+	a.Write(http.StatusNoContent, "", nil)
 }
 
 var errBehind = errors.New("the driver is behind on agent events; send them again")
@@ -535,7 +506,7 @@ func (r *Registry) event(s *session, p *process, ev Event) error {
 		}
 		r.mu.Lock()
 		// Per agent process: a VM that is preempted, restarted and preempted again may
-		// repeat a notice ID (GCP's are derived from the metadata answer), and its agent is a
+		// repeat a notice ID (GCP's are derived from the metadata rendezvous.Answer), and its agent is a
 		// new process then. A restarted agent on a live host may send a notice twice; the
 		// job treats the repeat as the same news.
 		key := s.info.AgentID + "\x00" + ev.Notice.ID

@@ -1,11 +1,15 @@
 package rendezvous
 
 import (
+	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -95,7 +99,7 @@ func (a *Auth) SignAnswer(h http.Header, nonce string, status int, body []byte) 
 func (a *Auth) VerifyAnswer(h http.Header, nonce string, status int, body []byte) error {
 	got, err := hex.DecodeString(h.Get(HeaderAnswerSignature))
 	if err != nil || len(got) != sha256.Size {
-		return errors.New("answer without a valid " + HeaderAnswerSignature + " header (not the driver, or a different --agent-secret-file?)")
+		return errors.New("answer without a valid " + HeaderAnswerSignature + " header (not signed by the server, or signed with another secret)")
 	}
 	if !hmac.Equal(got, answerSignature(a.key, nonce, status, body)) {
 		return errors.New("answer signature does not match: the answer was altered, or it comes from a driver with a different secret")
@@ -114,4 +118,97 @@ func answerSignature(key []byte, nonce string, status int, body []byte) []byte {
 func IsAuthError(err error) bool {
 	var ae authError
 	return errors.As(err, &ae) || errors.Is(err, errBodyHash)
+}
+
+// Reply is a signed answer Exchange received.
+type Reply struct {
+	Status int
+	Body   []byte
+	Reason string // the body's first line, trimmed: the one-line reason of an error answer
+}
+
+// UnsignedError is an answer without a signature: a 401 from a server that could not check
+// the request (wrong secret, clocks apart), or an answer from something that is not the
+// protocol's server. Callers word it for their own secret flag.
+type UnsignedError struct {
+	Status int
+	Reason string
+}
+
+func (e *UnsignedError) Error() string {
+	return fmt.Sprintf("unsigned answer %d: %s", e.Status, e.Reason)
+}
+
+// Exchange sends one signed request: in (nil: no body) as JSON to method url, over hc, under
+// ctx. It reads at most limit bytes of the answer and checks the answer's signature. Errors:
+// hc's own (*url.Error: nothing was answered), *UnsignedError, a signature that does not
+// match, or an answer longer than limit.
+func (a *Auth) Exchange(ctx context.Context, hc *http.Client, method, url string, in any, limit int64) (Reply, error) {
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return Reply{}, err
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return Reply{}, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	nonce := a.Sign(req, body)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return Reply{}, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return Reply{}, fmt.Errorf("read the answer: %w", err)
+	}
+	if int64(len(data)) > limit {
+		return Reply{}, fmt.Errorf("%s %s: answer longer than %d bytes", method, req.URL.Path, limit)
+	}
+	r := Reply{Status: resp.StatusCode, Body: data, Reason: errorMessage(data)}
+	if resp.Header.Get(HeaderAnswerSignature) == "" {
+		return r, &UnsignedError{Status: r.Status, Reason: r.Reason}
+	}
+	if err := a.VerifyAnswer(resp.Header, nonce, resp.StatusCode, data); err != nil {
+		return r, fmt.Errorf("%s %s: %w", method, req.URL.Path, err)
+	}
+	return r, nil
+}
+
+// Answer writes signed answers to one request that Verify accepted.
+type Answer struct {
+	W     http.ResponseWriter
+	Auth  *Auth
+	Nonce string // Verify's
+}
+
+// Write signs and writes an answer; contentType "" sets none.
+func (a Answer) Write(status int, contentType string, body []byte) {
+	a.Auth.SignAnswer(a.W.Header(), a.Nonce, status, body)
+	if contentType != "" {
+		a.W.Header().Set("Content-Type", contentType)
+	}
+	a.W.WriteHeader(status)
+	a.W.Write(body)
+}
+
+// JSON answers 200 with v.
+func (a Answer) JSON(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		a.Error(http.StatusInternalServerError, err.Error())
+		return
+	}
+	a.Write(http.StatusOK, "application/json", append(b, '\n'))
+}
+
+// Error answers status with msg on one line.
+func (a Answer) Error(status int, msg string) {
+	a.Write(status, "text/plain; charset=utf-8", []byte(oneLine(msg)+"\n"))
 }

@@ -323,3 +323,41 @@ func TestClientRetries(t *testing.T) {
 		t.Fatalf("Report with a context that ends during retries = %v", err)
 	}
 }
+
+// Exchange returns a signed answer, and refuses one that is unsigned or altered.
+func TestExchange(t *testing.T) {
+	auth, err := rendezvous.NewAuth(secret, "elasticd test v1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mode string
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		nonce, err := auth.Verify(r, body, time.Now())
+		if err != nil || mode == "unsigned" {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		if mode == "altered" {
+			auth.SignAnswer(w.Header(), nonce, http.StatusOK, []byte(`{"n":1}`))
+			w.Write([]byte(`{"n":2}`))
+			return
+		}
+		rendezvous.Answer{W: w, Auth: auth, Nonce: nonce}.JSON(map[string]int{"n": len(body)})
+	}))
+	defer ts.Close()
+
+	r, err := auth.Exchange(t.Context(), ts.Client(), http.MethodPost, ts.URL+"/x", map[string]string{"a": "b"}, 1<<10)
+	if err != nil || r.Status != http.StatusOK || strings.TrimSpace(string(r.Body)) != `{"n":9}` {
+		t.Fatalf("signed: %+v, %v; want 200 {\"n\":9}", r, err)
+	}
+	mode = "unsigned"
+	_, err = auth.Exchange(t.Context(), ts.Client(), http.MethodGet, ts.URL+"/x", nil, 1<<10)
+	if ue, ok := errors.AsType[*rendezvous.UnsignedError](err); !ok || ue.Status != http.StatusUnauthorized || ue.Reason != "bad signature" {
+		t.Fatalf("unsigned 401: %v, want an UnsignedError with the reason", err)
+	}
+	mode = "altered"
+	if _, err = auth.Exchange(t.Context(), ts.Client(), http.MethodGet, ts.URL+"/x", nil, 1<<10); err == nil || !strings.Contains(err.Error(), "does not match") {
+		t.Fatalf("altered answer: %v, want a signature mismatch", err)
+	}
+}

@@ -1,12 +1,10 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -67,52 +65,25 @@ func isStatus(err error, code int) bool {
 // do sends one signed request; in (may be nil) is JSON-encoded and out (may be nil) decoded
 // from a 200 answer. wait is added to the request's deadline for long-polls.
 func (c *client) do(ctx context.Context, method, target string, in, out any, wait time.Duration) error {
-	var body []byte
-	if in != nil {
-		var err error
-		if body, err = json.Marshal(in); err != nil {
-			return err
-		}
-	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout+wait)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, c.base+target, bytes.NewReader(body))
+	r, err := c.auth.Exchange(ctx, c.hc, method, c.base+target, in, maxAnswer)
+	if ue, ok := errors.AsType[*rendezvous.UnsignedError](err); ok {
+		if ue.Status == http.StatusUnauthorized {
+			return &errRefused{reason: ue.Reason}
+		}
+		return fmt.Errorf("%s %s: answer %d (%s) not signed by the driver: is --driver the driver's URL, with the same --agent-secret-file?", method, target, ue.Status, ue.Reason)
+	}
 	if err != nil {
 		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	nonce := c.auth.Sign(req, body)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
-	if err != nil {
-		return fmt.Errorf("read the driver's answer: %w", err)
-	}
-	if len(data) > maxAnswer {
-		return fmt.Errorf("the driver's answer is longer than %d bytes", maxAnswer)
-	}
-	msg := strings.TrimSpace(string(data))
-	if i := strings.IndexByte(msg, '\n'); i >= 0 {
-		msg = msg[:i]
-	}
-	if resp.StatusCode == http.StatusUnauthorized && resp.Header.Get(rendezvous.HeaderAnswerSignature) == "" {
-		return &errRefused{reason: msg}
-	}
-	if err := c.auth.VerifyAnswer(resp.Header, nonce, resp.StatusCode, data); err != nil {
-		return fmt.Errorf("%s %s: %w", method, target, err)
 	}
 	switch {
-	case resp.StatusCode == http.StatusOK && out != nil:
-		if err := json.Unmarshal(data, out); err != nil {
+	case r.Status == http.StatusOK && out != nil:
+		if err := json.Unmarshal(r.Body, out); err != nil {
 			return fmt.Errorf("%s %s: malformed answer: %w", method, target, err)
 		}
-	case resp.StatusCode >= 300:
-		return &statusError{code: resp.StatusCode, msg: msg}
+	case r.Status >= 300:
+		return &statusError{code: r.Status, msg: r.Reason}
 	}
 	return nil
 }
