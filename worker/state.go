@@ -30,6 +30,11 @@ type State struct {
 	holds   bool
 	// lastStep is when Step last ended, for the worker's step time.
 	lastStep time.Time
+	// total counts the job's steps (Step calls) since it began, on every rank alike: it is
+	// committed, restored and synced from rank 0 with the state. saved is its value at the
+	// last commit, made at savedAt.
+	total, saved uint64
+	savedAt      time.Time
 }
 
 type entry struct {
@@ -121,7 +126,14 @@ func (s *State) Save() error {
 	}
 	s.version++
 	s.holds = true
+	s.committedNow(time.Now())
 	return nil
+}
+
+// committedNow records a commit of the live state made at now.
+func (s *State) committedNow(now time.Time) {
+	s.saved, s.savedAt = s.total, now
+	s.w.noteProgress(now, s.total, s.saved)
 }
 
 func (s *State) save() error {
@@ -133,13 +145,22 @@ func (s *State) save() error {
 	return nil
 }
 
-// Restore puts the last snapshot back.
+// Restore puts the last snapshot back. The steps since it are the work rolled back, which
+// the worker tells the driver when it next reports READY.
 func (s *State) Restore() error {
 	for _, e := range s.entries {
 		if err := e.restore(); err != nil {
 			return err
 		}
 	}
+	// The seconds count even when no whole step is lost: the step under way, and the wait
+	// for the peer that failed, are work thrown away too.
+	s.w.rollback.Steps += s.total - s.saved
+	if !s.savedAt.IsZero() {
+		s.w.rollback.Seconds += time.Since(s.savedAt).Seconds()
+	}
+	s.total = s.saved
+	s.w.noteProgress(time.Now(), s.total, s.saved)
 	return nil
 }
 
@@ -173,6 +194,7 @@ func (s *State) CheckHosts(ctx context.Context) error {
 // updates every CheckEvery steps, counted on every rank from the last Sync.
 func (s *State) Step(ctx context.Context) error {
 	s.step++
+	s.total++
 	now := time.Now()
 	if !s.lastStep.IsZero() {
 		s.w.observeStep(now.Sub(s.lastStep))
@@ -182,6 +204,8 @@ func (s *State) Step(ctx context.Context) error {
 		if err := s.Save(); err != nil {
 			return err
 		}
+	} else {
+		s.w.noteProgress(now, s.total, s.saved)
 	}
 	if s.CheckEvery <= 1 || s.step%s.CheckEvery == 0 {
 		return s.CheckHosts(ctx)

@@ -40,17 +40,18 @@ type syncInfo struct {
 	Version uint64 // its commit counter
 	Size    uint64 // bytes of its committed state
 	Addr    string // its peerstate server, "" when it has none
+	Total   uint64 // its live step count (State.total)
 }
 
 // Sync makes every rank's state equal to rank 0's (the oldest worker, which holds the newest
 // commit), then commits it. Ranks that already hold rank 0's commit (same commit counter)
 // move nothing: after a reset among survivors, Sync costs one small allgather.
-func (s *State) Sync(ctx context.Context) error {
+func (s *State) Sync(ctx context.Context) (err error) {
 	// Every rank counts steps from here, so that all commit and check at the same steps (a
 	// joiner's count would otherwise start at 0 and a survivor's not).
 	s.step, s.lastStep = 0, time.Time{} // the reset is not a step
 	c := s.w.comm
-	me := syncInfo{Holds: s.holds || c.Rank() == 0, Version: s.version, Size: uint64(s.size())}
+	me := syncInfo{Holds: s.holds || c.Rank() == 0, Version: s.version, Size: uint64(s.size()), Total: s.total}
 	mode := transferMode()
 	if me.Holds && wantPeers(mode, me.Size) {
 		addr, err := s.w.peerServer()
@@ -74,6 +75,13 @@ func (s *State) Sync(ctx context.Context) error {
 		}
 	}
 	v0 := infos[0].Version
+	// Rank 0's step count goes with its state; Sync ends in a commit of it on every rank.
+	s.total = infos[0].Total
+	defer func() {
+		if err == nil {
+			s.committedNow(time.Now())
+		}
+	}()
 	var holders []peerstate.Holder
 	needers := 0
 	for _, in := range infos {

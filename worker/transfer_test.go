@@ -235,3 +235,36 @@ func TestSyncAlignsCommitSteps(t *testing.T) {
 		t.Fatalf("after Sync and 3 steps committing every 2: versions %d and %d, want equal", ranks[0].s.version, ranks[1].s.version)
 	}
 }
+
+// The job's step count is committed and restored with the state, the steps a restore throws
+// away are told with the next READY, and Sync gives joiners rank 0's count.
+func TestStepCountFollowsTheState(t *testing.T) {
+	ranks := []*syncRank{newSyncRank(t, 4), newSyncRank(t, 4)}
+	s := ranks[0].s
+	s.CommitEvery, s.CheckEvery = 5, 1000 // no host check: no communicator needed yet
+	for range 7 {
+		if err := s.Step(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.total != 7 || s.saved != 5 {
+		t.Fatalf("after 7 steps committing every 5: total %d, committed %d", s.total, s.saved)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := s.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	rb := ranks[0].w.rollback
+	if s.total != 5 || rb.Steps != 2 || rb.Seconds < 0.02 {
+		t.Fatalf("after Restore: total %d, rollback %+v; want 5 and 2 steps over at least 20ms", s.total, rb)
+	}
+	for range 3 {
+		s.Step(t.Context())
+	}
+	syncAll(t, ranks) // rank 1 joins with nothing
+	for i, r := range ranks {
+		if r.s.total != 8 || r.s.saved != 8 || r.w.steps != 8 || r.w.committed != 8 {
+			t.Fatalf("rank %d after Sync: total %d, committed %d (worker %d/%d); want rank 0's 8, committed", i, r.s.total, r.s.saved, r.w.steps, r.w.committed)
+		}
+	}
+}

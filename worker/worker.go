@@ -64,7 +64,21 @@ type Worker struct {
 	loadDone  chan struct{}
 	stepTime  atomic.Int64 // mean step time in nanoseconds (moving average), 0 before two steps
 	closeOnce sync.Once
+
+	// progress carries rank 0's step counts to the reporting goroutine (capacity 1: a report
+	// still waiting is replaced by nothing newer until it is sent); lastProgress is when
+	// Step last handed one over. steps and committed are the State's counts, for Close.
+	progress         chan progressReport
+	lastProgress     time.Time
+	steps, committed uint64
+	// rollback is the work Restore threw away, told to the driver with the next READY.
+	rollback rendezvous.Rollback
 }
+
+type progressReport struct{ gen, step, committed uint64 }
+
+// progressEvery is how often rank 0 tells the driver how far training has got.
+var progressEvery = time.Second
 
 // Config is what a worker needs to join its job; the driver passes it in the environment
 // (ConfigFromEnv).
@@ -153,8 +167,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 	}
 	w := &Worker{
 		id: cfg.ID, job: cfg.JobID, secret: cfg.Secret, hostAddr: cfg.HostAddr, commTimeout: cfg.CommTimeout,
-		client: rendezvous.NewClient(cfg.Rendezvous, cfg.Secret, cfg.ID, nil),
-		log:    log.With("worker", cfg.ID.String()),
+		client:   rendezvous.NewClient(cfg.Rendezvous, cfg.Secret, cfg.ID, nil),
+		log:      log.With("worker", cfg.ID.String()),
+		progress: make(chan progressReport, 1),
 	}
 	// Registering = READY for the generation before the one we were launched for.
 	if err := w.join(ctx, cfg.Generation-1, "registering", nil); err != nil {
@@ -175,9 +190,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 // nil builds every connection afresh.
 func (w *Worker) join(ctx context.Context, after uint64, reason string, prev *allreduce.Comm) error {
 	for {
-		if err := w.client.Report(ctx, after, rendezvous.Ready, reason); err != nil {
+		if err := w.client.ReportReady(ctx, after, reason, w.rollback); err != nil {
 			return fmt.Errorf("worker %s: report ready: %w", w.id, err)
 		}
+		w.rollback = rendezvous.Rollback{}
 		a, err := w.client.Assignment(ctx, after)
 		if err != nil {
 			return fmt.Errorf("worker %s: wait for an assignment after generation %d: %w", w.id, after, err)
@@ -231,7 +247,8 @@ func (w *Worker) watchHosts(ctx context.Context) {
 var loadEvery = 5 * time.Second
 
 // reportLoad sends the mean step time to the driver every loadEvery while it changes (an
-// input of --slot-policy loadaware); failures are only logged: it is advice, not state.
+// input of --slot-policy loadaware), and rank 0's progress as Step hands it over; failures
+// are only logged: both are for display and advice, not state.
 func (w *Worker) reportLoad(ctx context.Context) {
 	defer close(w.loadDone)
 	t := time.NewTicker(loadEvery)
@@ -241,6 +258,11 @@ func (w *Worker) reportLoad(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case p := <-w.progress:
+			if err := w.client.ReportProgress(ctx, p.gen, p.step, p.committed); err != nil {
+				w.log.Debug("could not report progress", "err", err)
+			}
+			continue
 		case <-t.C:
 		}
 		if st := w.stepTime.Load(); st > 0 && st != sent {
@@ -250,6 +272,20 @@ func (w *Worker) reportLoad(ctx context.Context) {
 			}
 			sent = st
 		}
+	}
+}
+
+// noteProgress records the State's step counts; on rank 0 it hands them to the reporting
+// goroutine at most once per progressEvery, without waiting for it.
+func (w *Worker) noteProgress(now time.Time, steps, committed uint64) {
+	w.steps, w.committed = steps, committed
+	if w.assign.Rank != 0 || now.Sub(w.lastProgress) < progressEvery {
+		return
+	}
+	select {
+	case w.progress <- progressReport{gen: w.assign.Generation, step: steps, committed: committed}:
+		w.lastProgress = now
+	default: // the previous report is still on its way
 	}
 }
 
@@ -319,6 +355,11 @@ func (w *Worker) Close(ctx context.Context, err error) {
 		}
 		if err == nil || !errors.Is(err, ErrRemoved) {
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if err == nil && w.assign.Rank == 0 && w.steps > 0 { // the last steps, which no tick sent
+				if perr := w.client.ReportProgress(rctx, w.assign.Generation, w.steps, w.committed); perr != nil {
+					w.log.Debug("could not report progress", "err", perr)
+				}
+			}
 			if rerr := w.client.Report(rctx, w.assign.Generation, st, msg); rerr != nil {
 				w.log.Warn("could not report the end", "err", rerr)
 			}

@@ -115,13 +115,37 @@ func (c *Client) ReportLoad(ctx context.Context, step time.Duration) error {
 	return nil
 }
 
+// ReportProgress tells the driver how far training has got (rank 0 sends it about once a
+// second): the job's step count and the step of the last commit, in generation gen.
+func (c *Client) ReportProgress(ctx context.Context, gen, step, committed uint64) error {
+	body, err := json.Marshal(progressRequest{Generation: gen, Step: step, Committed: committed})
+	if err != nil {
+		return err
+	}
+	target := "/v1/workers/" + escapeSegment(c.id.String()) + "/progress"
+	if _, _, err := c.do(ctx, http.MethodPost, target, body, 0, http.StatusNoContent); err != nil {
+		return fmt.Errorf("rendezvous: report progress: %w", err)
+	}
+	return nil
+}
+
 // Report tells the driver this worker's state in generation gen. A message longer than
 // MaxMessage is truncated. Retries carry the same report ID, so the driver sees a report
 // once even when an answer was lost.
 func (c *Client) Report(ctx context.Context, gen uint64, st State, msg string) error {
+	return c.report(ctx, gen, st, msg, Rollback{})
+}
+
+// ReportReady is Report(READY) that also tells the driver the work this worker rolled back
+// since generation gen's last commit (for the job's rollback accounting).
+func (c *Client) ReportReady(ctx context.Context, gen uint64, msg string, rb Rollback) error {
+	return c.report(ctx, gen, Ready, msg, rb)
+}
+
+func (c *Client) report(ctx context.Context, gen uint64, st State, msg string, rb Rollback) error {
 	// Invalid UTF-8 would grow in JSON (each bad byte becomes U+FFFD), so replace it first.
 	msg = truncate(strings.ToValidUTF8(msg, "\uFFFD"), MaxMessage)
-	body, err := json.Marshal(stateRequest{Generation: &gen, State: st, Message: msg, ReportID: randomHex()})
+	body, err := json.Marshal(stateRequest{Generation: &gen, State: st, Message: msg, ReportID: randomHex(), Rollback: rb})
 	if err != nil {
 		return fmt.Errorf("rendezvous: report %s: %w", st, err)
 	}

@@ -171,3 +171,59 @@ func TestReportLoad(t *testing.T) {
 		t.Fatalf("a zero step time: %v, want a 400 naming step_seconds", err)
 	}
 }
+
+// Rank 0's progress reaches the driver with a step rate; a late report of an older
+// generation, or one behind in the same generation, does not move it back; a rollback does,
+// with its new generation, and the rate starts over.
+func TestReportProgress(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.client(wid("h", 0))
+	if p := e.srv.Progress(); !p.At.IsZero() || p.Step != 0 {
+		t.Fatalf("progress before any report: %+v", p)
+	}
+	report := func(gen, step, committed uint64) {
+		t.Helper()
+		if err := c.ReportProgress(t.Context(), gen, step, committed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report(1, 100, 100)
+	time.Sleep(200 * time.Millisecond)
+	report(1, 140, 130)
+	p := e.srv.Progress()
+	if p.Generation != 1 || p.Step != 140 || p.Committed != 130 || p.At.IsZero() {
+		t.Fatalf("progress %+v, want generation 1, step 140, committed 130", p)
+	}
+	// 40 steps in a little over 0.2 s.
+	if p.StepsPerSecond < 100 || p.StepsPerSecond > 200 {
+		t.Fatalf("rate %v steps/s, want about 40/0.2 s", p.StepsPerSecond)
+	}
+	report(1, 120, 120) // delayed: behind
+	report(0, 500, 500) // an older generation
+	if p := e.srv.Progress(); p.Step != 140 || p.Generation != 1 {
+		t.Fatalf("a stale report moved progress to %+v", p)
+	}
+	report(2, 130, 130) // rolled back to the last commit, in the next generation
+	if p := e.srv.Progress(); p.Step != 130 || p.Generation != 2 || p.StepsPerSecond != 0 {
+		t.Fatalf("after the rollback: %+v, want step 130 of generation 2 and no rate yet", p)
+	}
+	if err := c.ReportProgress(t.Context(), 2, 10, 11); err == nil || !strings.Contains(err.Error(), "committed_step") {
+		t.Fatalf("committed past the step: %v, want a 400 naming committed_step", err)
+	}
+}
+
+// A READY report carries the work its sender rolled back; a nonsense one is refused.
+func TestReportReadyRollback(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.client(wid("h", 0))
+	rb := rendezvous.Rollback{Steps: 9, Seconds: 1.25}
+	if err := c.ReportReady(t.Context(), 3, "peer lost", rb); err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-e.srv.Events(); ev.State != rendezvous.Ready || ev.Generation != 3 || ev.Rollback != rb {
+		t.Fatalf("event %+v, want READY for 3 with rollback %+v", ev, rb)
+	}
+	if err := c.ReportReady(t.Context(), 3, "x", rendezvous.Rollback{Seconds: -1}); err == nil || !strings.Contains(err.Error(), "rolled_back_seconds") {
+		t.Fatalf("negative seconds: %v, want a 400 naming rolled_back_seconds", err)
+	}
+}

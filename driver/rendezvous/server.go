@@ -124,6 +124,9 @@ type Server struct {
 	kv         map[uint64]*genKV
 	lastReport map[WorkerID]string // report ID of each worker's last queued report
 	stepTimes  map[WorkerID]time.Duration
+	// progress is the newest progress report; progressSamples its steps over ProgressWindow.
+	progress        Progress
+	progressSamples []progressSample
 
 	qmu    sync.Mutex
 	queue  []Event       // reports not yet handed to the driver, oldest first
@@ -169,6 +172,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	mux.HandleFunc("GET /v1/workers/{id}/assignment", s.handleAssignment)
 	mux.HandleFunc("GET /v1/hosts/version", s.handleHosts)
 	mux.HandleFunc("POST /v1/workers/{id}/load", s.handleLoad)
+	mux.HandleFunc("POST /v1/workers/{id}/progress", s.handleProgress)
 	mux.HandleFunc("PUT /v1/kv/{gen}/{key...}", s.handleKVPut)
 	mux.HandleFunc("GET /v1/kv/{gen}/{key...}", s.handleKVGet)
 	s.mux = mux
@@ -416,8 +420,11 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 	case len(req.ReportID) > maxReportIDLen:
 		http.Error(w, fmt.Sprintf("report_id longer than %d bytes", maxReportIDLen), http.StatusBadRequest)
 		return
+	case !(req.Seconds >= 0 && req.Seconds < maxRollbackSeconds):
+		http.Error(w, fmt.Sprintf(`"rolled_back_seconds" %v: want seconds, at least 0 and below a year`, req.Seconds), http.StatusBadRequest)
+		return
 	}
-	ev := Event{Worker: id, Generation: *req.Generation, State: req.State, Message: req.Message, At: time.Now()}
+	ev := Event{Worker: id, Generation: *req.Generation, State: req.State, Message: req.Message, At: time.Now(), Rollback: req.Rollback}
 
 	// De-duplication and queueing under one lock: a retry racing its original cannot slip
 	// in between, and a report refused by a full queue is not remembered as delivered.
@@ -461,6 +468,60 @@ func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) {
 	s.stepTimes[id] = time.Duration(req.StepSeconds * float64(time.Second))
 	s.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// maxRollbackSeconds bounds a reported rollback: a year of work since a commit is a bug.
+const maxRollbackSeconds = 365 * 24 * 3600
+
+// handleProgress records how far training has got. Reports of an older generation than the
+// newest one heard, or behind it in the same generation (a delayed request), are ignored:
+// after a rollback the step goes back only with a new generation.
+func (s *Server) handleProgress(w http.ResponseWriter, r *http.Request) {
+	if _, ok := workerParam(w, r); !ok {
+		return
+	}
+	var req progressRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	if req.Committed > req.Step {
+		http.Error(w, fmt.Sprintf(`"committed_step" %d is past "step" %d`, req.Committed, req.Step), http.StatusBadRequest)
+		return
+	}
+	now := time.Now()
+	s.mu.Lock()
+	p := &s.progress
+	if req.Generation > p.Generation || req.Generation == p.Generation && req.Step >= p.Step {
+		if req.Step < p.Step { // rolled back: the rate starts over
+			s.progressSamples = s.progressSamples[:0]
+		}
+		p.Generation, p.Step, p.Committed, p.At = req.Generation, req.Step, req.Committed, now
+		s.progressSamples = append(s.progressSamples, progressSample{at: now, step: req.Step})
+		// Keep the samples of the window, and the one just before it as its start.
+		i := 0
+		for i+1 < len(s.progressSamples) && now.Sub(s.progressSamples[i+1].at) >= ProgressWindow {
+			i++
+		}
+		s.progressSamples = append(s.progressSamples[:0], s.progressSamples[i:]...)
+		p.StepsPerSecond = 0
+		if first := s.progressSamples[0]; len(s.progressSamples) > 1 && now.After(first.at) {
+			p.StepsPerSecond = float64(req.Step-first.step) / now.Sub(first.at).Seconds()
+		}
+	}
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type progressSample struct {
+	at   time.Time
+	step uint64
+}
+
+// Progress returns how far training has got, as last reported.
+func (s *Server) Progress() Progress {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.progress
 }
 
 // StepTimes returns each worker's latest reported mean step time.

@@ -47,7 +47,31 @@ type Event struct {
 	State      State
 	Message    string
 	At         time.Time // when the server received it
+	// Rollback is what the worker threw away since its last commit before this READY (a
+	// failure's restore); zero otherwise.
+	Rollback Rollback
 }
+
+// Rollback is work a worker threw away by restoring its last commit after a failure: the
+// steps since that commit, and the wall-clock seconds they had taken.
+type Rollback struct {
+	Steps   uint64  `json:"rolled_back_steps,omitempty"`
+	Seconds float64 `json:"rolled_back_seconds,omitempty"`
+}
+
+// Progress is how far training has got, as rank 0 of the newest generation last reported:
+// Step counts the training steps of the job (State.Step calls, carried across resets and
+// rolled back with the state), Committed is the step of the last commit.
+type Progress struct {
+	Generation     uint64
+	Step           uint64
+	Committed      uint64
+	At             time.Time // when the server received it; zero before the first report
+	StepsPerSecond float64   // over the reports of the last ProgressWindow, 0 when unknown
+}
+
+// ProgressWindow is how far back the step rate looks.
+const ProgressWindow = 10 * time.Second
 
 // MaxMessage is the longest report message, in bytes. The client truncates longer ones; the
 // server refuses them.
@@ -73,6 +97,14 @@ type stateRequest struct {
 	// ReportID is random per report and the same across the client's retries of it, so a
 	// retry of a report the server already queued is not delivered twice.
 	ReportID string `json:"report_id,omitempty"`
+	Rollback
+}
+
+// progressRequest is the body of POST /v1/workers/{id}/progress.
+type progressRequest struct {
+	Generation uint64 `json:"generation"`
+	Step       uint64 `json:"step"`
+	Committed  uint64 `json:"committed_step"`
 }
 
 // hostsVersion is the body of a 200 answer to GET /v1/hosts/version.

@@ -29,12 +29,12 @@ const (
 )
 
 type options struct {
-	steps, batch, logEvery, dieAtStep, dieRank int
-	lr                                         float64
-	stepDelay                                  time.Duration
-	seed                                       uint64
-	events                                     bool
-	datasetSize                                int
+	steps, batch, logEvery, dieAtStep, dieRank, commitEvery int
+	lr                                                      float64
+	stepDelay                                               time.Duration
+	seed                                                    uint64
+	events                                                  bool
+	datasetSize                                             int
 }
 
 func main() {
@@ -45,11 +45,16 @@ func main() {
 	flag.IntVar(&o.logEvery, "log-every", 50, "rank 0 prints progress every this many steps")
 	flag.DurationVar(&o.stepDelay, "step-delay", 0, "sleep per step, to watch a demo at human speed")
 	flag.IntVar(&o.dieAtStep, "die-at-step", 0, "demo: the worker with rank --die-rank in the first generation kills itself with SIGKILL at this step")
+	flag.IntVar(&o.commitEvery, "commit-every", 1, "commit the state every this many steps (a failure rolls back the steps since the last commit)")
 	flag.IntVar(&o.dieRank, "die-rank", 1, "demo: which rank dies (see --die-at-step)")
 	flag.Uint64Var(&o.seed, "seed", 1, "data set seed")
 	flag.IntVar(&o.datasetSize, "dataset-size", 50000, "training samples generated; each epoch visits every one exactly once, across resets")
 	flag.BoolVar(&o.events, "events", false, "rank 0 prints a timestamped line per step (for elasticd bench recovery)")
 	flag.Parse()
+	if o.commitEvery < 1 {
+		fmt.Fprintf(os.Stderr, "train: --commit-every %d: must be at least 1\n", o.commitEvery)
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -129,6 +134,7 @@ func train(ctx context.Context, w *worker.Worker, o options) error {
 		return fmt.Errorf("--dataset-size %d, --batch %d: %w", o.datasetSize, o.batch, err)
 	}
 	st := worker.NewState(w)
+	st.CommitEvery = o.commitEvery
 	if err := st.Register("model", model); err != nil {
 		return err
 	}
