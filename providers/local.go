@@ -14,7 +14,17 @@ import (
 // A slot count outside 1…MaxSlots makes every poll fail, and so the job's start.
 func NewLocal(slots int) Provider { return local{slots: slots} }
 
-type local struct{ slots int }
+// NewLocalSpot is NewLocal with the hosts counted as spot capacity, for trying the cost
+// accounting on one machine (elasticd run --local-spot).
+func NewLocalSpot(slots int) Provider { return local{slots: slots, spot: true} }
+
+// LocalType is the instance type of the local hosts, for price files.
+const LocalType = "local"
+
+type local struct {
+	slots int
+	spot  bool
+}
 
 func (l local) Hosts(ctx context.Context) ([]Host, error) {
 	if err := ctx.Err(); err != nil {
@@ -25,7 +35,7 @@ func (l local) Hosts(ctx context.Context) ([]Host, error) {
 	}
 	hosts := make([]Host, l.slots)
 	for i := range hosts {
-		hosts[i] = Host{ID: "local-" + strconv.Itoa(i), Addr: "127.0.0.1", Slots: 1}
+		hosts[i] = Host{ID: "local-" + strconv.Itoa(i), Addr: "127.0.0.1", Slots: 1, Type: LocalType, Spot: l.spot}
 	}
 	return hosts, nil
 }

@@ -84,3 +84,12 @@ func SlotsFor(instanceType string, table map[string]int, override int) int {
 	}
 	return 1
 }
+
+// SpotPricer is implemented by providers that can read the cloud's current spot prices (AWS:
+// DescribeSpotPriceHistory). The driver's cost accounting calls it about hourly and caches
+// the answer; a price file covers what it does not answer.
+type SpotPricer interface {
+	// SpotPrices returns the current spot price per hour of each instance type asked for, by
+	// zone: prices[type][zone]. Types or zones the cloud has no price for are left out.
+	SpotPrices(ctx context.Context, types []string) (map[string]map[string]float64, error)
+}

@@ -6,7 +6,8 @@ import (
 )
 
 // newAWSProvider is --provider aws: the Auto Scaling group --asg in --region, and with
-// --sqs-queue-url the interruption notices EventBridge sends to that queue.
+// --sqs-queue-url the interruption notices EventBridge sends to that queue. Either way it
+// reads spot prices (providers.SpotPricer) for the driver's cost accounting.
 func newAWSProvider(o providerOptions) (providers.Provider, error) {
 	p, err := aws.New(aws.Config{
 		ASG:          o.ASG,
@@ -20,9 +21,15 @@ func newAWSProvider(o providerOptions) (providers.Provider, error) {
 		return nil, err
 	}
 	if o.SQSQueueURL == "" {
-		// Without a queue the provider has no notices to give: hide Notices and CompleteNotice
-		// so that the driver, which finds them by type assertion, does not poll for nothing.
-		return struct{ providers.Provider }{p}, nil
+		return awsWithoutQueue{p, p}, nil
 	}
 	return p, nil
+}
+
+// awsWithoutQueue is the provider without a queue, which has no notices to give: it hides
+// Notices and CompleteNotice so that the driver, which finds them by type assertion, does not
+// poll for nothing, and keeps the spot prices, which need no queue.
+type awsWithoutQueue struct {
+	providers.Provider
+	providers.SpotPricer
 }

@@ -50,6 +50,8 @@ type fakeAWS struct {
 	faults    map[string][]fault // answered before the real thing, one per call
 	always    map[string]fault   // answered to every call
 	stall     bool
+	prices    []fakePrice // DescribeSpotPriceHistory's entries, in the order it sends them
+	pricePage int         // DescribeSpotPriceHistory's page size; 0: the request's MaxResults
 	queue     []*fakeMsg
 	arrived   chan struct{} // closed and replaced when a message is sent
 	received  []receiveCall
@@ -73,6 +75,13 @@ type fault struct {
 	code, msg  string
 	retryAfter string
 	file       string // testdata file sent instead (with status, 200 if zero)
+}
+
+// fakePrice is one entry of the spot price history. Price is a string, as on the wire, so that
+// a test can send one that is not a number.
+type fakePrice struct {
+	Type, Zone, Product, Price string
+	Time                       time.Time
 }
 
 type fakeMsg struct {
@@ -292,6 +301,8 @@ func (f *fakeAWS) serve(w http.ResponseWriter, r *http.Request) {
 		f.describeGroups(w, form)
 	case "DescribeInstances":
 		f.describeInstances(w, form)
+	case "DescribeSpotPriceHistory":
+		f.describeSpotPrices(w, form)
 	case "CompleteLifecycleAction":
 		f.mu.Lock()
 		f.completed = append(f.completed, form)
@@ -325,12 +336,16 @@ func (f *fakeAWS) writeFault(w http.ResponseWriter, op string, sqsCall bool, flt
 		w.Header().Set("x-amzn-query-error", flt.code+";Sender")
 		w.WriteHeader(flt.status)
 		json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#" + flt.code, "message": flt.msg})
-	case op == "DescribeInstances":
+	case ec2Ops[op]:
 		f.writeTemplate(w, flt.status, "error_ec2.xml.tmpl", data)
 	default:
 		f.writeTemplate(w, flt.status, "error_autoscaling.xml.tmpl", data)
 	}
 }
+
+// ec2Ops are the operations answered in EC2's dialect of the query protocol, whose errors
+// differ from Auto Scaling's.
+var ec2Ops = map[string]bool{"DescribeInstances": true, "DescribeSpotPriceHistory": true}
 
 func (f *fakeAWS) writeFile(w http.ResponseWriter, status int, ctype, name string) {
 	b, err := os.ReadFile(filepath.Join("testdata", name))
@@ -485,6 +500,72 @@ func (f *fakeAWS) describeInstances(w http.ResponseWriter, form url.Values) {
 		}
 		return "describe_instances.xml.tmpl", data
 	})
+}
+
+type priceData struct {
+	fakePrice
+	Timestamp string
+}
+
+// describeSpotPrices answers the entries of f.prices whose type and product description the
+// request names (all when it names none), a page at a time; NextToken is an offset.
+func (f *fakeAWS) describeSpotPrices(w http.ResponseWriter, form url.Values) {
+	list := func(prefix string) map[string]bool {
+		m := map[string]bool{}
+		for i := 1; form.Has(fmt.Sprintf("%s.%d", prefix, i)); i++ {
+			m[form.Get(fmt.Sprintf("%s.%d", prefix, i))] = true
+		}
+		return m
+	}
+	types, products := list("InstanceType"), list("ProductDescription")
+	invalid := func(msg string) {
+		f.writeFault(w, "DescribeSpotPriceHistory", false, fault{status: 400, code: "InvalidParameterValue", msg: msg})
+	}
+	if v := form.Get("StartTime"); v != "" {
+		if _, err := time.Parse(time.RFC3339, v); err != nil {
+			invalid("Invalid value '" + v + "' for startTime")
+			return
+		}
+	}
+	max := 1000
+	if v := form.Get("MaxResults"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1000 {
+			invalid("Value ( " + v + " ) for parameter maxResults is invalid. Expecting a value between 0 and 1000.")
+			return
+		}
+		max = cmp.Or(n, 1000)
+	}
+	offset := 0
+	if tok := form.Get("NextToken"); tok != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(tok, "offset-"))
+		if err != nil {
+			invalid("The specified token is invalid")
+			return
+		}
+		offset = n
+	}
+	f.mu.Lock()
+	size := cmp.Or(f.pricePage, max)
+	var match []priceData
+	for _, pr := range f.prices {
+		if (len(types) == 0 || types[pr.Type]) && (len(products) == 0 || products[pr.Product]) {
+			match = append(match, priceData{fakePrice: pr, Timestamp: pr.Time.UTC().Format("2006-01-02T15:04:05.000Z")})
+		}
+	}
+	f.mu.Unlock()
+	data := struct {
+		RequestID, NextToken string
+		Prices               []priceData
+	}{RequestID: "7c8a1d4e-2f3b-4c5d-9e6f-0a1b2c3d4e5f"}
+	if offset < len(match) {
+		end := min(offset+size, len(match))
+		data.Prices = match[offset:end]
+		if end < len(match) {
+			data.NextToken = "offset-" + strconv.Itoa(end)
+		}
+	}
+	f.writeTemplate(w, http.StatusOK, "describe_spot_price_history.xml.tmpl", data)
 }
 
 func (f *fakeAWS) sqsReply(w http.ResponseWriter, v any) {

@@ -206,6 +206,14 @@ data "aws_iam_policy_document" "driver" {
   }
 
   statement {
+    sid = "SpotPrices"
+    # Cost accounting: the current spot prices of the group's instance types, about hourly.
+    # No resource-level permissions either.
+    actions   = ["ec2:DescribeSpotPriceHistory"]
+    resources = ["*"]
+  }
+
+  statement {
     sid = "Notices"
     # sqs:DeleteMessage also covers DeleteMessageBatch, which is what the provider calls.
     actions   = ["sqs:ReceiveMessage", "sqs:DeleteMessage"]
