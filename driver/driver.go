@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,12 +21,15 @@ import (
 
 	"github.com/elasticd/elasticd/allreduce"
 	"github.com/elasticd/elasticd/driver/agents"
+	"github.com/elasticd/elasticd/driver/cost"
 	"github.com/elasticd/elasticd/driver/discovery"
 	"github.com/elasticd/elasticd/driver/hosts"
 	"github.com/elasticd/elasticd/driver/launch"
 	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/driver/webui"
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/worker"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Options is everything `elasticd run` needs beyond the state machine's Config.
@@ -57,8 +61,15 @@ type Options struct {
 	// DiscoveryInterval.
 	Rediscover <-chan struct{}
 	// Status, when set, receives a snapshot of the job whenever the state machine has worked
-	// off the events at hand (a burst of them is snapshotted once, after its last step).
+	// off the events at hand (a burst of them is snapshotted once, after its last step);
+	// else Run makes its own. It backs GET /v1/status, /metrics and the live page at /.
 	Status *StatusBoard
+	// Prices prices the hosts' time (nil: no prices, the cost shows what is unpriced). Run
+	// keeps its spot prices fresh while the job runs (cost.Catalog.Run).
+	Prices *cost.Catalog
+	// ProviderName labels the provider's notices in the counts ("aws"); agents' notices
+	// count as "agent".
+	ProviderName string
 	// JobID and Secret are the job's ID and secret; empty: random. With agents they are
 	// derived from the agent secret (agents.JobSecret), so that agents know the secret
 	// without it crossing the network.
@@ -76,6 +87,8 @@ type Result struct {
 	Reason                string
 	Generations           uint64
 	Resets, FailureResets int
+	// Status is the job's last status, priced until its end (for the summary line).
+	Status *Status
 }
 
 // Run drives one job to its end. It returns when the job has finished or ctx ends (then
@@ -113,17 +126,19 @@ func Run(ctx context.Context, o Options) (Result, error) {
 }
 
 type runner struct {
-	o      Options
-	log    *slog.Logger
-	secret []byte
-	jobID  string
-	url    string
-	srv    *rendezvous.Server
-	m      *Machine
-	events chan Event
-	procs  map[rendezvous.WorkerID]*proc
-	ranks  sync.Map       // WorkerID -> current rank (int), for output prefixes
-	wg     sync.WaitGroup // process watchers and stoppers
+	o       Options
+	log     *slog.Logger
+	secret  []byte
+	jobID   string
+	url     string
+	srv     *rendezvous.Server
+	board   *StatusBoard
+	metrics *Metrics
+	m       *Machine
+	events  chan Event
+	procs   map[rendezvous.WorkerID]*proc
+	ranks   sync.Map       // WorkerID -> current rank (int), for output prefixes
+	wg      sync.WaitGroup // process watchers and stoppers
 }
 
 type proc struct {
@@ -148,27 +163,33 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	}
 	adv := net.JoinHostPort(cmp.Or(d.o.AdvertiseHost, host), port)
 	d.url = "http://" + adv
-	var handler http.Handler = srv
+	board := d.o.Status
+	if board == nil {
+		board = &StatusBoard{}
+	}
+	board.jobID, board.progress, board.prices = d.jobID, srv.Progress, d.o.Prices
+	d.board, d.metrics = board, NewMetrics(board)
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", srv)
 	var agentNotices <-chan providers.Notice
 	var agentFaults <-chan agents.Fault
 	if d.o.Agents != nil {
-		mux := http.NewServeMux()
 		mux.Handle(agents.PathPrefix, d.o.Agents)
-		mux.Handle("/", srv)
-		handler = mux
 		agentNotices, agentFaults = d.o.Agents.Notices(), d.o.Agents.Faults()
 		defer d.o.Agents.Close()
 	}
-	handler = withAdmin(d.o.Admin, handler)
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	mux.Handle("/v1/admin/", adminOrOff(d.o.Admin))
+	mux.Handle("GET /v1/status", statusHandler(board))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}))
+	mux.Handle("/", webui.Handler())
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	serveDone := make(chan struct{})
 	go func() { defer close(serveDone); hs.Serve(ln) }()
 	d.log.Info("rendezvous listening", "addr", ln.Addr().String(), "advertised", adv)
+	d.log.Info("live page at "+d.url+"/ (also /v1/status and /metrics)", "job", d.jobID)
 
 	d.m = NewMachine(d.o.Config)
-	if d.o.Status != nil {
-		d.o.Status.store(d.m.Snapshot())
-	}
+	board.store(d.m.Snapshot())
 	wctx, stopWatch := context.WithCancel(ctx)
 	watchErr := make(chan error, 1)
 	hostsCh := make(chan []providers.Host)
@@ -177,6 +198,7 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	bg.Go(func() { watchErr <- w.Run(wctx, hostsCh) })
 	noticeCh := make(chan providers.Notice)
 	bg.Go(func() { w.RunNotices(wctx, noticeCh) })
+	bg.Go(func() { d.o.Prices.Run(wctx, board.Types) })
 	var loadTick <-chan time.Time // only loadaware reads the loads: no ticks without it
 	if p := d.o.SlotPolicy; p != nil && p.Name == hosts.LoadAware {
 		t := time.NewTicker(loadEvery)
@@ -197,16 +219,16 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 			case hs := <-hostsCh:
 				d.send(wctx, HostsDiscovered{Now: time.Now(), Hosts: hs})
 			case n := <-noticeCh:
-				d.send(wctx, NoticeReceived{Now: time.Now(), Notice: n})
+				d.send(wctx, NoticeReceived{Now: time.Now(), Notice: n, Source: cmp.Or(d.o.ProviderName, "provider")})
 			case n := <-agentNotices:
-				d.send(wctx, NoticeReceived{Now: time.Now(), Notice: n})
+				d.send(wctx, NoticeReceived{Now: time.Now(), Notice: n, Source: "agent"})
 			case f := <-agentFaults:
 				d.send(wctx, SlotsFailed{Now: time.Now(), Host: f.HostID, Slots: f.Slots, Reason: f.Reason})
 			case ev, ok := <-srv.Events():
 				if !ok {
 					return
 				}
-				d.send(wctx, WorkerReported{Now: ev.At, Worker: ev.Worker, Generation: ev.Generation, State: ev.State, Message: ev.Message})
+				d.send(wctx, WorkerReported{Now: ev.At, Worker: ev.Worker, Generation: ev.Generation, State: ev.State, Message: ev.Message, Rollback: ev.Rollback})
 			}
 		}
 	})
@@ -244,11 +266,12 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 		}
 		// A burst of events (a reset's READY reports) is snapshotted once, when it has been
 		// worked off: whenever the loop waits, the board holds the machine's current state.
-		if d.o.Status != nil && (len(d.events) == 0 || d.m.Done()) {
-			d.o.Status.store(d.m.Snapshot())
+		if len(d.events) == 0 || d.m.Done() {
+			board.store(d.m.Snapshot())
 		}
 	}
 	res.Generations, res.Resets, res.FailureResets = d.m.Generation(), d.m.Resets, d.m.FailureResets
+	res.Status = board.Current(time.Now())
 
 	// Nothing outlives the job: stop what is still running and wait for every process.
 	for id, p := range d.procs {
@@ -322,6 +345,9 @@ func (d *runner) do(ctx context.Context, a Action) {
 		d.log.Info(a.Msg, a.Args...)
 	case Finish:
 		d.log.Info("job finished", "code", a.Code, "reason", a.Reason)
+	case GenerationReady:
+		d.metrics.ObserveRendezvous(a.Latency)
+		d.log.Info("rendezvous complete", "generation", a.Generation, "world_size", a.WorldSize, "took", a.Latency.Round(time.Millisecond))
 	}
 }
 
@@ -419,20 +445,33 @@ func (d *runner) outputFiles(a Launch) (io.WriteCloser, io.WriteCloser, error) {
 	return fo, fe, nil
 }
 
-// withAdmin routes /v1/admin/ to the admin API, or answers that it is off, and everything
-// else to next.
-func withAdmin(admin, next http.Handler) http.Handler {
-	if admin == nil {
-		admin = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			http.Error(w, "the admin API is off: start elasticd run with --admin-secret-file", http.StatusNotFound)
-		})
+// adminOrOff is the admin API, or an answer that it is off.
+func adminOrOff(admin http.Handler) http.Handler {
+	if admin != nil {
+		return admin
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/admin/") {
-			admin.ServeHTTP(w, r)
+		http.Error(w, "the admin API is off: start elasticd run with --admin-secret-file", http.StatusNotFound)
+	})
+}
+
+// statusHandler answers GET /v1/status: the job's status as JSON (docs/protocol.md §6). It
+// is read-only and unauthenticated, like /metrics: it holds no secret.
+func statusHandler(board *StatusBoard) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := board.Current(board.clock())
+		if s == nil {
+			http.Error(w, "the job has not started yet", http.StatusServiceUnavailable)
 			return
 		}
-		next.ServeHTTP(w, r)
+		b, err := json.Marshal(s)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Write(append(b, '\n'))
 	})
 }
 

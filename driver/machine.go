@@ -34,6 +34,7 @@ type WorkerReported struct {
 	Generation uint64
 	State      rendezvous.State
 	Message    string
+	Rollback   rendezvous.Rollback // with READY: the work it threw away since the last commit
 }
 
 // WorkerExited is a worker process ending.
@@ -48,6 +49,9 @@ type WorkerExited struct {
 type NoticeReceived struct {
 	Now    time.Time
 	Notice providers.Notice
+	// Source is who sent it, for the notice counts: the provider's name ("aws"), or "agent"
+	// for an agent's on-host metadata.
+	Source string
 }
 
 // SlotsFailed is hardware failing under some of a host's slots (an agent's GPU report: a
@@ -124,6 +128,14 @@ type Abandon struct {
 // waits for it).
 type CompleteNotice struct{ Notice providers.Notice }
 
+// GenerationReady is a rendezvous completed: every worker of the generation has registered
+// for it, Latency after training stopped (the reset began, or the job started).
+type GenerationReady struct {
+	Generation uint64
+	WorldSize  int
+	Latency    time.Duration
+}
+
 // Finish ends the job with an exit code and a one-line reason.
 type Finish struct {
 	Code   int
@@ -136,14 +148,15 @@ type Note struct {
 	Args []any
 }
 
-func (Launch) action()         {}
-func (Stop) action()           {}
-func (Publish) action()        {}
-func (Abandon) action()        {}
-func (CompleteNotice) action() {}
-func (NotifyHosts) action()    {}
-func (Finish) action()         {}
-func (Note) action()           {}
+func (Launch) action()          {}
+func (Stop) action()            {}
+func (Publish) action()         {}
+func (Abandon) action()         {}
+func (CompleteNotice) action()  {}
+func (NotifyHosts) action()     {}
+func (Finish) action()          {}
+func (Note) action()            {}
+func (GenerationReady) action() {}
 
 // Exit codes of `elasticd run`.
 const (
@@ -185,11 +198,13 @@ type Machine struct {
 	deadline   time.Time                           // barrier / start / elastic deadline of the phase
 	regDue     map[rendezvous.WorkerID]time.Time   // workers that must register by then
 	discovered []providers.Host                    // the latest discovery result, one pseudo-host per slot
+	raw        []providers.Host                    // the latest discovery result as the provider gave it
 	pending    map[string][]providers.Notice       // host ID -> notices to complete once its workers are gone
 	loads      map[string]hosts.Load               // host ID -> load, for --slot-policy loadaware
 
 	Resets, FailureResets int
 	lastFailure           string
+	j                     journal
 }
 
 // NewMachine returns a machine for cfg, which must be valid (Config.Validate).
@@ -202,6 +217,7 @@ func NewMachine(cfg Config) *Machine {
 		regDue:  map[rendezvous.WorkerID]time.Time{},
 		pending: map[string][]providers.Notice{},
 		loads:   map[string]hosts.Load{},
+		j:       newJournal(),
 	}
 }
 
@@ -260,10 +276,15 @@ func (m *Machine) Step(ev Event) []Action {
 		return nil
 	}
 	now := ev.at()
+	if m.j.started.IsZero() {
+		m.j.started, m.j.rdvStart = now, now
+	}
+	m.j.now = now
 	var acts []Action
 	switch e := ev.(type) {
 	case HostsDiscovered:
-		m.discovered = slotHosts(e.Hosts)
+		m.discovered, m.raw = slotHosts(e.Hosts), e.Hosts
+		m.j.discovered(now, e.Hosts)
 		acts = m.refreshHosts(now)
 	case WorkerReported:
 		acts = m.reported(now, e)
@@ -272,7 +293,7 @@ func (m *Machine) Step(ev Event) []Action {
 	case Interrupted:
 		return m.finish(ExitInterrupted, "interrupted: "+e.Reason)
 	case NoticeReceived:
-		acts = m.notice(now, e.Notice)
+		acts = m.notice(now, e.Notice, e.Source)
 	case SlotsFailed:
 		acts = m.slotsFailed(now, e)
 	case LoadsMeasured:
@@ -293,8 +314,18 @@ func (m *Machine) reported(now time.Time, e WorkerReported) []Action {
 	}
 	w.ready = max(w.ready, e.Generation+1)
 	if e.Generation < m.gen {
-		delete(m.regDue, e.Worker) // registered for the current generation
+		if _, due := m.regDue[e.Worker]; due {
+			delete(m.regDue, e.Worker) // registered for the current generation
+			if a, ok := m.plan[e.Worker]; ok {
+				m.j.event(now, EventJoin, "%s joined generation %d as rank %d", e.Worker, m.gen, a.Rank)
+			}
+			return m.rendezvousDone(now)
+		}
 		return nil
+	}
+	if e.Generation == m.gen && (e.Rollback.Steps > 0 || e.Rollback.Seconds > 0) {
+		m.j.rbSteps = max(m.j.rbSteps, e.Rollback.Steps)
+		m.j.rbSeconds = max(m.j.rbSeconds, e.Rollback.Seconds)
 	}
 	if e.Generation == m.gen && m.phase == phaseRunning {
 		acts := []Action{Note{"worker asked for a reset", []any{"worker", e.Worker.String(), "generation", m.gen, "reason", e.Message}}}
@@ -336,6 +367,7 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 		return m.finish(ExitFailed, fmt.Sprintf("%s after another worker had finished", m.lastFailure))
 	}
 	m.hosts.Blacklist(now, e.Worker.String())
+	m.j.event(now, EventFailure, "rank %d (%s) %s; its slot is blacklisted", rank, e.Worker, status)
 	acts := []Action{Note{"worker failed; its slot is blacklisted", []any{"rank", rank, "worker", e.Worker.String(), "status", status}}}
 	if m.allFailed() {
 		return append(acts, m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed; last failure: %s", len(m.order), m.gen, m.lastFailure))...)
@@ -354,6 +386,8 @@ func (m *Machine) beginReset(now time.Time, failure bool, why string) []Action {
 	}
 	m.phase = phaseResetting
 	m.deadline = now.Add(m.cfg.BarrierTimeout)
+	m.j.rdvStart, m.j.rdvGen = now, 0
+	m.j.event(now, EventReset, "generation %d resets: %s", m.gen, why)
 	return []Action{Abandon{Generation: m.gen, Reason: why}}
 }
 
@@ -371,8 +405,10 @@ func (m *Machine) allFailed() bool {
 // workers agree on the change at their next step and reset without rollback, and the notice
 // is completed once the host's workers are gone. A rebalance recommendation is only logged:
 // leaving on a maybe would throw away capacity.
-func (m *Machine) notice(now time.Time, n providers.Notice) []Action {
+func (m *Machine) notice(now time.Time, n providers.Notice, source string) []Action {
 	acts := []Action{Note{"notice", []any{"host", n.HostID, "kind", string(n.Kind), "deadline", n.Deadline, "detail", n.Detail}}}
+	m.j.notices[[2]string{source, string(n.Kind)}]++
+	m.j.event(now, EventNotice, "%s %s notice for host %s%s", source, n.Kind, n.HostID, detailSuffix(n))
 	if n.Kind == providers.Rebalance {
 		return acts
 	}
@@ -384,6 +420,7 @@ func (m *Machine) notice(now time.Time, n providers.Notice) []Action {
 	}
 	m.pending[n.HostID] = append(m.pending[n.HostID], n)
 	if changed && m.phase == phaseRunning {
+		m.j.plannedCause(CauseNotice)
 		acts = append(acts, NotifyHosts{}, Note{"moving off the host before the cloud takes it; workers will reset at their next step", []any{"host", n.HostID}})
 	}
 	return append(acts, m.completeNotices()...)
@@ -444,7 +481,14 @@ func (m *Machine) completeNotices() []Action {
 // refreshHosts applies the latest discovery result. Discovery reports only changes, so when
 // a cooldown expires the last result, which still lists the slot, is applied again.
 func (m *Machine) refreshHosts(now time.Time) []Action {
+	var before []string
+	if m.phase == phaseRunning && m.j.hostsCause == "" {
+		before = m.hosts.Current()
+	}
 	if m.hosts.Update(now, m.discovered) && m.phase == phaseRunning {
+		if m.j.hostsCause == "" {
+			m.j.plannedCause(changeCause(before, m.hosts.Current()))
+		}
 		return []Action{NotifyHosts{}, Note{"hosts changed; workers will reset at their next commit", []any{"usable_slots", len(m.hosts.Usable(now))}}}
 	}
 	return nil
@@ -488,6 +532,7 @@ func (m *Machine) failWorker(now time.Time, id rendezvous.WorkerID, why string) 
 	w.stopping = true
 	m.hosts.Blacklist(now, id.String())
 	m.lastFailure = fmt.Sprintf("%s %s", id, why)
+	m.j.event(now, EventFailure, "%s %s; its slot is blacklisted", id, why)
 	acts := []Action{Stop{Worker: id, Reason: why}, Note{"worker failed", []any{"worker", id.String(), "reason", why}}}
 	return append(acts, m.beginReset(now, true, m.lastFailure)...)
 }
@@ -529,6 +574,7 @@ func (m *Machine) advance(now time.Time) []Action {
 			return m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed%s", len(m.order), m.gen, m.lastFailureSuffix()))
 		}
 		m.Resets++
+		m.resetDone()
 		if m.failed {
 			m.FailureResets++
 			if m.cfg.ResetLimit > 0 && m.FailureResets > m.cfg.ResetLimit {
@@ -559,6 +605,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 	if len(usable) < m.cfg.MinNP {
 		if m.phase != phaseWaiting {
 			m.phase, m.deadline = phaseWaiting, now.Add(m.cfg.ElasticTimeout)
+			m.j.point(now, m.gen, 0)
 		}
 		return []Action{Note{"waiting for slots", []any{"usable", len(usable), "min_np", m.cfg.MinNP, "elastic_timeout", m.cfg.ElasticTimeout}}}
 	}
@@ -587,6 +634,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 	if len(order) < m.cfg.MinNP {
 		if m.phase != phaseWaiting {
 			m.phase, m.deadline = phaseWaiting, now.Add(m.cfg.ElasticTimeout)
+			m.j.point(now, m.gen, 0)
 		}
 		return nil
 	}
@@ -607,10 +655,14 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 		if _, ok := m.plan[id]; !ok && !w.exited && !w.stopping {
 			w.stopping = true
 			acts = append(acts, Stop{Worker: id, Reason: "not part of generation " + strconv.FormatUint(m.gen, 10)})
+			m.j.event(now, EventLeave, "%s left: not part of generation %d", id, m.gen)
 		}
 	}
 	acts = append(acts, Note{"generation started", []any{"generation", m.gen, "world_size", len(order), "resets", m.Resets}})
-	return acts
+	m.j.point(now, m.gen, len(order))
+	m.j.event(now, EventGeneration, "generation %d started with %d workers", m.gen, len(order))
+	m.j.hostsCause, m.j.rdvGen = "", m.gen
+	return append(acts, m.rendezvousDone(now)...)
 }
 
 // chooseSlots picks n of the fresh slots (all when there are no more): with --slot-policy,
@@ -711,6 +763,8 @@ func assign(order []rendezvous.WorkerID, addrOf map[rendezvous.WorkerID]string, 
 
 func (m *Machine) finish(code int, reason string) []Action {
 	m.phase = phaseDone
+	m.j.finished = &Finished{Code: code, Reason: reason}
+	m.j.event(m.j.now, EventFinish, "%s", reason)
 	acts := []Action{}
 	ids := make([]rendezvous.WorkerID, 0, len(m.workers))
 	for id, w := range m.workers {
@@ -723,4 +777,62 @@ func (m *Machine) finish(code int, reason string) []Action {
 		acts = append(acts, Stop{Worker: id, Reason: "job finished"})
 	}
 	return append(acts, Finish{Code: code, Reason: reason})
+}
+
+// rendezvousDone completes the rendezvous of the current generation once none of its
+// workers has yet to register.
+func (m *Machine) rendezvousDone(now time.Time) []Action {
+	if m.j.rdvGen != m.gen || m.gen == 0 {
+		return nil
+	}
+	for id := range m.regDue {
+		if _, ok := m.plan[id]; ok {
+			return nil
+		}
+	}
+	m.j.rdvGen = 0
+	return []Action{GenerationReady{Generation: m.gen, WorldSize: len(m.order), Latency: now.Sub(m.j.rdvStart)}}
+}
+
+// resetDone counts the reset that just completed by its cause, and the work it rolled back:
+// the most any survivor threw away, on every worker of the generation that failed.
+func (m *Machine) resetDone() {
+	cause := m.j.hostsCause
+	if m.failed || cause == "" {
+		cause = CauseFailure
+	}
+	m.j.causes[cause]++
+	if m.j.rbSteps > 0 || m.j.rbSeconds > 0 {
+		m.j.rolledBackSteps += m.j.rbSteps
+		for _, id := range m.order {
+			m.j.rolledBackSlotSec[id.Host] += m.j.rbSeconds
+		}
+		m.j.event(m.j.now, EventReset, "generation %d rolled back %d steps (%.1f s of work on each of %d workers)", m.gen, m.j.rbSteps, m.j.rbSeconds, len(m.order))
+	}
+	m.j.rbSteps, m.j.rbSeconds = 0, 0
+}
+
+// changeCause tells a scale-up (only slots added) from a removal (some slot went away).
+func changeCause(before, after []string) string {
+	now := make(map[string]bool, len(after))
+	for _, id := range after {
+		now[id] = true
+	}
+	for _, id := range before {
+		if !now[id] {
+			return CauseRemoval
+		}
+	}
+	return CauseScaleUp
+}
+
+func detailSuffix(n providers.Notice) string {
+	s := ""
+	if !n.Deadline.IsZero() {
+		s += " (deadline " + n.Deadline.UTC().Format(time.RFC3339) + ")"
+	}
+	if n.Detail != "" {
+		s += ": " + n.Detail
+	}
+	return s
 }

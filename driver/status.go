@@ -2,25 +2,57 @@ package driver
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/elasticd/elasticd/driver/cost"
 	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/providers"
 )
 
 // Status is a snapshot of the job as the state machine sees it, for readers outside the
-// driver's loop (the admin API, `elasticd ctl status`). It shares nothing with the machine.
+// driver's loop: GET /v1/status, the metrics, the live page, `elasticd status` and the admin
+// API. It shares nothing with the machine. docs/protocol.md §6 documents its JSON.
 type Status struct {
-	Generation uint64         `json:"generation"`
-	WorldSize  int            `json:"world_size"`
-	Phase      string         `json:"phase"` // starting, running, resetting, waiting, finishing, done
-	MinNP      int            `json:"min_np"`
-	MaxNP      int            `json:"max_np"`
-	Resets     int            `json:"resets"`
-	Hosts      []HostStatus   `json:"hosts"`   // the hosts of the latest discovery result, by ID
-	Workers    []WorkerStatus `json:"workers"` // the worker processes not yet exited: by rank, then the others by ID
+	JobID          string         `json:"job_id"`
+	StartedAt      time.Time      `json:"started_at"`      // the job's first event
+	Now            time.Time      `json:"now"`             // when this answer was made
+	ElapsedSeconds float64        `json:"elapsed_seconds"` // Now - StartedAt
+	Generation     uint64         `json:"generation"`
+	WorldSize      int            `json:"world_size"`
+	Phase          string         `json:"phase"` // starting, running, resetting, waiting, finishing, done
+	NP             int            `json:"np"`
+	MinNP          int            `json:"min_np"`
+	MaxNP          int            `json:"max_np"`
+	Resets         int            `json:"resets"`
+	ResetsByCause  map[string]int `json:"resets_by_cause"` // every cause of ResetCauses, 0 included
+	Progress       ProgressStatus `json:"progress"`
+	Hosts          []HostStatus   `json:"hosts"`   // the hosts of the latest discovery result, by ID
+	Workers        []WorkerStatus `json:"workers"` // the worker processes not yet exited: by rank, then the others by ID
+	WorldHistory   []WorldPoint   `json:"world_history"`
+	Events         []JobEvent     `json:"events"`  // oldest first, at most 100
+	Notices        []NoticeCount  `json:"notices"` // by source, then kind
+	Cost           *cost.Summary  `json:"cost"`    // nil until Board.Current prices it
+	Finished       *Finished      `json:"finished"`
+
+	lives      []usage            // every host ever discovered, for the cost
+	rolledBack map[string]float64 // host ID -> slot-seconds rolled back
+	rbSteps    uint64
+	rbSlotSec  float64
+}
+
+// ProgressStatus is how far training has got (rank 0's reports) and what rollbacks cost.
+type ProgressStatus struct {
+	Step            uint64     `json:"step"`
+	CommittedStep   uint64     `json:"committed_step"`
+	StepsPerSecond  float64    `json:"steps_per_second"`
+	StepSeconds     float64    `json:"step_seconds"` // 1/StepsPerSecond; 0 when unknown
+	RolledBackSteps uint64     `json:"rolled_back_steps"`
+	RolledBackGPUs  float64    `json:"rolled_back_gpu_seconds"` // slot-seconds of work thrown away
+	UpdatedAt       *time.Time `json:"updated_at"`              // nil before the first report
 }
 
 // HostStatus is one discovered host.
@@ -29,7 +61,49 @@ type HostStatus struct {
 	Addr        string `json:"addr"`
 	Slots       int    `json:"slots"`
 	Blacklisted int    `json:"blacklisted_slots"` // slots cooling down after a failure
-	Leaving     bool   `json:"leaving"`           // a notice says it goes away; its workers are moving off
+	Leaving     bool   `json:"leaving"`           // a notice says it goes away, or the cloud is taking it
+	// State is "active" (runs a worker of the current generation), "leaving", "blacklisted"
+	// (every slot cooling down) or "idle" (usable, unused: over --max-np, or between
+	// generations).
+	State        string    `json:"state"`
+	Lifecycle    string    `json:"lifecycle"` // spot or on-demand
+	Type         string    `json:"type"`
+	Zone         string    `json:"zone"`
+	Since        time.Time `json:"since"`          // in the group since
+	PricePerHour *float64  `json:"price_per_hour"` // nil when unknown
+}
+
+// WorldPoint is the world size from a time on: a generation's start, or 0 while waiting.
+type WorldPoint struct {
+	At         time.Time `json:"at"`
+	Generation uint64    `json:"generation"`
+	WorldSize  int       `json:"world_size"`
+}
+
+// JobEvent is one line of the job's recent history.
+type JobEvent struct {
+	At      time.Time `json:"at"`
+	Kind    string    `json:"kind"` // generation, join, leave, failure, notice, host-added, host-removed, reset, finish
+	Message string    `json:"message"`
+}
+
+// NoticeCount counts the notices of one source and kind.
+type NoticeCount struct {
+	Provider string `json:"provider"`
+	Kind     string `json:"kind"`
+	Count    int    `json:"count"`
+}
+
+// Finished is how the job ended.
+type Finished struct {
+	Code   int    `json:"code"`
+	Reason string `json:"reason"`
+}
+
+// usage is one host's time in the group, as of the snapshot's machine time.
+type usage struct {
+	host  providers.Host
+	stays []cost.Stay
 }
 
 // WorkerStatus is one worker process.
@@ -52,20 +126,45 @@ var phaseNames = map[phase]string{
 // manager's clock included), so it may be called between any two steps.
 func (m *Machine) Snapshot() Status {
 	s := Status{
+		StartedAt: m.j.started, Now: m.j.now,
 		Generation: m.gen, WorldSize: len(m.order), Phase: phaseNames[m.phase],
-		MinNP: m.cfg.MinNP, MaxNP: m.cfg.MaxNP, Resets: m.Resets,
-		Hosts: []HostStatus{}, Workers: []WorkerStatus{},
+		NP: m.cfg.NP, MinNP: m.cfg.MinNP, MaxNP: m.cfg.MaxNP, Resets: m.Resets,
+		ResetsByCause: map[string]int{},
+		Hosts:         []HostStatus{}, Workers: []WorkerStatus{},
+		WorldHistory: slices.Clone(m.j.history), Events: slices.Clone(m.j.events), Notices: []NoticeCount{},
+		rolledBack: maps.Clone(m.j.rolledBackSlotSec), rbSteps: m.j.rolledBackSteps,
+	}
+	if m.j.finished != nil {
+		f := *m.j.finished
+		s.Finished = &f
+	}
+	for _, c := range ResetCauses {
+		s.ResetsByCause[c] = m.j.causes[c]
+	}
+	for k, n := range m.j.notices {
+		s.Notices = append(s.Notices, NoticeCount{Provider: k[0], Kind: k[1], Count: n})
+	}
+	slices.SortFunc(s.Notices, func(a, b NoticeCount) int {
+		return cmp.Or(strings.Compare(a.Provider, b.Provider), strings.Compare(a.Kind, b.Kind))
+	})
+	for _, l := range m.j.lives {
+		s.lives = append(s.lives, usage{host: l.host, stays: slices.Clone(l.stays)})
+	}
+	slices.SortFunc(s.lives, func(a, b usage) int { return strings.Compare(a.host.ID, b.host.ID) })
+	for _, sec := range m.j.rolledBackSlotSec {
+		s.rbSlotSec += sec
 	}
 	byID := map[string]int{} // host ID -> index in s.Hosts
-	for _, h := range m.discovered {
-		id := slotWorker(h)
-		i, ok := byID[id.Host]
-		if !ok {
-			i = len(s.Hosts)
-			byID[id.Host] = i
-			s.Hosts = append(s.Hosts, HostStatus{ID: id.Host, Addr: h.Addr})
+	for _, h := range m.raw {
+		if _, dup := byID[h.ID]; dup {
+			continue
 		}
-		s.Hosts[i].Slots++
+		byID[h.ID] = len(s.Hosts)
+		hs := HostStatus{ID: h.ID, Addr: h.Addr, Slots: h.Slots, Leaving: h.Leaving, Lifecycle: lifecycle(h.Spot), Type: h.Type, Zone: h.Zone}
+		if l := m.j.lives[h.ID]; l != nil {
+			hs.Since, _ = l.present()
+		}
+		s.Hosts = append(s.Hosts, hs)
 	}
 	// The zero time never moves the manager's clock: this lists the cooldowns as of the
 	// latest time the machine has seen.
@@ -76,8 +175,26 @@ func (m *Machine) Snapshot() Status {
 			}
 		}
 	}
+	active := map[string]bool{}
+	for id := range m.plan {
+		if w := m.workers[id]; w != nil && !w.exited && !w.stopping {
+			active[id.Host] = true
+		}
+	}
 	for i := range s.Hosts {
-		_, s.Hosts[i].Leaving = m.pending[s.Hosts[i].ID]
+		h := &s.Hosts[i]
+		_, pending := m.pending[h.ID]
+		h.Leaving = h.Leaving || pending
+		switch {
+		case h.Leaving:
+			h.State = "leaving"
+		case h.Blacklisted >= h.Slots:
+			h.State = "blacklisted"
+		case active[h.ID]:
+			h.State = "active"
+		default:
+			h.State = "idle"
+		}
 	}
 	slices.SortFunc(s.Hosts, func(a, b HostStatus) int { return strings.Compare(a.ID, b.ID) })
 	for id, w := range m.workers {
@@ -111,12 +228,94 @@ func (m *Machine) Snapshot() Status {
 }
 
 // StatusBoard holds the latest Status for readers on other goroutines: the driver's loop
-// publishes one whenever it has worked off the events at hand, the admin API reads it. Safe
-// for concurrent use.
-type StatusBoard struct{ p atomic.Pointer[Status] }
+// publishes one whenever it has worked off the events at hand; the admin API, the status
+// API and the metrics read it. Safe for concurrent use.
+type StatusBoard struct {
+	p atomic.Pointer[Status]
+	// Set by Run before it serves anything, read-only after.
+	jobID    string
+	progress func() rendezvous.Progress
+	prices   *cost.Catalog
+	now      func() time.Time // time.Now when nil; tests set it
+}
 
-// Load returns the latest status, or nil before the job's first step. It is shared with
-// other readers: do not modify it.
+// clock is the time readers price the status at.
+func (b *StatusBoard) clock() time.Time {
+	if b.now != nil {
+		return b.now()
+	}
+	return time.Now()
+}
+
+// Load returns the latest snapshot as the machine made it, or nil before the job's first
+// step. It is shared with other readers: do not modify it.
 func (b *StatusBoard) Load() *Status { return b.p.Load() }
 
 func (b *StatusBoard) store(s Status) { b.p.Store(&s) }
+
+// staleProgress is how old rank 0's last report may be for its step rate to count: past it
+// the job is not stepping (a reset, a hang), and the rate shows 0.
+const staleProgress = 5 * time.Second
+
+// Current returns the latest status completed as of now: the job ID, rank 0's progress, and
+// the hosts' prices and the cost of their time until now (until the end, for a finished
+// job). Nil before the job's first step. The result is the caller's.
+func (b *StatusBoard) Current(now time.Time) *Status {
+	p := b.Load()
+	if p == nil {
+		return nil
+	}
+	s := *p
+	s.JobID = b.jobID
+	at := now
+	if s.Finished != nil {
+		at = p.Now // the clock stops with the job
+	}
+	s.Now = at
+	if !s.StartedAt.IsZero() {
+		s.ElapsedSeconds = max(0, at.Sub(s.StartedAt).Seconds())
+	}
+	s.Progress = ProgressStatus{RolledBackSteps: p.rbSteps, RolledBackGPUs: p.rbSlotSec}
+	if b.progress != nil {
+		if pr := b.progress(); !pr.At.IsZero() {
+			s.Progress.Step, s.Progress.CommittedStep = pr.Step, pr.Committed
+			if at.Sub(pr.At) < staleProgress && pr.StepsPerSecond > 0 {
+				s.Progress.StepsPerSecond, s.Progress.StepSeconds = pr.StepsPerSecond, 1/pr.StepsPerSecond
+			}
+			t := pr.At
+			s.Progress.UpdatedAt = &t
+		}
+	}
+	s.Hosts = slices.Clone(p.Hosts)
+	for i, h := range s.Hosts {
+		if price, _, ok := b.prices.Price(h.Type, h.Zone, h.Lifecycle == "spot"); ok {
+			s.Hosts[i].PricePerHour = &price
+		}
+	}
+	us := make([]cost.Usage, 0, len(p.lives))
+	for _, l := range p.lives {
+		us = append(us, cost.Usage{
+			Type: l.host.Type, Zone: l.host.Zone, Spot: l.host.Spot, Slots: l.host.Slots,
+			Stays: l.stays, RolledBackSlotSeconds: p.rolledBack[l.host.ID],
+		})
+	}
+	sum := cost.Compute(b.prices, us, at)
+	s.Cost = &sum
+	return &s
+}
+
+// Types returns the instance types of the hosts in the latest snapshot, for the price
+// catalog to ask about.
+func (b *StatusBoard) Types() []string {
+	p := b.Load()
+	if p == nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, l := range p.lives {
+		if l.host.Type != "" {
+			seen[l.host.Type] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}

@@ -211,6 +211,12 @@ func (m *Manager) Usable(now time.Time) []providers.Host {
 	return hosts
 }
 
+// Current returns the IDs of the usable hosts as of the manager's latest time, in order,
+// without moving its clock or counting as a report (unlike Usable).
+func (m *Manager) Current() []string {
+	return slices.Clone(m.order)
+}
+
 // Advance moves the manager to now, so that hosts whose cooldown has ended rejoin the
 // assignment, and returns true when the usable assignment differs from the one last reported.
 // Call it when NextEvent's time comes: discovery sends nothing when a cooldown ends.

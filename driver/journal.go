@@ -1,0 +1,147 @@
+package driver
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/cost"
+	"github.com/elasticd/elasticd/providers"
+)
+
+// The machine's journal: what the status API, the metrics and the live page show beyond the
+// job's current state — how long each host has been in the group (for its cost), the world
+// size over time, recent events, resets by cause, notices, and work rolled back. Like the
+// rest of the machine it takes time only from events.
+
+// Reset causes, the label of elasticd_resets_total.
+const (
+	CauseFailure = "failure"  // a worker died, hung, or its hardware failed
+	CauseScaleUp = "scale-up" // slots were added (discovery, ctl add-host, a cooldown ended)
+	CauseRemoval = "removal"  // slots went away (discovery, ctl remove-host, over --max-np)
+	CauseNotice  = "notice"   // the cloud announced it takes a host (spot interruption, scale-in)
+)
+
+// ResetCauses lists the causes in display order.
+var ResetCauses = []string{CauseFailure, CauseScaleUp, CauseRemoval, CauseNotice}
+
+// Event kinds of the journal.
+const (
+	EventGeneration  = "generation"
+	EventJoin        = "join"
+	EventLeave       = "leave"
+	EventFailure     = "failure"
+	EventNotice      = "notice"
+	EventHostAdded   = "host-added"
+	EventHostRemoved = "host-removed"
+	EventReset       = "reset"
+	EventFinish      = "finish"
+)
+
+// Bounds of what the journal keeps.
+const (
+	maxEvents  = 100
+	maxHistory = 512
+)
+
+// hostLife is one host's time in the group, for its cost: it is billed from the first
+// discovery that lists it to the first that does not.
+type hostLife struct {
+	host  providers.Host // as last discovered
+	stays []cost.Stay    // the last one open (zero To) while the host is in the group
+}
+
+// present reports whether the host is in the group now, and since when.
+func (l *hostLife) present() (time.Time, bool) {
+	if n := len(l.stays); n > 0 && l.stays[n-1].To.IsZero() {
+		return l.stays[n-1].From, true
+	}
+	return time.Time{}, false
+}
+
+type journal struct {
+	started  time.Time // the first event
+	now      time.Time // the latest event
+	lives    map[string]*hostLife
+	events   []JobEvent
+	history  []WorldPoint
+	causes   map[string]int
+	notices  map[[2]string]int // (source, kind) -> count
+	finished *Finished
+
+	// The reset under way: its cause when planned (the first change announced since the
+	// last generation), the largest rollback its workers reported, and when it began.
+	hostsCause        string
+	rbSteps           uint64
+	rbSeconds         float64
+	rolledBackSteps   uint64
+	rolledBackSlotSec map[string]float64 // host ID -> slot-seconds of work rolled back
+	rdvStart          time.Time
+	rdvGen            uint64 // generation whose registrations are awaited, 0 when none
+}
+
+func newJournal() journal {
+	return journal{lives: map[string]*hostLife{}, causes: map[string]int{}, notices: map[[2]string]int{}, rolledBackSlotSec: map[string]float64{}}
+}
+
+func (j *journal) event(now time.Time, kind, format string, args ...any) {
+	if len(j.events) == maxEvents {
+		j.events = slices.Delete(j.events, 0, 1)
+	}
+	j.events = append(j.events, JobEvent{At: now, Kind: kind, Message: fmt.Sprintf(format, args...)})
+}
+
+func (j *journal) point(now time.Time, gen uint64, size int) {
+	if n := len(j.history); n > 0 && j.history[n-1].Generation == gen && j.history[n-1].WorldSize == size {
+		return
+	}
+	if len(j.history) == maxHistory {
+		j.history = slices.Delete(j.history, 0, 1)
+	}
+	j.history = append(j.history, WorldPoint{At: now, Generation: gen, WorldSize: size})
+}
+
+// discovered updates the hosts' lives from a discovery result.
+func (j *journal) discovered(now time.Time, hs []providers.Host) {
+	seen := make(map[string]bool, len(hs))
+	for _, h := range hs {
+		seen[h.ID] = true
+		l := j.lives[h.ID]
+		if l == nil {
+			l = &hostLife{}
+			j.lives[h.ID] = l
+		}
+		l.host = h
+		if _, ok := l.present(); !ok {
+			l.stays = append(l.stays, cost.Stay{From: now})
+			j.event(now, EventHostAdded, "host %s (%s) joined the group: %d slots, %s%s", h.ID, h.Addr, h.Slots, lifecycle(h.Spot), typeSuffix(h.Type))
+		}
+	}
+	for id, l := range j.lives {
+		if since, ok := l.present(); ok && !seen[id] {
+			l.stays[len(l.stays)-1].To = now
+			j.event(now, EventHostRemoved, "host %s left the group after %s", id, now.Sub(since).Round(time.Second))
+		}
+	}
+}
+
+// plannedCause remembers why the hosts changed, for the reset it will bring.
+func (j *journal) plannedCause(c string) {
+	if j.hostsCause == "" {
+		j.hostsCause = c
+	}
+}
+
+func lifecycle(spot bool) string {
+	if spot {
+		return "spot"
+	}
+	return "on-demand"
+}
+
+func typeSuffix(t string) string {
+	if t == "" {
+		return ""
+	}
+	return " " + t
+}
