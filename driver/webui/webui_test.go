@@ -1,0 +1,599 @@
+package webui_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/elasticd/elasticd/driver/webui"
+	"github.com/elasticd/elasticd/internal/browsertest"
+)
+
+// ---- the handler, without a browser ----
+
+func TestHandler(t *testing.T) {
+	srv := httptest.NewServer(webui.Handler())
+	t.Cleanup(srv.Close)
+
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		ctype        string // for 200s
+		contains     string // in the body of a GET
+	}{
+		{"GET", "/", 200, "text/html; charset=utf-8", `<script src="app.js"`},
+		{"HEAD", "/", 200, "text/html; charset=utf-8", ""},
+		{"GET", "/app.js", 200, "text/javascript; charset=utf-8", "v1/status"},
+		{"GET", "/app.css", 200, "text/css; charset=utf-8", "font"},
+		{"GET", "/favicon.svg", 200, "image/svg+xml", "<svg"},
+		// The driver's own routes, next to which the handler is mounted: never claimed.
+		{"GET", "/v1/status", 404, "", ""},
+		{"GET", "/v1/", 404, "", ""},
+		{"GET", "/metrics", 404, "", ""},
+		{"GET", "/index.html", 404, "", ""},
+		{"GET", "/app.js/x", 404, "", ""},
+		{"GET", "/assets/app.js", 404, "", ""},
+		{"POST", "/v1/status", 404, "", ""},
+		{"POST", "/", 405, "", ""},
+		{"PUT", "/app.js", 405, "", ""},
+		{"DELETE", "/app.css", 405, "", ""},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StatusCode != tc.code {
+				t.Fatalf("status %d, want %d", res.StatusCode, tc.code)
+			}
+			switch tc.code {
+			case 405:
+				if got := res.Header.Get("Allow"); got != "GET, HEAD" {
+					t.Errorf("Allow = %q, want \"GET, HEAD\"", got)
+				}
+				return
+			case 404:
+				return
+			}
+			for k, want := range map[string]string{
+				"Content-Type":            tc.ctype,
+				"Cache-Control":           "no-cache",
+				"X-Content-Type-Options":  "nosniff",
+				"Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'",
+			} {
+				if got := res.Header.Get(k); got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+			}
+			if tc.method == "HEAD" {
+				if len(body) != 0 || res.ContentLength <= 0 {
+					t.Errorf("HEAD: body %d bytes, Content-Length %d; want none and the GET's length", len(body), res.ContentLength)
+				}
+				return
+			}
+			if !strings.Contains(string(body), tc.contains) {
+				t.Errorf("body does not contain %q", tc.contains)
+			}
+			// A reload revalidates: the ETag turns it into a 304 with no body.
+			req.Header.Set("If-None-Match", res.Header.Get("ETag"))
+			res2, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res2.Body.Close()
+			if res2.StatusCode != http.StatusNotModified {
+				t.Errorf("with If-None-Match its ETag %q: status %d, want 304", res.Header.Get("ETag"), res2.StatusCode)
+			}
+		})
+	}
+}
+
+// get returns the body the handler serves at path, failing on anything but a 200.
+func get(t *testing.T, h http.Handler, path string) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	if rec.Code != 200 {
+		t.Fatalf("GET %s: %d", path, rec.Code)
+	}
+	return rec.Body.String()
+}
+
+// TestSelfContained: clusters are often offline, and the CSP forbids inline code; so the page
+// loads nothing from elsewhere, has no inline script, style or handler, and every file it
+// refers to is served.
+func TestSelfContained(t *testing.T) {
+	h := webui.Handler()
+	index := get(t, h, "/")
+	refs := regexp.MustCompile(`(?:href|src)="([^"]*)"`).FindAllStringSubmatch(index, -1)
+	if len(refs) < 3 {
+		t.Fatalf("index.html refers to %d files, want the script, the style sheet and the icon", len(refs))
+	}
+	assets := map[string]string{"/": index}
+	for _, r := range refs {
+		if strings.Contains(r[1], ":") || strings.HasPrefix(r[1], "/") {
+			t.Errorf("index.html refers to %q: want a relative path (the page may sit behind a path prefix)", r[1])
+			continue
+		}
+		assets["/"+r[1]] = get(t, h, "/"+r[1])
+	}
+
+	// The one URL allowed is the SVG namespace, a name that nothing fetches.
+	url := regexp.MustCompile(`(?i)https?://[^\s"'<>)]*`)
+	for path, body := range assets {
+		for _, u := range url.FindAllString(body, -1) {
+			if u != "http://www.w3.org/2000/svg" {
+				t.Errorf("%s refers to %s: the page must need nothing from outside the driver", path, u)
+			}
+		}
+		if regexp.MustCompile(`(?i)(?:src|href|url)\s*[=(]\s*["']?//`).MatchString(body) {
+			t.Errorf("%s has a protocol-relative URL", path)
+		}
+	}
+
+	for _, tag := range regexp.MustCompile(`(?is)<script[^>]*>.*?</script>`).FindAllString(index, -1) {
+		if !regexp.MustCompile(`(?is)^<script[^>]*\ssrc="[^"]+"[^>]*></script>$`).MatchString(tag) {
+			t.Errorf("inline script %q: the CSP blocks it; put it in app.js", tag)
+		}
+	}
+	for _, bad := range []*regexp.Regexp{
+		regexp.MustCompile(`(?i)<style`),
+		regexp.MustCompile(`(?i)\sstyle=`),
+		regexp.MustCompile(`(?i)\son[a-z]+=`),
+	} {
+		if m := bad.FindString(index); m != "" {
+			t.Errorf("index.html has %q: the CSP blocks inline style and handlers", m)
+		}
+	}
+	if js := assets["/app.js"]; strings.Contains(js, "innerHTML") || strings.Contains(js, "insertAdjacentHTML") {
+		t.Errorf("app.js uses innerHTML: status strings are untrusted, use textContent")
+	}
+}
+
+// ---- the page in a browser ----
+
+// fake is the driver's GET /v1/status, answering what the test sets.
+type fake struct {
+	mu     sync.Mutex
+	status map[string]any
+	fail   string // "": answer; "503": Service Unavailable; "close": drop the connection
+	polls  int
+}
+
+func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.polls++
+	switch f.fail {
+	case "503":
+		http.Error(w, "draining", http.StatusServiceUnavailable)
+		return
+	case "close":
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(f.status)
+}
+
+// update changes the status under the lock; the page sees it at its next poll.
+func (f *fake) update(change func(s map[string]any)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(f.status)
+}
+
+func (f *fake) setFail(mode string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail = mode
+}
+
+// fixture decodes testdata/NAME.json.
+func fixture(t testing.TB, name string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s map[string]any
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("%s.json: %v", name, err)
+	}
+	return s
+}
+
+// obj and list reach into a decoded status.
+func obj(s map[string]any, key string) map[string]any { return s[key].(map[string]any) }
+
+func list(s map[string]any, key string) []any { return s[key].([]any) }
+
+type page struct {
+	t    *testing.T
+	ctx  context.Context
+	fake *fake
+}
+
+// open serves the page and a fake /v1/status on loopback under prefix ("/" or "/a/b/") and
+// loads it in a fresh browser, waiting for the first render.
+func open(t *testing.T, status map[string]any, prefix string) *page {
+	t.Helper()
+	f := &fake{status: status}
+	mux := http.NewServeMux()
+	mux.Handle(prefix+"v1/status", f)
+	mux.Handle(prefix, http.StripPrefix(strings.TrimSuffix(prefix, "/"), webui.Handler()))
+	srv := httptest.NewServer(mux) // 127.0.0.1
+	t.Cleanup(srv.Close)
+
+	p := &page{t: t, ctx: browsertest.New(t), fake: f}
+	// Registered after New, so it runs while the browser is still up.
+	t.Cleanup(func() {
+		problems, err := browsertest.Problems(p.ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		for _, pr := range problems {
+			t.Errorf("in the page: %s", pr)
+		}
+	})
+	if err := browsertest.Navigate(p.ctx, srv.URL+prefix); err != nil {
+		t.Fatal(err)
+	}
+	p.wait("the first render", `document.body.dataset.ready === "1"`)
+	return p
+}
+
+// wait waits (at most 20 s) for a JavaScript condition; on timeout it shows the page's text.
+func (p *page) wait(what, cond string) {
+	p.t.Helper()
+	if err := browsertest.Wait(p.ctx, cond); err != nil {
+		body, _ := browsertest.Eval[string](p.ctx, `document.body.innerText.slice(0, 3000)`)
+		p.t.Fatalf("waiting for %s: %v\n--- page text ---\n%s", what, err, body)
+	}
+}
+
+// text is the textContent of the element with that CSS selector.
+func (p *page) text(sel string) string {
+	p.t.Helper()
+	s, err := browsertest.Text(p.ctx, sel)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return s
+}
+
+func eval[T any](p *page, expr string) T {
+	p.t.Helper()
+	v, err := browsertest.Eval[T](p.ctx, expr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return v
+}
+
+// hostRows is every host row: its data-host-id, then each cell's text.
+const hostRows = `Array.from(document.querySelectorAll('#hosts tr')).map(tr =>
+	[tr.dataset.hostId || ''].concat(Array.from(tr.cells).map(c => c.textContent)))`
+
+// eventRows is every event, top to bottom: kind and message.
+const eventRows = `Array.from(document.querySelectorAll('#events li')).map(li =>
+	li.dataset.kind + ': ' + li.querySelector('.msg').textContent)`
+
+func TestPageRendersStatus(t *testing.T) {
+	t.Parallel()
+	p := open(t, fixture(t, "running"), "/")
+
+	for sel, want := range map[string]string{
+		"#job-id":                                "3f2a9c1b",
+		"#phase":                                 "running",
+		"#generation":                            "3",
+		"#elapsed":                               "12m 03s",
+		"#world-size":                            "4",
+		"#world-bounds":                          "np 4 · min 2 · max 8",
+		"#step":                                  "412",
+		"#committed-step":                        "410",
+		"#step-rate":                             "87.5",
+		"#resets":                                "2",
+		"#resets-by-cause [data-cause=failure]":  "failure1",
+		"#resets-by-cause [data-cause=scale-up]": "scale-up1",
+		"#resets-by-cause [data-cause=notice]":   "notice0",
+		"#cost-total":                            "$1.23",
+		"#cost-spot":                             "$1.00",
+		"#cost-on-demand":                        "$0.2300",
+		"#cost-od-equivalent":                    "$3.45",
+		"#savings":                               "$2.22 (64.3%)",
+		"#rolled-back-cost":                      "$0.0500",
+		"#rolled-back-steps":                     "(12 steps, 0.5 GPU·s)",
+		"#conn-state":                            "live",
+		"#notices":                               "Notices received: aws interruption × 1",
+	} {
+		if got := p.text(sel); got != want {
+			t.Errorf("%s shows %q, want %q", sel, got, want)
+		}
+	}
+
+	wantHosts := [][]string{
+		{"i-0a1b2c3d4e", "i-0a1b2c3d4e", "10.0.0.5", "active", "spot", "g5.12xlarge", "us-east-1a", "2", "0", "0 1", "$2.03"},
+		{"i-0f9e8d7c6b", "i-0f9e8d7c6b", "10.0.1.17", "leaving", "spot", "g5.12xlarge", "us-east-1b", "2", "0", "2 3", "$2.11"},
+		{"local", "local", "127.0.0.1", "blacklisted", "on-demand", "local", "—", "1", "1", "—", "—"},
+	}
+	if got := eval[[][]string](p, hostRows); !slices.EqualFunc(got, wantHosts, slices.Equal) {
+		t.Errorf("host rows:\n got %q\nwant %q", got, wantHosts)
+	}
+	// The states and lifecycles are colour-coded: each badge carries its value for the CSS.
+	if got := eval[[]string](p, `Array.from(document.querySelectorAll('#hosts .badge')).map(b =>
+		b.className + '=' + b.dataset.value + ':' + getComputedStyle(b).color)`); len(got) != 6 ||
+		len(slices.Compact(slices.Sorted(slices.Values(colours(got))))) != 5 {
+		t.Errorf("host badges %q: want 6 badges in 5 colours (active, leaving, blacklisted, spot, on-demand)", got)
+	}
+
+	var wantEvents []string
+	for _, e := range slices.Backward(list(fixture(t, "running"), "events")) {
+		e := e.(map[string]any)
+		wantEvents = append(wantEvents, e["kind"].(string)+": "+e["message"].(string))
+	}
+	if got := eval[[]string](p, eventRows); !slices.Equal(got, wantEvents) {
+		t.Errorf("events (newest first):\n got %q\nwant %q", got, wantEvents)
+	}
+
+	wantInstances := [][]string{{"spot", "g5.12xlarge", "0.55 h", "$1.00"}, {"on-demand", "local", "0.20 h", "—"}}
+	if got := eval[[][]string](p, `Array.from(document.querySelectorAll('#instance-seconds tr')).map(tr =>
+		Array.from(tr.cells).map(c => c.textContent))`); !slices.EqualFunc(got, wantInstances, slices.Equal) {
+		t.Errorf("instance time:\n got %q\nwant %q", got, wantInstances)
+	}
+
+	if hidden := eval[bool](p, `document.getElementById('unpriced').hidden`); hidden {
+		t.Error("the unpriced warning is hidden")
+	}
+	if got := p.text("#unpriced"); !strings.Contains(got, "No price for local (on-demand)") || !strings.Contains(got, "--prices") {
+		t.Errorf("unpriced warning %q: want it to name local (on-demand) and --prices", got)
+	}
+	if hidden := eval[bool](p, `document.getElementById('finished').hidden`); !hidden {
+		t.Error("a running job shows the finished banner")
+	}
+	// The style sheet loaded under the CSP (a blocked one leaves the browser's defaults).
+	if got := eval[string](p, `getComputedStyle(document.querySelector('.stat')).borderTopLeftRadius`); got != "8px" {
+		t.Errorf("a .stat card has border radius %q, want app.css's 8px", got)
+	}
+}
+
+// colours keeps the colour of each "class=value:colour" entry.
+func colours(badges []string) []string {
+	var out []string
+	for _, b := range badges {
+		out = append(out, b[strings.LastIndex(b, ":")+1:])
+	}
+	return out
+}
+
+func TestPageFollowsUpdates(t *testing.T) {
+	t.Parallel()
+	p := open(t, fixture(t, "running"), "/")
+	if got := p.text("#step"); got != "412" {
+		t.Fatalf("step %q before the update, want 412", got)
+	}
+	p.fake.update(func(s map[string]any) {
+		s["now"] = "2026-03-01T12:12:04.400Z"
+		s["world_size"] = 3
+		obj(s, "progress")["step"] = 500
+		obj(s, "progress")["steps_per_second"] = 92.25
+		s["events"] = append(list(s, "events"), map[string]any{
+			"at": "2026-03-01T12:12:04Z", "kind": "leave", "message": "host i-0f9e8d7c6b left (spot interruption)",
+		})
+	})
+	p.wait("step 500, world size 3 and the new event", `
+		document.getElementById('step').textContent === '500' &&
+		document.getElementById('world-size').textContent === '3' &&
+		document.querySelector('#events li .msg').textContent === 'host i-0f9e8d7c6b left (spot interruption)'`)
+	if got := p.text("#step-rate"); got != "92.3" {
+		t.Errorf("step rate %q, want 92.3", got)
+	}
+	if got := eval[string](p, `document.body.dataset.updated`); got != "2026-03-01T12:12:04.400Z" {
+		t.Errorf("body data-updated = %q, want the status's now", got)
+	}
+	// Two distinct polls: the sparkline has two points.
+	if got := eval[string](p, `document.getElementById('rate-spark').dataset.points`); got != "2" {
+		t.Errorf("sparkline has %s points, want 2", got)
+	}
+}
+
+func TestPageSurvivesUnreachableDriver(t *testing.T) {
+	t.Parallel()
+	p := open(t, fixture(t, "running"), "/")
+
+	p.fake.setFail("503")
+	p.wait("the failure shown", `
+		document.getElementById('conn-state').dataset.state === 'down' &&
+		document.getElementById('conn-state').textContent.includes('driver unreachable — retrying') &&
+		document.getElementById('conn-state').textContent.includes('HTTP 503')`)
+	// The last data stays on the page.
+	if got := p.text("#step"); got != "412" {
+		t.Errorf("step %q while the driver is down, want the last known 412", got)
+	}
+
+	p.fake.setFail("close")
+	p.wait("a dropped connection shown", `document.getElementById('conn-state').textContent.includes('connection failed')`)
+
+	p.fake.update(func(s map[string]any) {
+		s["now"] = "2026-03-01T12:12:30Z"
+		obj(s, "progress")["step"] = 600
+	})
+	p.fake.setFail("")
+	p.wait("the recovery", `
+		document.getElementById('conn-state').dataset.state === 'ok' &&
+		document.getElementById('step').textContent === '600' &&
+		!document.body.classList.contains('stale')`)
+}
+
+func TestPageShowsFinished(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code      int
+		wantTitle string
+	}{
+		{0, "Finished · exit code 0"},
+		{3, "Failed · exit code 3"},
+	} {
+		t.Run(fmt.Sprint("code ", tc.code), func(t *testing.T) {
+			t.Parallel()
+			s := fixture(t, "finished")
+			obj(s, "finished")["code"] = tc.code
+			p := open(t, s, "/")
+			if eval[bool](p, `document.getElementById('finished').hidden`) {
+				t.Fatal("the finished banner is hidden")
+			}
+			if got := p.text("#finished-title"); got != tc.wantTitle {
+				t.Errorf("banner title %q, want %q", got, tc.wantTitle)
+			}
+			if got := p.text("#finished-reason"); got != "all 4 workers of generation 3 finished" {
+				t.Errorf("banner reason %q", got)
+			}
+			if got := eval[string](p, `document.getElementById('conn-state').dataset.state`); got != "finished" {
+				t.Errorf("conn-state %q, want finished (polling every 5 s)", got)
+			}
+			if got := p.text("#phase"); got != "done" {
+				t.Errorf("phase %q, want done", got)
+			}
+		})
+	}
+}
+
+// TestPageShowsMarkupAsText: host IDs, messages and price-list names come from the cluster;
+// markup in them must show as text and create no element.
+func TestPageShowsMarkupAsText(t *testing.T) {
+	t.Parallel()
+	const img = `<img src=x onerror="window.pwned=1">`
+	s := fixture(t, "running")
+	s["job_id"] = `<b class="injected">job</b>`
+	list(s, "hosts")[0].(map[string]any)["id"] = `<b class="injected">host</b>`
+	list(s, "hosts")[0].(map[string]any)["zone"] = img
+	s["events"] = append(list(s, "events"), map[string]any{"at": "2026-03-01T12:12:00Z", "kind": "failure", "message": img})
+	obj(s, "cost")["unpriced"] = []any{`<script>window.pwned=2</script>`}
+	p := open(t, s, "/")
+
+	if got := p.text("#events li .msg"); got != img {
+		t.Errorf("newest event shows %q, want the markup as text %q", got, img)
+	}
+	if got := p.text(`#hosts tr:first-child td.id`); got != `<b class="injected">host</b>` {
+		t.Errorf("host ID shows %q", got)
+	}
+	if got := p.text("#job-id"); got != `<b class="injected">job</b>` {
+		t.Errorf("job ID shows %q", got)
+	}
+	if n := eval[int](p, `document.querySelectorAll('img, .injected, main script').length`); n != 0 {
+		t.Errorf("%d elements made from status strings", n)
+	}
+	if pwned := eval[bool](p, `window.pwned !== undefined`); pwned {
+		t.Error("a status string ran as script")
+	}
+}
+
+func TestPageWorldChart(t *testing.T) {
+	t.Parallel()
+	p := open(t, fixture(t, "running"), "/")
+	type chart struct {
+		Points int    `json:"points"`
+		D      string `json:"d"`
+		Dots   [][2]float64
+		Axis   float64
+	}
+	read := func() chart {
+		return eval[chart](p, `(() => {
+			const line = document.querySelector('#world-chart path#world-line');
+			return {
+				points: Number(line.dataset.points), d: line.getAttribute('d'),
+				Dots: Array.from(document.querySelectorAll('#world-chart circle.pt')).map(c =>
+					[Number(c.getAttribute('cx')), Number(c.getAttribute('cy'))]),
+				Axis: Number(document.querySelector('#world-chart line.axis').getAttribute('y1')),
+			};
+		})()`)
+	}
+	c := read()
+	// 4 points in the fixture: sizes 3, 0 (waiting), 2, 4.
+	if c.Points != 4 || len(c.Dots) != 4 {
+		t.Fatalf("chart has data-points %d and %d dots, want 4 (the history's length)", c.Points, len(c.Dots))
+	}
+	if m, v := strings.Count(c.D, "M"), strings.Count(c.D, "V"); m != 1 || v != 3 {
+		t.Errorf("path %q: %d moves and %d vertical steps, want 1 and 3 (a step line through 4 points)", c.D, m, v)
+	}
+	for i := 1; i < len(c.Dots); i++ {
+		if c.Dots[i][0] < c.Dots[i-1][0] {
+			t.Errorf("dot %d is left of dot %d: %v", i, i-1, c.Dots)
+		}
+	}
+	// Higher world sizes are higher up (smaller y); the waiting point sits on the axis.
+	if !(c.Dots[1][1] == c.Axis && c.Dots[3][1] < c.Dots[0][1] && c.Dots[0][1] < c.Dots[2][1]) {
+		t.Errorf("dots at %v (axis y %v) do not follow sizes 3, 0, 2, 4", c.Dots, c.Axis)
+	}
+
+	p.fake.update(func(s map[string]any) {
+		s["now"] = "2026-03-01T12:12:10Z"
+		s["world_history"] = append(list(s, "world_history"), map[string]any{
+			"at": "2026-03-01T12:12:08Z", "generation": 4, "world_size": 3,
+		})
+	})
+	p.wait("the new history point", `document.getElementById('world-line').dataset.points === '5' &&
+		document.querySelectorAll('#world-chart circle.pt').length === 5`)
+}
+
+// TestPageBehindPrefix: the page and its poll use relative URLs, so a proxy may put the
+// driver under a path.
+func TestPageBehindPrefix(t *testing.T) {
+	t.Parallel()
+	p := open(t, fixture(t, "running"), "/jobs/3f2a9c1b/")
+	if got := p.text("#world-size"); got != "4" {
+		t.Errorf("world size %q, want 4", got)
+	}
+}
+
+// TestScreenshot writes docs/live-page-fixture.png-style pictures of the running fixture:
+// ELASTICD_SCREENSHOT=$PWD/docs/live-page-fixture.png go test -run TestScreenshot ./driver/webui/
+func TestScreenshot(t *testing.T) {
+	out := os.Getenv("ELASTICD_SCREENSHOT")
+	if out == "" {
+		t.Skip("set ELASTICD_SCREENSHOT to a path to write a screenshot of the page there")
+	}
+	p := open(t, fixture(t, "running"), "/")
+	if err := chromedp.Do(p.ctx, chromedp.EmulateViewport(1280, 900)); err != nil {
+		t.Fatal(err)
+	}
+	// A few polls with a varying rate, so the sparkline has a shape.
+	for i, rate := range []float64{84.1, 88.9, 86.2, 90.4, 87.5} {
+		p.fake.update(func(s map[string]any) {
+			s["now"] = fmt.Sprintf("2026-03-01T12:12:0%d.400Z", 4+i)
+			obj(s, "progress")["steps_per_second"] = rate
+		})
+		p.wait("a poll", fmt.Sprintf(`document.getElementById('rate-spark').dataset.points === '%d'`, i+2))
+	}
+	p.fake.update(func(s map[string]any) { s["now"] = "2026-03-01T12:12:03.400Z" })
+	p.wait("the fixture's own time", `document.body.dataset.updated === "2026-03-01T12:12:03.400Z"`)
+	if err := browsertest.Screenshot(p.ctx, out); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", out)
+}
