@@ -4,7 +4,9 @@
 #   - openssh-server (/usr/sbin/sshd) and openssh-client (ssh, ssh-keygen): driver/launch tests
 #     start a real sshd on loopback and launch workers through it;
 #   - util-linux (setsid): the remote launch wrapper runs each worker in its own session;
-#   - gcc and libc6-dev: the race detector (go test -race) and go-nvml's bindings need cgo.
+#   - gcc and libc6-dev: the race detector (go test -race) and go-nvml's bindings need cgo;
+#   - chromium and a font: the live page's tests load it in headless Chromium
+#     (internal/browsertest; with CI set they fail rather than skip when it is missing).
 # Also creates /run/sshd, which sshd needs for privilege separation. Run as root (CI does) or
 # with sudo available.
 set -euo pipefail
@@ -21,6 +23,7 @@ missing=()
 command -v setsid >/dev/null || missing+=(util-linux)
 # go test -race needs cgo, so a C compiler and libc headers (also for go-nvml's cgo bindings).
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+[ -x /usr/bin/chromium ] || missing+=(chromium fonts-dejavu-core)
 
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "install-test-deps: installing ${missing[*]}"

@@ -77,6 +77,7 @@ Every flag can also be set through an environment variable named ELASTICD_<FLAG>
 			runCommand(),
 			agentCommand(),
 			ctlCommand(),
+			statusCommand(),
 			discoverCommand(),
 			benchCommand(),
 			versionCommand(),

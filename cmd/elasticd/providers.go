@@ -74,6 +74,21 @@ func providerFlags() []cli.Flag {
 	}
 }
 
+// providerName is the --provider the flags mean: as given, else fixed with -H, script with
+// --host-discovery-script, else local.
+func providerName(c *cli.Context) string {
+	switch {
+	case c.String("provider") != "":
+		return c.String("provider")
+	case c.IsSet("hosts"):
+		return "fixed"
+	case c.IsSet("host-discovery-script"):
+		return "script"
+	default:
+		return "local"
+	}
+}
+
 // buildProvider makes the provider the flags describe; localSlots is the local provider's
 // default slot count. Errors name the flag (exit code 2).
 func buildProvider(c *cli.Context, localSlots int, log *slog.Logger) (providers.Provider, error) {
@@ -84,21 +99,15 @@ func buildProvider(c *cli.Context, localSlots int, log *slog.Logger) (providers.
 	if c.Duration("discovery-timeout") <= 0 {
 		return nil, usageError("discovery-timeout", "%v: must be positive, e.g. 10s", c.Duration("discovery-timeout"))
 	}
-	name := c.String("provider")
-	switch {
-	case name != "":
-	case c.IsSet("hosts"):
-		name = "fixed"
-	case c.IsSet("host-discovery-script"):
-		name = "script"
-	default:
-		name = "local"
-	}
+	name := providerName(c)
 	if c.IsSet("hosts") && c.IsSet("host-discovery-script") {
 		return nil, cli.Exit("-H/--hosts and --host-discovery-script: give one or the other", 2)
 	}
 	switch name {
 	case "local":
+		if c.Bool("local-spot") {
+			return providers.NewLocalSpot(cmp.Or(slots, localSlots)), nil
+		}
 		return providers.NewLocal(cmp.Or(slots, localSlots)), nil
 	case "fixed":
 		if !c.IsSet("hosts") {

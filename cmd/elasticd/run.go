@@ -15,8 +15,10 @@ import (
 	"github.com/elasticd/elasticd/driver"
 	"github.com/elasticd/elasticd/driver/admin"
 	"github.com/elasticd/elasticd/driver/agents"
+	"github.com/elasticd/elasticd/driver/cost"
 	"github.com/elasticd/elasticd/driver/hosts"
 	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/providers"
 	"github.com/urfave/cli/v2"
 )
 
@@ -53,6 +55,19 @@ Examples:
    elasticd run -np 8 --launcher agent --agent-secret-file /etc/elasticd/agent-secret \
        --provider aws --asg my-gpu-asg --region us-east-1 -- ./train
 
+Watching it: the driver serves a live page at http://<--listen>/ (world size over time,
+step rate, hosts, recent events, cost and savings), /v1/status (JSON; 'elasticd status
+--driver URL' prints it) and /metrics (Prometheus; dashboards/elasticd.json for Grafana).
+The URL is logged at start; give --listen a fixed port to find it again.
+
+Cost: each host's time in the group × its price: spot prices from the cloud where it
+publishes them (AWS), else --prices FILE (on-demand and spot per instance type):
+   currency: USD
+   types:
+     g5.12xlarge: {on_demand: 5.672, spot: 2.03}
+The job's last line gives the cost, the savings against on-demand and the cost of work
+rolled back after failures.
+
 Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 130 interrupted (every worker is stopped first).`,
 		Flags: append(providerFlags(),
@@ -79,6 +94,8 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.IntFlag{Name: "slot-groups", Value: hosts.DefaultSlotGroups, Usage: "loadaware: how many speed groups the hosts are sorted into", EnvVars: []string{"ELASTICD_SLOT_GROUPS"}},
 			&cli.Float64Flag{Name: "slot-gradient", Value: hosts.DefaultSlotGradient, Usage: "loadaware: each faster group gets (1+gradient)× the slots of the next slower one", EnvVars: []string{"ELASTICD_SLOT_GRADIENT"}},
 			&cli.StringFlag{Name: "slot-weights", Value: hosts.DefaultSlotPolicy().Weights.String(), Usage: "loadaware: `STEPTIME,BUSY,ACTIVE` weights of a host's score (step time in seconds, GPU busy 0..1, active slots); lower scores are faster", EnvVars: []string{"ELASTICD_SLOT_WEIGHTS"}},
+			&cli.StringFlag{Name: "prices", Usage: "price `FILE` (YAML): on-demand and spot price per instance-hour of each instance type, for the cost and savings; the cloud's own spot prices win where it publishes them (AWS)", EnvVars: []string{"ELASTICD_PRICES"}},
+			&cli.BoolFlag{Name: "local-spot", Usage: "--provider local: count this machine's hosts as spot capacity (type 'local'), to try the cost accounting with --prices", EnvVars: []string{"ELASTICD_LOCAL_SPOT"}},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also log every rendezvous exchange (worker reports, assignments, key-value sets); the driver's decisions are always logged", EnvVars: []string{"ELASTICD_VERBOSE"}},
 		),
 		Action: runJob,
@@ -101,6 +118,9 @@ func runJob(c *cli.Context) error {
 		return cli.Exit(err.Error(), 1)
 	}
 	fmt.Fprintf(c.App.ErrWriter, "elasticd: %s (generations %d, resets %d of which %d after failures)\n", res.Reason, res.Generations, res.Resets, res.FailureResets)
+	if res.Status != nil {
+		fmt.Fprintf(c.App.ErrWriter, "elasticd: %s\n", costLine(res.Status))
+	}
 	if res.Code != 0 {
 		return cli.Exit("job failed: "+res.Reason, res.Code)
 	}
@@ -150,7 +170,13 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 	explicit := c.IsSet("provider") || c.IsSet("hosts") || c.IsSet("host-discovery-script")
 	if c.String("launcher") == "agent" && !explicit || c.String("provider") == "agents" {
 		o.Provider = nil // the agents' hosts: set with the launcher
+		o.ProviderName = "agents"
 	} else if o.Provider, err = buildProvider(c, max(o.MaxNP, o.NP), o.Logger); err != nil {
+		return o, err
+	} else {
+		o.ProviderName = providerName(c)
+	}
+	if err := prices(c, &o); err != nil {
 		return o, err
 	}
 	switch l := c.String("launcher"); l {
@@ -188,6 +214,25 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 		}
 	}
 	return o, nil
+}
+
+// prices sets up the cost accounting: --prices, and the provider's spot prices (read before
+// the admin overlay or the agents wrap the provider, which hide them).
+func prices(c *cli.Context, o *driver.Options) error {
+	var file *cost.File
+	if path := c.String("prices"); path != "" {
+		f, err := cost.ReadFile(path)
+		if err != nil {
+			return usageError("prices", "%v", err)
+		}
+		file = f
+	}
+	sp, _ := o.Provider.(providers.SpotPricer)
+	if c.Bool("local-spot") && o.ProviderName != "local" {
+		return usageError("local-spot", "only used with --provider local")
+	}
+	o.Prices = cost.NewCatalog(file, sp, o.Logger)
+	return nil
 }
 
 // adminAPI sets up --admin-secret-file: the provider, whichever it is, is wrapped so that

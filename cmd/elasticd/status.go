@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/elasticd/elasticd/driver"
+	"github.com/elasticd/elasticd/driver/cost"
+	"github.com/urfave/cli/v2"
+)
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "print a running job's status: world size, progress, hosts, recent events, cost",
+		Description: `Reads GET /v1/status from the driver of 'elasticd run' (the URL its log prints at start:
+"live page at http://HOST:PORT/") and prints a summary; --json prints the answer as it
+came (documented in docs/protocol.md §6). Needs no secret: the status is read-only.
+
+Examples:
+   elasticd status --driver http://10.0.0.5:29400
+   elasticd status --driver http://127.0.0.1:29400 --json | jq .cost`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "driver", Usage: "the driver's `URL`, e.g. http://10.0.0.5:29400 (required)", EnvVars: []string{"ELASTICD_DRIVER"}},
+			&cli.BoolFlag{Name: "json", Usage: "print the JSON answer as it came"},
+			&cli.IntFlag{Name: "events", Value: 10, Usage: "how many recent events to print"},
+			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "how long to wait for the driver"},
+		},
+		Action: showStatus,
+	}
+}
+
+func showStatus(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("status: unexpected argument %q: the driver's URL goes in --driver", c.Args().First()), 2)
+	}
+	base := c.String("driver")
+	if base == "" {
+		return usageError("driver", "required: the driver's URL, e.g. --driver http://10.0.0.5:29400 (its log prints it at start)")
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usageError("driver", "%q: want http://HOST:PORT", base)
+	}
+	if c.Int("events") < 0 {
+		return usageError("events", "%d: must be 0 or more", c.Int("events"))
+	}
+	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+	defer cancel()
+	body, err := fetchStatus(ctx, strings.TrimRight(base, "/")+"/v1/status")
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("status: %v", err), 1)
+	}
+	if c.Bool("json") {
+		_, err := c.App.Writer.Write(body)
+		return err
+	}
+	var s driver.Status
+	if err := json.Unmarshal(body, &s); err != nil {
+		return cli.Exit(fmt.Sprintf("status: %s did not answer a job status: %v", base, err), 1)
+	}
+	printJobStatus(c.App.Writer, &s, c.Int("events"))
+	return nil
+}
+
+func fetchStatus(ctx context.Context, target string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the driver: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %s", target, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}
+
+// printJobStatus writes a readable summary of s.
+func printJobStatus(w io.Writer, s *driver.Status, events int) {
+	elapsed := (time.Duration(s.ElapsedSeconds) * time.Second).String()
+	fmt.Fprintf(w, "job %s: %s, generation %d, world size %d (np %d, min %d, max %d), running for %s\n",
+		s.JobID, s.Phase, s.Generation, s.WorldSize, s.NP, s.MinNP, s.MaxNP, elapsed)
+	if s.Finished != nil {
+		fmt.Fprintf(w, "finished: exit %d: %s\n", s.Finished.Code, s.Finished.Reason)
+	}
+	p := s.Progress
+	rate := "not stepping"
+	if p.StepsPerSecond > 0 {
+		rate = fmt.Sprintf("%.1f steps/s", p.StepsPerSecond)
+	}
+	fmt.Fprintf(w, "progress: step %d, committed %d, %s; rolled back %d steps\n", p.Step, p.CommittedStep, rate, p.RolledBackSteps)
+	var causes []string
+	for _, c := range driver.ResetCauses {
+		causes = append(causes, fmt.Sprintf("%s %d", c, s.ResetsByCause[c]))
+	}
+	fmt.Fprintf(w, "resets: %d (%s)\n", s.Resets, strings.Join(causes, ", "))
+	for _, n := range s.Notices {
+		fmt.Fprintf(w, "notices: %d %s from %s\n", n.Count, n.Kind, n.Provider)
+	}
+	if s.Cost != nil {
+		fmt.Fprintf(w, "%s\n", costLine(s))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tADDR\tSTATE\tLIFECYCLE\tTYPE\tZONE\tSLOTS\tBLACKLISTED\tPRICE/H")
+	for _, h := range s.Hosts {
+		price := "-"
+		if h.PricePerHour != nil && s.Cost != nil {
+			price = cost.Format(s.Cost.Currency, *h.PricePerHour)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", h.ID, h.Addr, h.State, h.Lifecycle, dash(h.Type), dash(h.Zone), h.Slots, h.Blacklisted, price)
+	}
+	tw.Flush()
+	if events > 0 && len(s.Events) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "recent events:")
+		from := max(0, len(s.Events)-events)
+		for _, e := range s.Events[from:] {
+			fmt.Fprintf(w, "  %s  %-12s %s\n", e.At.Local().Format("15:04:05"), e.Kind, e.Message)
+		}
+	}
+}
+
+// costLine is the cost in one line: what the job cost, what it saved against on-demand, and
+// what the work rolled back cost. The job's last line, and `elasticd status`.
+func costLine(s *driver.Status) string {
+	c := s.Cost
+	if c == nil {
+		return "cost: unknown"
+	}
+	var hours float64
+	for _, l := range c.Lines {
+		hours += l.Seconds / 3600
+	}
+	f := func(v float64) string { return cost.Format(c.Currency, v) }
+	line := fmt.Sprintf("cost %s for %.2f instance-hours (spot %s, on-demand %s)", f(c.Total), hours, f(c.Spot), f(c.OnDemand))
+	if c.OnDemandEquivalent > 0 {
+		line += fmt.Sprintf("; saved %s (%.0f%%) against %s on demand", f(c.Savings), c.SavingsPercent, f(c.OnDemandEquivalent))
+	}
+	line += fmt.Sprintf("; rollbacks threw away %d steps, %s", s.Progress.RolledBackSteps, f(c.RolledBack))
+	if len(c.Unpriced) > 0 {
+		line += fmt.Sprintf("; no price for %s: give --prices FILE", strings.Join(c.Unpriced, ", "))
+	}
+	return line
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
