@@ -136,21 +136,6 @@ func (p *Provider) spotPrices(ctx context.Context, asked []string, prices map[st
 
 // pricesWhere names the prices' origin for an error: the region, and the endpoint when
 // overridden (prices are the region's, not the group's).
-func (p *Provider) pricesWhere() string {
-	p.initMu.Lock()
-	region := p.region
-	p.initMu.Unlock()
-	if region == "" {
-		region = p.cfg.Region
-	}
-	if region == "" {
-		region = "(no region)"
-	}
-	s := "spot prices in " + region
-	if p.cfg.Endpoint != "" {
-		s += " via " + p.cfg.Endpoint
-	}
-	return s
-}
+func (p *Provider) pricesWhere() string { return "spot prices in " + p.regionWhere() }
 
 var _ providers.SpotPricer = (*Provider)(nil)

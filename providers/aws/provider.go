@@ -119,6 +119,11 @@ func (p *Provider) clients(ctx context.Context) error {
 
 // where names the group for an error: the group, its region, and the endpoint when overridden.
 func (p *Provider) where() string {
+	return fmt.Sprintf("auto scaling group %q in %s", p.cfg.ASG, p.regionWhere())
+}
+
+// regionWhere names the region (resolved, else configured) and the endpoint when overridden.
+func (p *Provider) regionWhere() string {
 	p.initMu.Lock()
 	region := p.region
 	p.initMu.Unlock()
@@ -128,11 +133,10 @@ func (p *Provider) where() string {
 	if region == "" {
 		region = "(no region)"
 	}
-	s := fmt.Sprintf("auto scaling group %q in %s", p.cfg.ASG, region)
 	if p.cfg.Endpoint != "" {
-		s += " via " + p.cfg.Endpoint
+		region += " via " + p.cfg.Endpoint
 	}
-	return s
+	return region
 }
 
 // Hosts lists the group's hosts: InService instances that EC2 reports running, with their
