@@ -12,9 +12,22 @@ func TestLocalConformance(t *testing.T) {
 		return providertest.Group{
 			Provider: providers.NewLocal(3),
 			Want: []providers.Host{
-				{ID: "local-0", Addr: "127.0.0.1", Slots: 1},
-				{ID: "local-1", Addr: "127.0.0.1", Slots: 1},
-				{ID: "local-2", Addr: "127.0.0.1", Slots: 1},
+				{ID: "local-0", Addr: "127.0.0.1", Slots: 1, Type: providers.LocalType},
+				{ID: "local-1", Addr: "127.0.0.1", Slots: 1, Type: providers.LocalType},
+				{ID: "local-2", Addr: "127.0.0.1", Slots: 1, Type: providers.LocalType},
+			},
+		}
+	}})
+}
+
+// --local-spot: the same hosts, counted as spot capacity.
+func TestLocalSpotConformance(t *testing.T) {
+	providertest.Run(t, providertest.Harness{NewGroup: func(t *testing.T) providertest.Group {
+		return providertest.Group{
+			Provider: providers.NewLocalSpot(2),
+			Want: []providers.Host{
+				{ID: "local-0", Addr: "127.0.0.1", Slots: 1, Type: providers.LocalType, Spot: true},
+				{ID: "local-1", Addr: "127.0.0.1", Slots: 1, Type: providers.LocalType, Spot: true},
 			},
 		}
 	}})
