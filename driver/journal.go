@@ -114,7 +114,7 @@ func (j *journal) discovered(now time.Time, hs []providers.Host) {
 		l.host = h
 		if _, ok := l.present(); !ok {
 			l.stays = append(l.stays, cost.Stay{From: now})
-			j.event(now, EventHostAdded, "host %s (%s) joined the group: %d slots, %s%s", h.ID, h.Addr, h.Slots, lifecycle(h.Spot), typeSuffix(h.Type))
+			j.event(now, EventHostAdded, "host %s (%s) joined the group: %d slots, %s%s", h.ID, h.Addr, h.Slots, cost.Lifecycle(h.Spot), typeSuffix(h.Type))
 		}
 	}
 	for id, l := range j.lives {
@@ -130,13 +130,6 @@ func (j *journal) plannedCause(c string) {
 	if j.hostsCause == "" {
 		j.hostsCause = c
 	}
-}
-
-func lifecycle(spot bool) string {
-	if spot {
-		return "spot"
-	}
-	return "on-demand"
 }
 
 func typeSuffix(t string) string {

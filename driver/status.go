@@ -160,7 +160,7 @@ func (m *Machine) Snapshot() Status {
 			continue
 		}
 		byID[h.ID] = len(s.Hosts)
-		hs := HostStatus{ID: h.ID, Addr: h.Addr, Slots: h.Slots, Leaving: h.Leaving, Lifecycle: lifecycle(h.Spot), Type: h.Type, Zone: h.Zone}
+		hs := HostStatus{ID: h.ID, Addr: h.Addr, Slots: h.Slots, Leaving: h.Leaving, Lifecycle: cost.Lifecycle(h.Spot), Type: h.Type, Zone: h.Zone}
 		if l := m.j.lives[h.ID]; l != nil {
 			hs.Since, _ = l.present()
 		}
@@ -288,7 +288,7 @@ func (b *StatusBoard) Current(now time.Time) *Status {
 	}
 	s.Hosts = slices.Clone(p.Hosts)
 	for i, h := range s.Hosts {
-		if price, _, ok := b.prices.Price(h.Type, h.Zone, h.Lifecycle == "spot"); ok {
+		if price, _, ok := b.prices.Price(h.Type, h.Zone, h.Lifecycle == cost.LifecycleSpot); ok {
 			s.Hosts[i].PricePerHour = &price
 		}
 	}

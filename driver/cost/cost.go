@@ -273,6 +273,20 @@ func (c *Catalog) Run(ctx context.Context, types func() []string) {
 // Stay is a time a host spent in the group; a zero To is "still there".
 type Stay struct{ From, To time.Time }
 
+// The lifecycles: the label of a host's capacity in the status and the metrics.
+const (
+	LifecycleSpot     = "spot"
+	LifecycleOnDemand = "on-demand"
+)
+
+// Lifecycle names a host's capacity.
+func Lifecycle(spot bool) string {
+	if spot {
+		return LifecycleSpot
+	}
+	return LifecycleOnDemand
+}
+
 // Usage is one host's time in the job.
 type Usage struct {
 	Type, Zone string
@@ -317,10 +331,7 @@ func Compute(c *Catalog, us []Usage, at time.Time) Summary {
 	lines := map[[2]string]*Line{}
 	unpriced := map[string]bool{}
 	for _, u := range us {
-		lc := "on-demand"
-		if u.Spot {
-			lc = "spot"
-		}
+		lc := Lifecycle(u.Spot)
 		typ := cmp.Or(u.Type, "unknown")
 		l := lines[[2]string{lc, typ}]
 		if l == nil {
