@@ -3,6 +3,7 @@ package driver
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/elasticd/elasticd/driver/cost"
@@ -60,9 +61,12 @@ func (l *hostLife) present() (time.Time, bool) {
 }
 
 type journal struct {
-	started  time.Time // the first event
-	now      time.Time // the latest event
-	lives    map[string]*hostLife
+	started time.Time // the first event
+	now     time.Time // the latest event
+	lives   map[string]*hostLife
+	// usage is lives as snapshots share it, by host ID: made again by each discovery (which
+	// reports changes only), not for every snapshot, and never written into afterwards.
+	usage    []usage
 	events   []JobEvent
 	history  []WorldPoint
 	causes   map[string]int
@@ -123,6 +127,12 @@ func (j *journal) discovered(now time.Time, hs []providers.Host) {
 			j.event(now, EventHostRemoved, "host %s left the group after %s", id, now.Sub(since).Round(time.Second))
 		}
 	}
+	// A new slice with copies of the stays: snapshots already out hold the old one.
+	j.usage = make([]usage, 0, len(j.lives))
+	for _, l := range j.lives {
+		j.usage = append(j.usage, usage{host: l.host, stays: slices.Clone(l.stays)})
+	}
+	slices.SortFunc(j.usage, func(a, b usage) int { return strings.Compare(a.host.ID, b.host.ID) })
 }
 
 // plannedCause remembers why the hosts changed, for the reset it will bring.

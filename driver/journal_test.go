@@ -94,14 +94,14 @@ func TestRollbackAccounting(t *testing.T) {
 		t.Fatalf("rolled back %d steps, want the largest report, 9", st.rbSteps)
 	}
 	// 2 s on each of the 3 workers of generation 1, the dead one's included.
-	if st.rbSlotSec != 6 || st.rolledBack["h0"] != 2 || st.rolledBack["h2"] != 2 {
-		t.Fatalf("rolled back slot-seconds %v by host %v, want 6: 2 on each", st.rbSlotSec, st.rolledBack)
+	if st.rolledBackSlotSeconds() != 6 || st.rolledBack["h0"] != 2 || st.rolledBack["h2"] != 2 {
+		t.Fatalf("rolled back slot-seconds %v by host %v, want 6: 2 on each", st.rolledBackSlotSeconds(), st.rolledBack)
 	}
 	// A planned reset reports nothing and adds nothing.
 	s.after(time.Second).hosts("h0", "h1", "h2", "h3")
 	s.ready(2, "h0", "h1")
-	if st := s.m.Snapshot(); st.rbSteps != 9 || st.rbSlotSec != 6 {
-		t.Fatalf("a planned reset changed the rollback: %d steps, %v slot-seconds", st.rbSteps, st.rbSlotSec)
+	if st := s.m.Snapshot(); st.rbSteps != 9 || st.rolledBackSlotSeconds() != 6 {
+		t.Fatalf("a planned reset changed the rollback: %d steps, %v slot-seconds", st.rbSteps, st.rolledBackSlotSeconds())
 	}
 	last := st.Events[len(st.Events)-1]
 	if !slices.ContainsFunc(st.Events, func(e JobEvent) bool {

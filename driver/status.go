@@ -38,10 +38,18 @@ type Status struct {
 	Cost           *cost.Summary  `json:"cost"`    // nil until Board.Current prices it
 	Finished       *Finished      `json:"finished"`
 
-	lives      []usage            // every host ever discovered, for the cost
+	lives      []usage            // every host ever discovered, for the cost; shared, read-only
 	rolledBack map[string]float64 // host ID -> slot-seconds rolled back
 	rbSteps    uint64
-	rbSlotSec  float64
+}
+
+// rolledBackSlotSeconds is the slot-seconds of work rolled back, over every host.
+func (s *Status) rolledBackSlotSeconds() float64 {
+	sum := 0.0
+	for _, sec := range s.rolledBack {
+		sum += sec
+	}
+	return sum
 }
 
 // ProgressStatus is how far training has got (rank 0's reports) and what rollbacks cost.
@@ -147,13 +155,7 @@ func (m *Machine) Snapshot() Status {
 	slices.SortFunc(s.Notices, func(a, b NoticeCount) int {
 		return cmp.Or(strings.Compare(a.Provider, b.Provider), strings.Compare(a.Kind, b.Kind))
 	})
-	for _, l := range m.j.lives {
-		s.lives = append(s.lives, usage{host: l.host, stays: slices.Clone(l.stays)})
-	}
-	slices.SortFunc(s.lives, func(a, b usage) int { return strings.Compare(a.host.ID, b.host.ID) })
-	for _, sec := range m.j.rolledBackSlotSec {
-		s.rbSlotSec += sec
-	}
+	s.lives = m.j.usage
 	byID := map[string]int{} // host ID -> index in s.Hosts
 	for _, h := range m.raw {
 		if _, dup := byID[h.ID]; dup {
@@ -275,7 +277,7 @@ func (b *StatusBoard) Current(now time.Time) *Status {
 	if !s.StartedAt.IsZero() {
 		s.ElapsedSeconds = max(0, at.Sub(s.StartedAt).Seconds())
 	}
-	s.Progress = ProgressStatus{RolledBackSteps: p.rbSteps, RolledBackGPUs: p.rbSlotSec}
+	s.Progress = ProgressStatus{RolledBackSteps: p.rbSteps, RolledBackGPUs: p.rolledBackSlotSeconds()}
 	if b.progress != nil {
 		if pr := b.progress(); !pr.At.IsZero() {
 			s.Progress.Step, s.Progress.CommittedStep = pr.Step, pr.Committed
