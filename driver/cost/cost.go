@@ -236,9 +236,11 @@ const RefreshEvery = time.Hour
 // newTypeEvery is how often Run looks for types it has not asked about yet.
 var newTypeEvery = time.Minute
 
-// Run keeps the spot prices of the types in use (types is called each minute) up to date:
-// asked at once, then hourly, and within a minute of a new type appearing. It returns when
-// ctx ends. A failed refresh is logged; the previous prices stay.
+// Run keeps the spot prices of the types in use (types is called at once, then each minute)
+// up to date: every type is asked about within a minute of its first appearing (the first
+// hosts' types too, as discovery usually answers after the first call), then all hourly. It
+// returns when ctx ends. A failed refresh is logged and the previous prices stay; it is
+// tried again at the next hourly refresh, or with the next new type.
 func (c *Catalog) Run(ctx context.Context, types func() []string) {
 	if c == nil || c.spot == nil {
 		return

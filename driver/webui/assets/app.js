@@ -277,6 +277,15 @@
     return el('td', cls, text);
   }
 
+  // emptyRow is a table's one row saying it has nothing yet, across its cols columns.
+  function emptyRow(text, cols) {
+    const tr = el('tr', 'empty');
+    const cell = td(text);
+    cell.colSpan = cols;
+    tr.append(cell);
+    return tr;
+  }
+
   function renderHosts(s) {
     const cur = (s.cost && s.cost.currency) || 'USD';
     const ranks = {};
@@ -305,13 +314,7 @@
       );
       return tr;
     });
-    if (!rows.length) {
-      const tr = el('tr', 'empty');
-      const cell = td('no hosts discovered yet');
-      cell.colSpan = 10;
-      tr.append(cell);
-      rows.push(tr);
-    }
+    if (!rows.length) rows.push(emptyRow('no hosts discovered yet', 10));
     byId('hosts').replaceChildren(...rows);
   }
 
@@ -363,13 +366,7 @@
       tr.append(life, td(r.type || '—'), time, td(fmtMoney(r.cost, cur), 'num'));
       return tr;
     });
-    if (!rows.length) {
-      const tr = el('tr', 'empty');
-      const cell = td('no instance time yet');
-      cell.colSpan = 4;
-      tr.append(cell);
-      rows.push(tr);
-    }
+    if (!rows.length) rows.push(emptyRow('no instance time yet', 4));
     byId('instance-seconds').replaceChildren(...rows);
 
     const unpriced = c.unpriced || [];
