@@ -104,27 +104,24 @@ func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 // ReportLoad tells the driver this worker's recent mean step time, one of the inputs of
 // --slot-policy loadaware.
 func (c *Client) ReportLoad(ctx context.Context, step time.Duration) error {
-	body, err := json.Marshal(loadRequest{StepSeconds: step.Seconds()})
-	if err != nil {
-		return err
-	}
-	target := "/v1/workers/" + escapeSegment(c.id.String()) + "/load"
-	if _, _, err := c.do(ctx, http.MethodPost, target, body, 0, http.StatusNoContent); err != nil {
-		return fmt.Errorf("rendezvous: report load: %w", err)
-	}
-	return nil
+	return c.post(ctx, "load", loadRequest{StepSeconds: step.Seconds()})
 }
 
 // ReportProgress tells the driver how far training has got (rank 0 sends it about once a
 // second): the job's step count and the step of the last commit, in generation gen.
 func (c *Client) ReportProgress(ctx context.Context, gen, step, committed uint64) error {
-	body, err := json.Marshal(progressRequest{Generation: gen, Step: step, Committed: committed})
+	return c.post(ctx, "progress", progressRequest{Generation: gen, Step: step, Committed: committed})
+}
+
+// post sends v to POST /v1/workers/{id}/{what}, which answers 204.
+func (c *Client) post(ctx context.Context, what string, v any) error {
+	body, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	target := "/v1/workers/" + escapeSegment(c.id.String()) + "/progress"
+	target := "/v1/workers/" + escapeSegment(c.id.String()) + "/" + what
 	if _, _, err := c.do(ctx, http.MethodPost, target, body, 0, http.StatusNoContent); err != nil {
-		return fmt.Errorf("rendezvous: report progress: %w", err)
+		return fmt.Errorf("rendezvous: report %s: %w", what, err)
 	}
 	return nil
 }
