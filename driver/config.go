@@ -21,10 +21,47 @@ type Config struct {
 	CooldownMin      time.Duration // --blacklist-cooldown-range MIN (0: hosts.DefaultCooldownMin)
 	CooldownMax      time.Duration // --blacklist-cooldown-range MAX (0: hosts.DefaultCooldownMax)
 	CooldownDecay    time.Duration // a slot without failure this long has its failure count halved (0: hosts.DefaultDecayAfter)
+	// Mode (--mode) is how workers recover from a change of membership; "" is ModeAuto.
+	Mode Mode
+	// ScaleUpInterval (--scale-up-interval): in restart mode, a whole-group restart to grow
+	// the job happens at most this long after the generation started, so that hosts arriving
+	// one by one join in one restart (failures and notices restart at once). 0: the default.
+	ScaleUpInterval time.Duration
 	// SlotPolicy (--slot-policy and its --slot-* settings) chooses the new slots of a
 	// generation when more are usable than --max-np allows; nil: packed, in the host
 	// manager's order (each host filled before the next, as horovodrun does).
 	SlotPolicy *hosts.SlotPolicy
+}
+
+// Mode is how a job's workers recover when membership changes (docs/pytorch.md).
+type Mode string
+
+const (
+	// ModeAuto is in-process as soon as any worker registers with the rendezvous (workers
+	// built on worker/ or the Python package elasticd.torch do, at start), and restart until
+	// then: a script that never talks to elasticd (torchrun-style) is restarted.
+	ModeAuto Mode = "auto"
+	// ModeRestart stops the whole group on any change of membership and launches every slot
+	// into the next generation, with torchrun's environment; the script resumes from its own
+	// checkpoint. Workers are never failed for not registering.
+	ModeRestart Mode = "restart"
+	// ModeInProcess keeps the survivors' processes: they restore their last in-memory commit
+	// and reset to the next generation. A worker that does not register within
+	// --start-timeout has failed.
+	ModeInProcess Mode = "inprocess"
+)
+
+// ParseMode reads a --mode value ("in-process" is accepted for "inprocess").
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "", "auto":
+		return ModeAuto, nil
+	case "restart":
+		return ModeRestart, nil
+	case "inprocess", "in-process":
+		return ModeInProcess, nil
+	}
+	return "", fmt.Errorf("--mode %q: use auto, restart or inprocess", s)
 }
 
 // Defaults, also in `elasticd run --help` and docs/operations.md.
@@ -32,6 +69,9 @@ const (
 	DefaultElasticTimeout = 10 * time.Minute
 	DefaultStartTimeout   = 2 * time.Minute
 	DefaultBarrierTimeout = time.Minute
+	// DefaultScaleUpInterval is torchrun's last-call wait: hosts that arrive within it of
+	// each other join in one restart.
+	DefaultScaleUpInterval = 30 * time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -49,6 +89,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BarrierTimeout == 0 {
 		c.BarrierTimeout = DefaultBarrierTimeout
+	}
+	if c.Mode == "" {
+		c.Mode = ModeAuto
+	}
+	if c.ScaleUpInterval == 0 {
+		c.ScaleUpInterval = DefaultScaleUpInterval
 	}
 	return c
 }
@@ -71,6 +117,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--start-timeout %v: must be positive", c.StartTimeout)
 	case c.BarrierTimeout < 0:
 		return fmt.Errorf("--barrier-timeout %v: must be positive", c.BarrierTimeout)
+	case c.ScaleUpInterval < 0:
+		return fmt.Errorf("--scale-up-interval %v: must be positive", c.ScaleUpInterval)
+	}
+	if _, err := ParseMode(string(c.Mode)); err != nil {
+		return err
 	}
 	if c.SlotPolicy != nil {
 		if err := c.SlotPolicy.Validate(); err != nil {

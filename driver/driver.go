@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -139,6 +141,9 @@ type runner struct {
 	procs   map[rendezvous.WorkerID]*proc
 	ranks   sync.Map       // WorkerID -> current rank (int), for output prefixes
 	wg      sync.WaitGroup // process watchers and stoppers
+	// port is the MASTER_PORT of generation portGen, found on its rank 0's host.
+	port    int
+	portGen uint64
 }
 
 type proc struct {
@@ -275,7 +280,7 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 
 	// Nothing outlives the job: stop what is still running and wait for every process.
 	for id, p := range d.procs {
-		d.stop(id, p, "job finished")
+		d.stop(id, p, d.o.StopGrace)
 	}
 	stopWatch()
 	d.drain(&bg)
@@ -338,8 +343,12 @@ func (d *runner) do(ctx context.Context, a Action) {
 		d.launch(ctx, a)
 	case Stop:
 		if p := d.procs[a.Worker]; p != nil {
-			d.log.Info("stopping worker", "worker", a.Worker.String(), "reason", a.Reason)
-			d.stop(a.Worker, p, a.Reason)
+			grace := d.o.StopGrace
+			if !a.Deadline.IsZero() {
+				grace = max(min(grace, time.Until(a.Deadline)), 0)
+			}
+			d.log.Info("stopping worker", "worker", a.Worker.String(), "reason", a.Reason, "grace", grace)
+			d.stop(a.Worker, p, grace)
 		}
 	case Note:
 		d.log.Info(a.Msg, a.Args...)
@@ -351,9 +360,9 @@ func (d *runner) do(ctx context.Context, a Action) {
 	}
 }
 
-func (d *runner) stop(id rendezvous.WorkerID, p *proc, why string) {
+func (d *runner) stop(id rendezvous.WorkerID, p *proc, grace time.Duration) {
 	delete(d.procs, id)
-	d.wg.Go(func() { p.p.Stop(d.o.StopGrace) })
+	d.wg.Go(func() { p.p.Stop(grace) })
 }
 
 func (d *runner) launch(ctx context.Context, a Launch) {
@@ -369,12 +378,25 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 		// The conventional names, so unmodified scripts find their place (at launch).
 		"RANK="+strconv.Itoa(as.Rank), "WORLD_SIZE="+strconv.Itoa(as.Size),
 		"LOCAL_RANK="+strconv.Itoa(as.LocalRank), "LOCAL_WORLD_SIZE="+strconv.Itoa(as.LocalSize),
-		"MASTER_ADDR="+a.MasterAddr, "MASTER_PORT=29500",
+		"GROUP_RANK="+strconv.Itoa(a.Group), "GROUP_WORLD_SIZE="+strconv.Itoa(a.Groups),
+		"ROLE_RANK="+strconv.Itoa(as.Rank), "ROLE_WORLD_SIZE="+strconv.Itoa(as.Size), "ROLE_NAME=default",
+		"MASTER_ADDR="+a.MasterAddr, "MASTER_PORT="+strconv.Itoa(d.masterPort(ctx, a)),
+		"TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(a.Restarts),
+		"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(cmp.Or(d.o.ResetLimit, math.MaxInt32)),
+		"TORCHELASTIC_RUN_ID="+d.jobID, "TORCHELASTIC_USE_AGENT_STORE=False",
+		// A process that dies on an NCCL error ends in a restart; one that hangs in NCCL waits
+		// for ever (torchrun sets it too; torch < 2.2 reads the old name).
+		"TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "NCCL_ASYNC_ERROR_HANDLING=1",
 		"HOROVOD_RANK="+strconv.Itoa(as.Rank), "HOROVOD_SIZE="+strconv.Itoa(as.Size),
 		"HOROVOD_LOCAL_RANK="+strconv.Itoa(as.LocalRank), "HOROVOD_LOCAL_SIZE="+strconv.Itoa(as.LocalSize),
 		"HOROVOD_CROSS_RANK="+strconv.Itoa(as.CrossRank), "HOROVOD_CROSS_SIZE="+strconv.Itoa(as.CrossSize),
 		"HOROVOD_HOSTNAME="+a.Addr, "HOROVOD_ELASTIC=1", "PYTHONUNBUFFERED=1",
 	)
+	// As torchrun: several processes on one host each get one OpenMP thread, unless the
+	// user chose a number.
+	if _, set := d.lookupEnv("OMP_NUM_THREADS"); !set && as.LocalSize > 1 {
+		env = append(env, "OMP_NUM_THREADS=1")
+	}
 	prefix := func() string {
 		if r, ok := d.ranks.Load(a.Worker); ok {
 			return fmt.Sprintf("[%d] ", r.(int))
@@ -416,13 +438,43 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 	d.wg.Go(func() {
 		st, err := lp.Wait()
 		closeAll(p.outs)
-		ev := WorkerExited{Now: time.Now(), Worker: a.Worker, Code: st.Code, Signal: st.Signal}
+		ev := WorkerExited{Now: time.Now(), Worker: a.Worker, Code: st.Code, Signal: st.Signal, Progress: d.srv.Progress()}
 		if err != nil && st.Code == 0 && st.Signal == "" {
 			ev.Code = -1
 			ev.Signal = err.Error()
 		}
 		d.events <- ev // the loop or drain always reads
 	})
+}
+
+// masterPort is the MASTER_PORT of a's generation: a port free on rank 0's host, found there
+// once per generation (launch.PortFinder); a random one where the launcher cannot look.
+func (d *runner) masterPort(ctx context.Context, a Launch) int {
+	if d.portGen == a.Generation {
+		return d.port
+	}
+	d.portGen = a.Generation
+	if f, ok := d.o.Launcher.(launch.PortFinder); ok {
+		port, err := f.FreePort(ctx, a.MasterAddr)
+		if err == nil {
+			d.port = port
+			return port
+		}
+		d.log.Warn("could not find a free MASTER_PORT on rank 0's host; using a random one", "host", a.MasterAddr, "err", err)
+	}
+	d.port = 20000 + mrand.IntN(12768)
+	return d.port
+}
+
+// lookupEnv finds a variable in what workers inherit: Options.Env, then the driver's own
+// environment (which the local launcher passes on).
+func (d *runner) lookupEnv(key string) (string, bool) {
+	for i := len(d.o.Env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(d.o.Env[i], "="); ok && k == key {
+			return v, true
+		}
+	}
+	return os.LookupEnv(key)
 }
 
 // outputFiles opens DIR/<worker>/gen-<g>.stdout and .stderr for a process launched in

@@ -80,8 +80,11 @@ type journal struct {
 	rbSeconds         float64
 	rolledBackSteps   uint64
 	rolledBackSlotSec map[string]float64 // host ID -> slot-seconds of work rolled back
-	rdvStart          time.Time
-	rdvGen            uint64 // generation whose registrations are awaited, 0 when none
+	// unreportedRestarts counts restarts whose loss is unknown: the script reported no
+	// progress in the generation it restarted.
+	unreportedRestarts int
+	rdvStart           time.Time
+	rdvGen             uint64 // generation whose registrations are awaited, 0 when none
 }
 
 func newJournal() journal {

@@ -43,6 +43,9 @@ type WorkerExited struct {
 	Worker rendezvous.WorkerID
 	Code   int    // exit code; -1 when killed by a signal
 	Signal string // non-empty when killed by a signal
+	// Progress is the job's progress as last reported when the exit was seen (after the
+	// process's last report): restart mode measures from it the steps a restart throws away.
+	Progress rendezvous.Progress
 }
 
 // NoticeReceived is the control plane announcing that a host will go away.
@@ -100,12 +103,21 @@ type Launch struct {
 	Generation uint64
 	Assignment rendezvous.Assignment
 	MasterAddr string // address of rank 0's host
+	// Group and Groups are the worker's host's index among the generation's hosts (in rank
+	// order) and their count: torchrun's GROUP_RANK and GROUP_WORLD_SIZE.
+	Group, Groups int
+	// Restarts is how many times the whole group was restarted before this launch
+	// (TORCHELASTIC_RESTART_COUNT).
+	Restarts int
 }
 
 // Stop ends a worker process (SIGTERM, then SIGKILL after the grace period).
 type Stop struct {
 	Worker rendezvous.WorkerID
 	Reason string
+	// Deadline, when set, is when the worker must be gone (a notice's): the grace before
+	// SIGKILL ends by then, however long --stop-grace is.
+	Deadline time.Time
 }
 
 // Publish makes a generation current at the rendezvous.
@@ -168,11 +180,12 @@ const (
 type phase int
 
 const (
-	phaseStarting  phase = iota // no generation yet: waiting for enough slots
-	phaseRunning                // a generation is training
-	phaseResetting              // waiting for every live worker to report READY for the current generation
-	phaseWaiting                // between generations: fewer usable slots than --min-np
-	phaseFinishing              // a worker of the final generation exited 0: waiting for the rest
+	phaseStarting   phase = iota // no generation yet: waiting for enough slots
+	phaseRunning                 // a generation is training
+	phaseResetting               // waiting for every live worker to report READY for the current generation
+	phaseRestarting              // restart mode: waiting for every worker of the generation to exit
+	phaseWaiting                 // between generations: fewer usable slots than --min-np
+	phaseFinishing               // a worker of the final generation exited 0: waiting for the rest
 	phaseDone
 )
 
@@ -201,6 +214,12 @@ type Machine struct {
 	raw        []providers.Host                    // the latest discovery result as the provider gave it
 	pending    map[string][]providers.Notice       // host ID -> notices to complete once its workers are gone
 	loads      map[string]hosts.Load               // host ID -> load, for --slot-policy loadaware
+
+	registered bool                // a worker has registered with the rendezvous: in-process under ModeAuto
+	started    time.Time           // when the current generation was published
+	growAt     time.Time           // restart mode: when to restart to take in the slots that arrived
+	progress   rendezvous.Progress // the newest progress heard with a worker's exit
+	ownExits   int                 // restart mode: workers of the generation that failed by themselves
 
 	Resets, FailureResets int
 	lastFailure           string
@@ -233,6 +252,9 @@ func (m *Machine) Done() bool { return m.phase == phaseDone }
 // NextDeadline is when the machine wants a Tick, or zero.
 func (m *Machine) NextDeadline(now time.Time) time.Time {
 	t := m.deadline
+	if !m.growAt.IsZero() && (t.IsZero() || m.growAt.Before(t)) {
+		t = m.growAt
+	}
 	for _, due := range m.regDue {
 		if t.IsZero() || due.Before(t) {
 			t = due
@@ -313,6 +335,10 @@ func (m *Machine) reported(now time.Time, e WorkerReported) []Action {
 		return nil // SUCCESS/FAILURE are confirmed by the exit status
 	}
 	w.ready = max(w.ready, e.Generation+1)
+	if m.cfg.Mode == ModeAuto && !m.registered {
+		m.registered = true
+		m.j.event(now, EventJoin, "%s registered with the rendezvous: the job recovers in-process", e.Worker)
+	}
 	if e.Generation < m.gen {
 		if _, due := m.regDue[e.Worker]; due {
 			delete(m.regDue, e.Worker) // registered for the current generation
@@ -341,12 +367,18 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 	}
 	w.exited = true
 	delete(m.regDue, e.Worker)
+	if p := e.Progress; p.Generation > m.progress.Generation || p.Generation == m.progress.Generation && p.At.After(m.progress.At) {
+		m.progress = p
+	}
 	_, inPlan := m.plan[e.Worker]
 	status := fmt.Sprintf("exit %d", e.Code)
 	if e.Signal != "" {
 		status = "killed by " + e.Signal
 	}
 	if !inPlan || w.stopping {
+		if inPlan && m.phase == phaseRestarting && failedByItself(e) {
+			m.ownExits++
+		}
 		delete(m.workers, e.Worker)
 		acts := []Action{Note{"worker outside the current generation exited", []any{"worker", e.Worker.String(), "status", status}}}
 		return append(acts, m.completeNotices()...)
@@ -367,9 +399,14 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 		return m.finish(ExitFailed, fmt.Sprintf("%s after another worker had finished", m.lastFailure))
 	}
 	m.hosts.Blacklist(now, e.Worker.String())
+	if failedByItself(e) {
+		m.ownExits++
+	}
 	m.j.event(now, EventFailure, "rank %d (%s) %s; its slot is blacklisted", rank, e.Worker, status)
 	acts := []Action{Note{"worker failed; its slot is blacklisted", []any{"rank", rank, "worker", e.Worker.String(), "status", status}}}
-	if m.allFailed() {
+	// In restart mode the state is the script's checkpoint, not in the workers: losing them
+	// all is one more restart.
+	if m.inProcess() && m.allFailed() {
 		return append(acts, m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed; last failure: %s", len(m.order), m.gen, m.lastFailure))...)
 	}
 	if m.phase == phaseRunning || m.phase == phaseResetting {
@@ -380,6 +417,9 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 
 // beginReset starts the reset barrier of the current generation.
 func (m *Machine) beginReset(now time.Time, failure bool, why string) []Action {
+	if !m.inProcess() {
+		return m.restart(now, failure, why, time.Time{})
+	}
 	m.failed = m.failed || failure
 	if m.phase != phaseRunning {
 		return nil
@@ -420,8 +460,15 @@ func (m *Machine) notice(now time.Time, n providers.Notice, source string) []Act
 	}
 	m.pending[n.HostID] = append(m.pending[n.HostID], n)
 	if changed && m.phase == phaseRunning {
-		m.j.plannedCause(CauseNotice)
-		acts = append(acts, NotifyHosts{}, Note{"moving off the host before the cloud takes it; workers will reset at their next step", []any{"host", n.HostID}})
+		if !m.inProcess() {
+			if m.runsOn(n.HostID) {
+				m.j.plannedCause(CauseNotice)
+				acts = append(acts, m.restart(now, false, fmt.Sprintf("%s notice for host %s", n.Kind, n.HostID), n.Deadline)...)
+			}
+		} else {
+			m.j.plannedCause(CauseNotice)
+			acts = append(acts, NotifyHosts{}, Note{"moving off the host before the cloud takes it; workers will reset at their next step", []any{"host", n.HostID}})
+		}
 	}
 	return append(acts, m.completeNotices()...)
 }
@@ -486,6 +533,9 @@ func (m *Machine) refreshHosts(now time.Time) []Action {
 		before = m.hosts.Current()
 	}
 	if m.hosts.Update(now, m.discovered) && m.phase == phaseRunning {
+		if !m.inProcess() {
+			return m.hostsChanged(now)
+		}
 		if m.j.hostsCause == "" {
 			m.j.plannedCause(changeCause(before, m.hosts.Current()))
 		}
@@ -496,11 +546,21 @@ func (m *Machine) refreshHosts(now time.Time) []Action {
 
 func (m *Machine) tick(now time.Time) []Action {
 	acts := m.refreshHosts(now)
-	// Workers that did not register in time are failed.
+	// Workers that did not register in time are failed, where workers register: a script
+	// that never talks to elasticd (restart mode) is not failed for it.
 	for id, due := range m.regDue {
 		if !now.Before(due) {
 			delete(m.regDue, id)
-			acts = append(acts, m.failWorker(now, id, fmt.Sprintf("did not register within --start-timeout %v", m.cfg.StartTimeout))...)
+			if m.inProcess() {
+				acts = append(acts, m.failWorker(now, id, fmt.Sprintf("did not register within --start-timeout %v", m.cfg.StartTimeout))...)
+			}
+		}
+	}
+	if !m.growAt.IsZero() && !now.Before(m.growAt) {
+		m.growAt = time.Time{}
+		if m.phase == phaseRunning && m.canGrow() {
+			m.j.plannedCause(CauseScaleUp)
+			acts = append(acts, m.restart(now, false, "slots became usable: growing", time.Time{})...)
 		}
 	}
 	if m.deadline.IsZero() || now.Before(m.deadline) {
@@ -582,6 +642,25 @@ func (m *Machine) advance(now time.Time) []Action {
 			}
 		}
 		return m.nextGeneration(now)
+	case phaseRestarting:
+		for _, w := range m.workers {
+			if !w.exited {
+				return nil
+			}
+		}
+		if m.failed && len(m.order) > 1 && m.ownExits >= len(m.order) {
+			return m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed by themselves%s", len(m.order), m.gen, m.lastFailureSuffix()))
+		}
+		m.Resets++
+		m.restartLost()
+		m.resetDone()
+		if m.failed {
+			m.FailureResets++
+			if m.cfg.ResetLimit > 0 && m.FailureResets > m.cfg.ResetLimit {
+				return m.finish(ExitFailed, fmt.Sprintf("reset limit reached: %d restarts caused by failures, --reset-limit %d%s", m.FailureResets, m.cfg.ResetLimit, m.lastFailureSuffix()))
+			}
+		}
+		return m.nextGeneration(now)
 	case phaseWaiting:
 		if len(m.hosts.Usable(now)) >= m.cfg.MinNP {
 			return m.nextGeneration(now)
@@ -615,7 +694,12 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 	}
 	var order []rendezvous.WorkerID
 	for _, id := range m.order { // survivors first, in their old order
-		if w := m.workers[id]; w != nil && !w.exited && !w.stopping && addrOf[id] != "" && len(order) < m.cfg.MaxNP {
+		w := m.workers[id]
+		alive := w != nil && !w.exited && !w.stopping
+		// After a restart nobody survives, but slots keep their ranks: rank 0 stays where the
+		// script's checkpoint may be.
+		kept := alive || m.phase == phaseRestarting && w == nil
+		if kept && addrOf[id] != "" && len(order) < m.cfg.MaxNP {
 			order = append(order, id)
 		}
 	}
@@ -642,13 +726,21 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 	m.order = order
 	m.plan = assign(order, addrOf, m.gen)
 	m.phase, m.failed, m.deadline = phaseRunning, false, time.Time{}
+	m.started, m.growAt, m.ownExits = now, time.Time{}, 0
 	acts := []Action{Publish{Generation: m.gen, Plan: m.plan}}
 	master := addrOf[order[0]]
+	group := map[string]int{} // address -> its index among the generation's hosts, in rank order
+	for _, id := range order {
+		if _, ok := group[addrOf[id]]; !ok {
+			group[addrOf[id]] = len(group)
+		}
+	}
 	for _, id := range order {
 		if w := m.workers[id]; w == nil || w.exited {
 			m.workers[id] = &workerInfo{}
 			m.regDue[id] = now.Add(m.cfg.StartTimeout)
-			acts = append(acts, Launch{Worker: id, Addr: addrOf[id], Generation: m.gen, Assignment: m.plan[id], MasterAddr: master})
+			acts = append(acts, Launch{Worker: id, Addr: addrOf[id], Generation: m.gen, Assignment: m.plan[id], MasterAddr: master,
+				Group: group[addrOf[id]], Groups: len(group), Restarts: m.Resets})
 		}
 	}
 	for id, w := range m.workers { // workers left out (removed hosts, over --max-np) are stopped

@@ -287,7 +287,7 @@ func TestAllWorkersFailing(t *testing.T) {
 // Workers failing one by one before they register (a broken command) end the job as soon as
 // the last one fails, not after --elastic-timeout.
 func TestAllWorkersFailingBeforeRegistering(t *testing.T) {
-	s := newSim(t, Config{NP: 3})
+	s := newSim(t, Config{NP: 3, Mode: ModeInProcess})
 	s.hosts("h0", "h1", "h2")
 	s.exit("h0", 2)
 	s.after(time.Second).exit("h1", 2)

@@ -17,30 +17,34 @@ import (
 // driver's loop: GET /v1/status, the metrics, the live page, `elasticd status` and the admin
 // API. It shares nothing with the machine. docs/protocol.md §6 documents its JSON.
 type Status struct {
-	JobID          string         `json:"job_id"`
-	StartedAt      time.Time      `json:"started_at"`      // the job's first event
-	Now            time.Time      `json:"now"`             // when this answer was made
-	ElapsedSeconds float64        `json:"elapsed_seconds"` // Now - StartedAt
-	Generation     uint64         `json:"generation"`
-	WorldSize      int            `json:"world_size"`
-	Phase          string         `json:"phase"` // starting, running, resetting, waiting, finishing, done
-	NP             int            `json:"np"`
-	MinNP          int            `json:"min_np"`
-	MaxNP          int            `json:"max_np"`
-	Resets         int            `json:"resets"`
-	ResetsByCause  map[string]int `json:"resets_by_cause"` // every cause of ResetCauses, 0 included
-	Progress       ProgressStatus `json:"progress"`
-	Hosts          []HostStatus   `json:"hosts"`   // the hosts of the latest discovery result, by ID
-	Workers        []WorkerStatus `json:"workers"` // the worker processes not yet exited: by rank, then the others by ID
-	WorldHistory   []WorldPoint   `json:"world_history"`
-	Events         []JobEvent     `json:"events"`  // oldest first, at most 100
-	Notices        []NoticeCount  `json:"notices"` // by source, then kind
-	Cost           *cost.Summary  `json:"cost"`    // nil until Board.Current prices it
-	Finished       *Finished      `json:"finished"`
+	JobID          string    `json:"job_id"`
+	StartedAt      time.Time `json:"started_at"`      // the job's first event
+	Now            time.Time `json:"now"`             // when this answer was made
+	ElapsedSeconds float64   `json:"elapsed_seconds"` // Now - StartedAt
+	Generation     uint64    `json:"generation"`
+	WorldSize      int       `json:"world_size"`
+	Phase          string    `json:"phase"` // starting, running, resetting, restarting, waiting, finishing, done
+	// Mode is how the workers recover: "in-process" (they registered with the rendezvous)
+	// or "restart" (the whole group is restarted; --mode, docs/pytorch.md).
+	Mode          string         `json:"mode"`
+	NP            int            `json:"np"`
+	MinNP         int            `json:"min_np"`
+	MaxNP         int            `json:"max_np"`
+	Resets        int            `json:"resets"`
+	ResetsByCause map[string]int `json:"resets_by_cause"` // every cause of ResetCauses, 0 included
+	Progress      ProgressStatus `json:"progress"`
+	Hosts         []HostStatus   `json:"hosts"`   // the hosts of the latest discovery result, by ID
+	Workers       []WorkerStatus `json:"workers"` // the worker processes not yet exited: by rank, then the others by ID
+	WorldHistory  []WorldPoint   `json:"world_history"`
+	Events        []JobEvent     `json:"events"`  // oldest first, at most 100
+	Notices       []NoticeCount  `json:"notices"` // by source, then kind
+	Cost          *cost.Summary  `json:"cost"`    // nil until Board.Current prices it
+	Finished      *Finished      `json:"finished"`
 
 	lives      []usage            // every host ever discovered, for the cost; shared, read-only
 	rolledBack map[string]float64 // host ID -> slot-seconds rolled back
 	rbSteps    uint64
+	unreported int
 }
 
 // rolledBackSlotSeconds is the slot-seconds of work rolled back, over every host.
@@ -54,13 +58,16 @@ func (s *Status) rolledBackSlotSeconds() float64 {
 
 // ProgressStatus is how far training has got (rank 0's reports) and what rollbacks cost.
 type ProgressStatus struct {
-	Step            uint64     `json:"step"`
-	CommittedStep   uint64     `json:"committed_step"`
-	StepsPerSecond  float64    `json:"steps_per_second"`
-	StepSeconds     float64    `json:"step_seconds"` // 1/StepsPerSecond; 0 when unknown
-	RolledBackSteps uint64     `json:"rolled_back_steps"`
-	RolledBackGPUs  float64    `json:"rolled_back_gpu_seconds"` // slot-seconds of work thrown away
-	UpdatedAt       *time.Time `json:"updated_at"`              // nil before the first report
+	Step            uint64  `json:"step"`
+	CommittedStep   uint64  `json:"committed_step"`
+	StepsPerSecond  float64 `json:"steps_per_second"`
+	StepSeconds     float64 `json:"step_seconds"` // 1/StepsPerSecond; 0 when unknown
+	RolledBackSteps uint64  `json:"rolled_back_steps"`
+	RolledBackGPUs  float64 `json:"rolled_back_gpu_seconds"` // slot-seconds of work thrown away
+	// UnreportedRestarts counts restarts whose loss is unknown: the script reported no
+	// progress (elasticd.progress) in the generation that restarted.
+	UnreportedRestarts int        `json:"unreported_restarts"`
+	UpdatedAt          *time.Time `json:"updated_at"` // nil before the first report
 }
 
 // HostStatus is one discovered host.
@@ -126,7 +133,7 @@ type WorkerStatus struct {
 }
 
 var phaseNames = map[phase]string{
-	phaseStarting: "starting", phaseRunning: "running", phaseResetting: "resetting",
+	phaseStarting: "starting", phaseRunning: "running", phaseResetting: "resetting", phaseRestarting: "restarting",
 	phaseWaiting: "waiting", phaseFinishing: "finishing", phaseDone: "done",
 }
 
@@ -140,7 +147,11 @@ func (m *Machine) Snapshot() Status {
 		ResetsByCause: map[string]int{},
 		Hosts:         []HostStatus{}, Workers: []WorkerStatus{},
 		WorldHistory: slices.Clone(m.j.history), Events: slices.Clone(m.j.events), Notices: []NoticeCount{},
-		rolledBack: maps.Clone(m.j.rolledBackSlotSec), rbSteps: m.j.rolledBackSteps,
+		rolledBack: maps.Clone(m.j.rolledBackSlotSec), rbSteps: m.j.rolledBackSteps, unreported: m.j.unreportedRestarts,
+		Mode: "restart",
+	}
+	if m.inProcess() {
+		s.Mode = "in-process"
 	}
 	if m.j.finished != nil {
 		f := *m.j.finished
@@ -277,7 +288,7 @@ func (b *StatusBoard) Current(now time.Time) *Status {
 	if !s.StartedAt.IsZero() {
 		s.ElapsedSeconds = max(0, at.Sub(s.StartedAt).Seconds())
 	}
-	s.Progress = ProgressStatus{RolledBackSteps: p.rbSteps, RolledBackGPUs: p.rolledBackSlotSeconds()}
+	s.Progress = ProgressStatus{RolledBackSteps: p.rbSteps, RolledBackGPUs: p.rolledBackSlotSeconds(), UnreportedRestarts: p.unreported}
 	if b.progress != nil {
 		if pr := b.progress(); !pr.At.IsZero() {
 			s.Progress.Step, s.Progress.CommittedStep = pr.Step, pr.Committed

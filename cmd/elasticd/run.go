@@ -32,6 +32,21 @@ fail and hosts come and go: a failed worker's slot is blacklisted for a cooldown
 reset to a new generation (dense ranks, oldest worker = rank 0) and carry on from their
 last commit. The job succeeds when every worker of the final generation exits 0.
 
+How workers recover (--mode):
+   auto        the default: in-process as soon as a worker registers with the rendezvous
+               (programs built on elasticd's Go worker/ package or on its Python package,
+               'import elasticd.torch as hvd'); restart for a script that never does, such
+               as any torchrun-style PyTorch script
+   restart     any change of membership (a worker failed, a host lost, added or given a
+               notice) stops the whole group (SIGTERM, --stop-grace, SIGKILL) and launches
+               every slot into the next generation with torchrun's environment (RANK,
+               WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, a fresh MASTER_PORT, TORCHELASTIC_*...);
+               the script resumes from its own checkpoint. Growth waits for
+               --scale-up-interval so that hosts arriving together join in one restart.
+   inprocess   survivors keep their processes, restore their last commit and go on; a
+               worker that does not register within --start-timeout has failed
+   PyTorch: docs/pytorch.md.
+
 Hosts come from one provider:
    --provider local        this machine, one host per slot (the default)
    -H host[:slots],...     a fixed list (--provider fixed)
@@ -50,6 +65,7 @@ Workers start through one launcher:
 
 Examples:
    elasticd run -np 4 --min-np 2 -- ./train
+   elasticd run -np 4 --min-np 2 --max-np 8 -- /usr/bin/python3 train.py --checkpoint /data/ckpt.pt
    elasticd run -np 8 -H gpu1:4,gpu2:4 --launcher ssh -- python train.py
    elasticd run -np 4 --max-np 16 --host-discovery-script ./hosts.sh -- ./train
    elasticd run -np 8 --launcher agent --agent-secret-file /etc/elasticd/agent-secret \
@@ -77,7 +93,9 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.DurationFlag{Name: "discovery-interval", Value: time.Second, Usage: "how often hosts are discovered", EnvVars: []string{"ELASTICD_DISCOVERY_INTERVAL"}},
 			&cli.IntFlag{Name: "reset-limit", Usage: "resets caused by failures before the job fails (0: unlimited; scale-ups and removals do not count)", EnvVars: []string{"ELASTICD_RESET_LIMIT"}},
 			&cli.DurationFlag{Name: "elastic-timeout", Value: driver.DefaultElasticTimeout, Usage: "how long fewer than --min-np slots are tolerated", EnvVars: []string{"ELASTICD_ELASTIC_TIMEOUT"}},
-			&cli.DurationFlag{Name: "start-timeout", Value: driver.DefaultStartTimeout, Usage: "how long a launched worker may take to register", EnvVars: []string{"ELASTICD_START_TIMEOUT"}},
+			&cli.StringFlag{Name: "mode", Value: string(driver.ModeAuto), Usage: "how workers recover from a change of membership: auto, restart (stop and relaunch the whole group; torchrun-style scripts) or inprocess (survivors keep their processes); see above", EnvVars: []string{"ELASTICD_MODE"}},
+			&cli.DurationFlag{Name: "scale-up-interval", Value: driver.DefaultScaleUpInterval, Usage: "restart mode: how long after a generation starts a restart to grow may come at the earliest; slots arriving meanwhile join together (failures and notices restart at once)", EnvVars: []string{"ELASTICD_SCALE_UP_INTERVAL"}},
+			&cli.DurationFlag{Name: "start-timeout", Value: driver.DefaultStartTimeout, Usage: "in-process mode: how long a launched worker may take to register (restart-mode scripts never register and are not failed for it)", EnvVars: []string{"ELASTICD_START_TIMEOUT"}},
 			&cli.DurationFlag{Name: "barrier-timeout", Value: driver.DefaultBarrierTimeout, Usage: "once a reset begins, how long a worker may take to reach it before it counts as failed", EnvVars: []string{"ELASTICD_BARRIER_TIMEOUT"}},
 			&cli.DurationFlag{Name: "comm-timeout", Value: 30 * time.Second, Usage: "how long a worker waits on a silent peer inside a collective", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
 			&cli.StringFlag{Name: "blacklist-cooldown-range", Value: "10s,5m", Usage: "`MIN,MAX` cooldown of a failed slot: MIN after the first failure, doubling per failure up to MAX (seconds or durations; 'MIN MAX' as two arguments works too)", EnvVars: []string{"ELASTICD_BLACKLIST_COOLDOWN_RANGE"}},
@@ -141,17 +159,21 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 		return o, cli.Exit("run: no command: put the training command after --, e.g. elasticd run -np 4 -- ./train", 2)
 	}
 	o.Command = c.Args().Slice()
+	var err error
 	if !c.IsSet("np") {
 		return o, usageError("np", "required: how many workers to start with, e.g. -np 4")
 	}
 	o.NP, o.MinNP, o.MaxNP, o.ResetLimit = c.Int("np"), c.Int("min-np"), c.Int("max-np"), c.Int("reset-limit")
 	o.ElasticTimeout, o.StartTimeout, o.BarrierTimeout = c.Duration("elastic-timeout"), c.Duration("start-timeout"), c.Duration("barrier-timeout")
-	for _, f := range []string{"elastic-timeout", "start-timeout", "barrier-timeout", "comm-timeout", "discovery-interval", "stop-grace"} {
+	if o.Mode, err = driver.ParseMode(c.String("mode")); err != nil {
+		return o, usageError("mode", "%q: use auto, restart or inprocess (see elasticd run --help)", c.String("mode"))
+	}
+	o.ScaleUpInterval = c.Duration("scale-up-interval")
+	for _, f := range []string{"elastic-timeout", "start-timeout", "barrier-timeout", "comm-timeout", "discovery-interval", "stop-grace", "scale-up-interval"} {
 		if c.Duration(f) <= 0 {
 			return o, usageError(f, "%v: must be positive, e.g. 30s", c.Duration(f))
 		}
 	}
-	var err error
 	if o.CooldownMin, o.CooldownMax, err = parseCooldown(c.String("blacklist-cooldown-range")); err != nil {
 		return o, usageError("blacklist-cooldown-range", "%v", err)
 	}

@@ -93,8 +93,8 @@ func fetchStatus(ctx context.Context, target string) ([]byte, error) {
 // printJobStatus writes a readable summary of s.
 func printJobStatus(w io.Writer, s *driver.Status, events int) {
 	elapsed := (time.Duration(s.ElapsedSeconds) * time.Second).String()
-	fmt.Fprintf(w, "job %s: %s, generation %d, world size %d (np %d, min %d, max %d), running for %s\n",
-		s.JobID, s.Phase, s.Generation, s.WorldSize, s.NP, s.MinNP, s.MaxNP, elapsed)
+	fmt.Fprintf(w, "job %s: %s, generation %d, world size %d (np %d, min %d, max %d), %s mode, running for %s\n",
+		s.JobID, s.Phase, s.Generation, s.WorldSize, s.NP, s.MinNP, s.MaxNP, s.Mode, elapsed)
 	if s.Finished != nil {
 		fmt.Fprintf(w, "finished: exit %d: %s\n", s.Finished.Code, s.Finished.Reason)
 	}
@@ -153,6 +153,9 @@ func costLine(s *driver.Status) string {
 		line += fmt.Sprintf("; saved %s (%.0f%%) against %s on demand", f(c.Savings), c.SavingsPercent, f(c.OnDemandEquivalent))
 	}
 	line += fmt.Sprintf("; rollbacks threw away %d steps, %s", s.Progress.RolledBackSteps, f(c.RolledBack))
+	if n := s.Progress.UnreportedRestarts; n > 0 {
+		line += fmt.Sprintf(", and an unknown amount in %d %s of a script that reports no progress (elasticd.progress, docs/pytorch.md)", n, plural(n, "restart"))
+	}
 	if len(c.Unpriced) > 0 {
 		line += fmt.Sprintf("; no price for %s: give --prices FILE", strings.Join(c.Unpriced, ", "))
 	}
