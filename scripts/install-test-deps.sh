@@ -6,7 +6,10 @@
 #   - util-linux (setsid): the remote launch wrapper runs each worker in its own session;
 #   - gcc and libc6-dev: the race detector (go test -race) and go-nvml's bindings need cgo;
 #   - chromium and a font: the live page's tests load it in headless Chromium
-#     (internal/browsertest; with CI set they fail rather than skip when it is missing).
+#     (internal/browsertest; with CI set they fail rather than skip when it is missing);
+#   - python3-torch and python3-pytest: the PyTorch modes' tests run real torch (gloo on
+#     loopback) under Debian's interpreter, /usr/bin/python3 (a python3 earlier on PATH may
+#     lack torch; no Python package index is used).
 # Also creates /run/sshd, which sshd needs for privilege separation. Run as root (CI does) or
 # with sudo available.
 set -euo pipefail
@@ -24,6 +27,8 @@ command -v setsid >/dev/null || missing+=(util-linux)
 # go test -race needs cgo, so a C compiler and libc headers (also for go-nvml's cgo bindings).
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 [ -x /usr/bin/chromium ] || missing+=(chromium fonts-dejavu-core)
+/usr/bin/python3 -c 'import torch' 2>/dev/null || missing+=(python3-torch)
+/usr/bin/python3 -c 'import pytest' 2>/dev/null || missing+=(python3-pytest)
 
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "install-test-deps: installing ${missing[*]}"
