@@ -649,7 +649,7 @@ func (m *Machine) advance(now time.Time) []Action {
 			}
 		}
 		if m.failed && len(m.order) > 1 && m.ownExits >= len(m.order) {
-			return m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed by themselves%s", len(m.order), m.gen, m.lastFailureSuffix()))
+			return m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed%s", len(m.order), m.gen, m.lastFailureSuffix()))
 		}
 		m.Resets++
 		m.restartLost()

@@ -249,7 +249,7 @@ func TestRestartEndsWhenEveryWorkerFailsByItself(t *testing.T) {
 	s.after(time.Second).exit("h0", 2) // python3: can't open file 'tarin.py'
 	s.exit("h1", 2)
 	f := finish(s.exit("h2", 2))
-	if f == nil || f.Code != ExitFailed || !strings.Contains(f.Reason, "all 3 workers of generation 1 failed by themselves; last failure: rank 0 (h0/0) exit 2") {
+	if f == nil || f.Code != ExitFailed || !strings.Contains(f.Reason, "all 3 workers of generation 1 failed; last failure: rank 0 (h0/0) exit 2") {
 		t.Fatalf("finish = %+v", f)
 	}
 	// Peers that a SIGKILLed worker took down are no such case.

@@ -152,9 +152,13 @@ func costLine(s *driver.Status) string {
 	if c.OnDemandEquivalent > 0 {
 		line += fmt.Sprintf("; saved %s (%.0f%%) against %s on demand", f(c.Savings), c.SavingsPercent, f(c.OnDemandEquivalent))
 	}
-	line += fmt.Sprintf("; rollbacks threw away %d steps, %s", s.Progress.RolledBackSteps, f(c.RolledBack))
-	if n := s.Progress.UnreportedRestarts; n > 0 {
-		line += fmt.Sprintf(", and an unknown amount in %d %s of a script that reports no progress (elasticd.progress, docs/pytorch.md)", n, plural(n, "restart"))
+	switch p := s.Progress; {
+	case s.Mode == "restart" && p.UpdatedAt == nil:
+		line += "; work thrown away by restarts unknown: the script reports no progress (elasticd.progress, docs/pytorch.md)"
+	case p.UnreportedRestarts > 0:
+		line += fmt.Sprintf("; rollbacks threw away %d steps, %s, and an unknown amount in %d %s where the script reported no progress", p.RolledBackSteps, f(c.RolledBack), p.UnreportedRestarts, plural(p.UnreportedRestarts, "restart"))
+	default:
+		line += fmt.Sprintf("; rollbacks threw away %d steps, %s", p.RolledBackSteps, f(c.RolledBack))
 	}
 	if len(c.Unpriced) > 0 {
 		line += fmt.Sprintf("; no price for %s: give --prices FILE", strings.Join(c.Unpriced, ", "))
