@@ -160,6 +160,7 @@ func TestMalformed(t *testing.T) {
 		{"trailing data", "POST", state, `{"generation":1,"state":"READY"} {}`, 400, "data after the JSON object"},
 		{"unknown state", "POST", state, `{"generation":1,"state":"RUNNING"}`, 400, `unknown state "RUNNING": want READY, SUCCESS or FAILURE`},
 		{"missing generation", "POST", state, `{"state":"READY"}`, 400, `missing "generation"`},
+		{"another protocol version", "POST", state, `{"protocol":2,"generation":1,"state":"READY"}`, 400, "rendezvous protocol version 2 is not spoken by this driver, which speaks version 1"},
 		{"generation of the wrong type", "POST", state, `{"generation":"1","state":"READY"}`, 400, `field "generation": JSON string where a number was expected`},
 		{"negative generation", "POST", state, `{"generation":-1,"state":"READY"}`, 400, `field "generation"`},
 		{"message too long", "POST", state, `{"generation":1,"state":"FAILURE","message":"` + strings.Repeat("x", rendezvous.MaxMessage+1) + `"}`, 400, "message of 4097 bytes is longer than 4096"},

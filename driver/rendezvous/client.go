@@ -142,7 +142,7 @@ func (c *Client) ReportReady(ctx context.Context, gen uint64, msg string, rb Rol
 func (c *Client) report(ctx context.Context, gen uint64, st State, msg string, rb Rollback) error {
 	// Invalid UTF-8 would grow in JSON (each bad byte becomes U+FFFD), so replace it first.
 	msg = truncate(strings.ToValidUTF8(msg, "\uFFFD"), MaxMessage)
-	body, err := json.Marshal(stateRequest{Generation: &gen, State: st, Message: msg, ReportID: randomHex(), Rollback: rb})
+	body, err := json.Marshal(stateRequest{Protocol: ProtocolVersion, Generation: &gen, State: st, Message: msg, ReportID: randomHex(), Rollback: rb})
 	if err != nil {
 		return fmt.Errorf("rendezvous: report %s: %w", st, err)
 	}

@@ -408,6 +408,9 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
+	case req.Protocol != 0 && req.Protocol != ProtocolVersion:
+		http.Error(w, fmt.Sprintf("rendezvous protocol version %d is not spoken by this driver, which speaks version %d: run workers and driver from the same elasticd release", req.Protocol, ProtocolVersion), http.StatusBadRequest)
+		return
 	case req.Generation == nil:
 		http.Error(w, `missing "generation"`, http.StatusBadRequest)
 		return

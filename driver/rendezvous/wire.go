@@ -89,8 +89,16 @@ const (
 	nonceBytes    = 16
 )
 
+// ProtocolVersion is the version of the rendezvous protocol (docs/protocol.md §2) that this
+// driver and its clients speak: the Go worker and the Python package (python/elasticd) send it
+// with every state report, and the server refuses a report of another version, so a worker
+// built against another release fails at registration with a clear error instead of
+// misreading the answers. A report without it (older clients) is taken as version 1.
+const ProtocolVersion = 1
+
 // stateRequest is the body of POST /v1/workers/{id}/state.
 type stateRequest struct {
+	Protocol   int     `json:"protocol,omitempty"`
 	Generation *uint64 `json:"generation"`
 	State      State   `json:"state"`
 	Message    string  `json:"message,omitempty"`
