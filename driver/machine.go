@@ -376,9 +376,6 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 		status = "killed by " + e.Signal
 	}
 	if !inPlan || w.stopping {
-		if inPlan && m.phase == phaseRestarting && failedByItself(e) {
-			m.ownExits++
-		}
 		delete(m.workers, e.Worker)
 		acts := []Action{Note{"worker outside the current generation exited", []any{"worker", e.Worker.String(), "status", status}}}
 		return append(acts, m.completeNotices()...)
@@ -394,20 +391,27 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 		return nil
 	}
 	delete(m.workers, e.Worker)
+	if failedByItself(e) {
+		m.ownExits++
+	}
+	if m.phase == phaseRestarting { // one more worker failing at start, in the collateral window
+		m.j.event(now, EventFailure, "rank %d (%s) %s too", rank, e.Worker, status)
+		return []Action{Note{"worker failed too", []any{"rank", rank, "worker", e.Worker.String(), "status", status}}}
+	}
 	m.lastFailure = fmt.Sprintf("rank %d (%s) %s", rank, e.Worker, status)
 	if m.phase == phaseFinishing {
 		return m.finish(ExitFailed, fmt.Sprintf("%s after another worker had finished", m.lastFailure))
 	}
 	m.hosts.Blacklist(now, e.Worker.String())
-	if failedByItself(e) {
-		m.ownExits++
-	}
 	m.j.event(now, EventFailure, "rank %d (%s) %s; its slot is blacklisted", rank, e.Worker, status)
 	acts := []Action{Note{"worker failed; its slot is blacklisted", []any{"rank", rank, "worker", e.Worker.String(), "status", status}}}
 	// In restart mode the state is the script's checkpoint, not in the workers: losing them
 	// all is one more restart.
 	if m.inProcess() && m.allFailed() {
 		return append(acts, m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed; last failure: %s", len(m.order), m.gen, m.lastFailure))...)
+	}
+	if m.phase == phaseRunning && !m.inProcess() && failedByItself(e) && now.Sub(m.started) < startupWindow {
+		return append(acts, m.awaitPeers(now)...)
 	}
 	if m.phase == phaseRunning || m.phase == phaseResetting {
 		acts = append(acts, m.beginReset(now, true, m.lastFailure)...)
@@ -567,6 +571,9 @@ func (m *Machine) tick(now time.Time) []Action {
 		return acts
 	}
 	switch m.phase {
+	case phaseRestarting: // the collateral window is over: stop whoever has not failed
+		m.deadline = time.Time{}
+		acts = append(acts, m.stopAll(time.Time{}, "restart of generation "+strconv.FormatUint(m.gen, 10)+": "+m.lastFailure)...)
 	case phaseResetting: // the barrier timed out: whoever has not reported is hung
 		for _, id := range m.order {
 			if w := m.workers[id]; w != nil && !w.exited && !w.stopping && w.ready == m.gen {

@@ -20,12 +20,20 @@ import (
 // "Connection closed by peer") exits as a stopped worker: not blamed, not blacklisted, not
 // counted against --reset-limit.
 
-// A generation whose every worker failed by itself (an exit code of 1-127: an exception, a
-// missing file; not a signal, not a lost connection's 255, not a SIGTERM handler's 143) has a
-// script that fails wherever it runs: the job ends (with two workers or more), as it does
-// in-process, instead of restarting it on ever fewer slots. A worker killed by a signal (a
-// lost spot host) is the usual cause of a restart, and its peers then die of its absence,
-// not by themselves.
+// A script that fails wherever it runs (a typo in its name, a missing module, a bad
+// argument) must end the job at once, as it does in-process, rather than be restarted on
+// ever fewer slots. Such a failure is an exit code of 1-127 (not a signal, not a lost
+// connection's 255, not a SIGTERM handler's 143) soon after the generation started, and its
+// peers are failing too. So a worker that fails by itself within startupWindow of the start
+// does not stop the others at once: for collateralWindow they may fail by themselves as
+// well, and if every worker of the generation does (two or more), the job ends. A failure
+// later on, or by a signal (a lost spot host), restarts at once.
+const (
+	startupWindow    = 30 * time.Second
+	collateralWindow = 2 * time.Second
+)
+
+// failedByItself reports an exit that the process chose (an exception, a missing file).
 func failedByItself(e WorkerExited) bool {
 	return e.Signal == "" && e.Code > 0 && e.Code < 128
 }
@@ -54,6 +62,22 @@ func (m *Machine) restart(now time.Time, failure bool, why string, deadline time
 	m.j.rdvStart, m.j.rdvGen = now, 0
 	m.j.event(now, EventReset, "generation %d restarts: %s", m.gen, why)
 	acts := []Action{Note{"restarting the whole group", []any{"generation", m.gen, "reason", why}}}
+	return append(acts, m.stopAll(deadline, "restart of generation "+fmt.Sprint(m.gen)+": "+why)...)
+}
+
+// awaitPeers begins a restart after a failure at start without stopping the others yet: tick
+// stops them after collateralWindow, unless they have all failed by then (see startupWindow).
+func (m *Machine) awaitPeers(now time.Time) []Action {
+	m.failed = true
+	m.phase, m.deadline, m.growAt = phaseRestarting, now.Add(collateralWindow), time.Time{}
+	m.j.rdvStart, m.j.rdvGen = now, 0
+	m.j.event(now, EventReset, "generation %d restarts: %s", m.gen, m.lastFailure)
+	return []Action{Note{"a worker failed at start; the others are stopped in a moment unless they fail too", []any{"generation", m.gen, "wait", collateralWindow}}}
+}
+
+// stopAll stops every live worker of the generation at once.
+func (m *Machine) stopAll(deadline time.Time, why string) []Action {
+	var acts []Action
 	var ids []rendezvous.WorkerID
 	for id, w := range m.workers {
 		if !w.exited && !w.stopping {
@@ -63,7 +87,7 @@ func (m *Machine) restart(now time.Time, failure bool, why string, deadline time
 	slices.SortFunc(ids, func(a, b rendezvous.WorkerID) int { return strings.Compare(a.String(), b.String()) })
 	for _, id := range ids {
 		m.workers[id].stopping = true
-		acts = append(acts, Stop{Worker: id, Reason: "restart of generation " + fmt.Sprint(m.gen) + ": " + why, Deadline: deadline})
+		acts = append(acts, Stop{Worker: id, Reason: why, Deadline: deadline})
 	}
 	return acts
 }

@@ -259,3 +259,26 @@ func TestRestartEndsWhenEveryWorkerFailsByItself(t *testing.T) {
 	s.exit("h1", 1)
 	s.expectPlan(s.exit("h2", 1), 2, "h1", "h2")
 }
+
+// A worker failing by itself at start waits collateralWindow before the others are stopped;
+// past it, the others are stopped and the group restarts.
+func TestRestartWaitsForPeersOnlyAtStart(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 1, Mode: ModeRestart})
+	s.startRestart(3)
+	acts := s.after(time.Second).exit("h0", 1)
+	if has[Stop](acts) {
+		t.Fatalf("stopped the others at once after a failure at start: %v", acts)
+	}
+	if dl := s.m.NextDeadline(s.now); !dl.Equal(s.now.Add(collateralWindow)) {
+		t.Fatalf("deadline %v", dl)
+	}
+	if got := stopped(s.after(collateralWindow).tick()); !slices.Equal(got, []string{"h1", "h2"}) {
+		t.Fatalf("stopped %v after the window", got)
+	}
+	s.expectPlan(s.exitAll("h1", "h2"), 2, "h1", "h2")
+	// Later in a generation, an exception restarts at once.
+	acts = s.after(time.Minute).exit("h1", 1)
+	if got := stopped(acts); !slices.Equal(got, []string{"h2"}) {
+		t.Fatalf("stopped %v", got)
+	}
+}

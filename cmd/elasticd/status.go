@@ -153,7 +153,7 @@ func costLine(s *driver.Status) string {
 		line += fmt.Sprintf("; saved %s (%.0f%%) against %s on demand", f(c.Savings), c.SavingsPercent, f(c.OnDemandEquivalent))
 	}
 	switch p := s.Progress; {
-	case s.Mode == "restart" && p.UpdatedAt == nil:
+	case s.Mode == "restart" && p.UpdatedAt == nil && s.Resets > 0:
 		line += "; work thrown away by restarts unknown: the script reports no progress (elasticd.progress, docs/pytorch.md)"
 	case p.UnreportedRestarts > 0:
 		line += fmt.Sprintf("; rollbacks threw away %d steps, %s, and an unknown amount in %d %s where the script reported no progress", p.RolledBackSteps, f(c.RolledBack), p.UnreportedRestarts, plural(p.UnreportedRestarts, "restart"))
