@@ -57,6 +57,48 @@ func (l launcher) Start(ctx context.Context, s launch.Spec) (launch.Process, err
 	return p, nil
 }
 
+// findPortTimeout bounds FreePort's wait for the agent's answer: an agent older than the
+// driver ignores the command, and the driver then picks a port itself.
+const findPortTimeout = 5 * time.Second
+
+// FreePort asks the agent of host for a TCP port free there (launch.PortFinder).
+func (l launcher) FreePort(ctx context.Context, host string) (int, error) {
+	r := l.r
+	r.mu.Lock()
+	sess := r.agentForLocked(host)
+	if sess == nil {
+		r.mu.Unlock()
+		return 0, fmt.Errorf("find a free port on %s: no agent is connected for it", host)
+	}
+	r.nextProc++
+	id := r.nextProc
+	ch := make(chan Event, 1)
+	if r.ports == nil {
+		r.ports = map[uint64]chan Event{}
+	}
+	r.ports[id] = ch
+	sess.queueLocked(Command{Op: OpFindPort, Proc: id})
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.ports, id)
+		r.mu.Unlock()
+	}()
+	timer := time.NewTimer(findPortTimeout)
+	defer timer.Stop()
+	select {
+	case ev := <-ch:
+		if ev.Error != "" || ev.Port <= 0 || ev.Port > 65535 {
+			return 0, fmt.Errorf("find a free port on %s: the agent answered port %d: %s", host, ev.Port, ev.Error)
+		}
+		return ev.Port, nil
+	case <-ctx.Done():
+		return 0, fmt.Errorf("find a free port on %s: %w", host, ctx.Err())
+	case <-timer.C:
+		return 0, fmt.Errorf("find a free port on %s: no answer from its agent within %v (an agent older than this driver?)", host, findPortTimeout)
+	}
+}
+
 // workerOf is the worker ID in a spec's environment, for the agent's log.
 func workerOf(s launch.Spec) string {
 	for _, kv := range s.Env {

@@ -94,6 +94,7 @@ type Registry struct {
 	sessions map[string]*session // live sessions by ID
 	seen     map[string]time.Time
 	nextProc uint64
+	ports    map[uint64]chan Event // OpFindPort requests awaiting their KindPort answer
 }
 
 // session is one registration of one agent process.
@@ -488,6 +489,14 @@ func (r *Registry) event(s *session, p *process, ev Event) error {
 	case KindOutput:
 		if p != nil {
 			p.output(ev.Stream, ev.Data)
+		}
+	case KindPort:
+		r.mu.Lock()
+		ch := r.ports[ev.Proc]
+		delete(r.ports, ev.Proc)
+		r.mu.Unlock()
+		if ch != nil {
+			ch <- ev // buffered: the asker may have given up
 		}
 	case KindExited:
 		if p == nil {

@@ -33,6 +33,7 @@ const (
 	OpStart          = "start"           // start a worker process
 	OpStop           = "stop"            // SIGTERM a worker, SIGKILL after GraceMS
 	OpCompleteNotice = "complete-notice" // the host's workers are gone: answer the notice (Azure: StartRequests)
+	OpFindPort       = "find-port"       // find a TCP port free on the host (a MASTER_PORT); answered by a KindPort event with the same Proc
 )
 
 // Event kinds.
@@ -43,6 +44,7 @@ const (
 	KindNotice  = "notice"  // the cloud will take this host (Notice)
 	KindGPU     = "gpu"     // a GPU is unfit to train on (GPU)
 	KindLoad    = "load"    // the host's mean GPU busy fraction (GPUBusy), for --slot-policy loadaware
+	KindPort    = "port"    // the answer to OpFindPort (Proc): Port, or Error
 )
 
 // GPU is one device of an agent's host.
@@ -141,6 +143,8 @@ type Event struct {
 	GPU    *GPUFault `json:"gpu,omitempty"`
 	// GPUBusy is the mean busy fraction (0 to 1) of the host's GPUs.
 	GPUBusy float64 `json:"gpu_busy,omitempty"`
+	// Port answers OpFindPort.
+	Port int `json:"port,omitempty"`
 }
 
 // EventsRequest is the body of POST /v1/agents/{session}/events.

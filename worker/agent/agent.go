@@ -416,6 +416,14 @@ func (s *sess) exec(ctx context.Context, c agents.Command) {
 		}
 	case agents.OpCompleteNotice:
 		s.a.completeNotice(c.Notice)
+	case agents.OpFindPort:
+		ev := agents.Event{Kind: agents.KindPort, Proc: c.Proc}
+		port, err := launch.NewLocal().(launch.PortFinder).FreePort(ctx, "")
+		if err != nil {
+			ev.Error = err.Error()
+		}
+		ev.Port = port
+		s.ob.add(ev)
 	default:
 		s.a.log.Warn("unknown command from the driver ignored (is the driver newer than this agent?)", "op", c.Op)
 	}

@@ -236,6 +236,30 @@ func TestStartThroughAgent(t *testing.T) {
 	}
 }
 
+// The driver asks an agent for a port free on its host (the MASTER_PORT of a restart-mode
+// generation whose rank 0 is there); a host without an agent is an error, not a guess.
+func TestFreePortThroughAgent(t *testing.T) {
+	d := startDriver(t, "127.0.0.1:0", "job-1")
+	runAgent(t, agent.Config{DriverURL: d.url(), GPUs: &fakeGPUs{faults: make(chan gpu.Event)}})
+	d.waitAgents(1)
+	f, ok := d.reg.Launcher().(launch.PortFinder)
+	if !ok {
+		t.Fatal("the agent launcher finds no ports")
+	}
+	port, err := f.FreePort(t.Context(), "127.0.0.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatalf("port %d from the agent is not free: %v", port, err)
+	}
+	ln.Close()
+	if _, err := f.FreePort(t.Context(), "host-without-agent"); err == nil || !strings.Contains(err.Error(), "no agent is connected") {
+		t.Fatalf("FreePort on a host without agent: %v", err)
+	}
+}
+
 // Stop reaches the worker through the agent: SIGTERM, and the exit comes back.
 func TestStopThroughAgent(t *testing.T) {
 	d := startDriver(t, "127.0.0.1:0", "job-1")
