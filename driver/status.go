@@ -127,7 +127,8 @@ type WorkerStatus struct {
 	Host string `json:"host"`
 	Slot int    `json:"slot"`
 	Rank int    `json:"rank"` // in the current generation; -1 when not part of it
-	// State is "running" (registered), "starting" (launched, not registered yet) or
+	// State is "running" (registered; with --mode restart, launched; with auto, launched
+	// longer than --start-timeout ago), "starting" (launched, not registered yet) or
 	// "stopping" (told to stop: its host left, it failed, or it is over --max-np).
 	State string `json:"state"`
 }
@@ -222,7 +223,7 @@ func (m *Machine) Snapshot() Status {
 		switch {
 		case w.stopping:
 			ws.State, ws.Rank = "stopping", -1
-		case due:
+		case due && m.cfg.Mode != ModeRestart: // a restart-mode script never registers
 			ws.State = "starting"
 		}
 		s.Workers = append(s.Workers, ws)
