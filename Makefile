@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build test test-deps demo bench bench-go bench-compare lint clean
+.PHONY: all build test test-go test-python test-deps demo bench bench-go bench-compare bench-pytorch lint clean
 
 all: build
 
@@ -15,9 +15,18 @@ build:
 	$(GO) build -o bin/train ./examples/train
 
 # The whole suite, with the race detector, as CI runs it. test-deps installs what the tests
-# need beyond Go (OpenSSH for the ssh launcher's real-sshd tests); it does nothing when present.
-test: test-deps
-	$(GO) test -race -count=1 -timeout 20m ./...
+# need beyond Go (OpenSSH for the ssh launcher's real-sshd tests, Debian's python3-torch and
+# python3-pytest for the PyTorch tests); it does nothing when present.
+test: test-deps test-go test-python
+
+test-go:
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+# The Python package's tests (python/tests), under Debian's interpreter, which has torch: a
+# python3 earlier on PATH may not (override with PYTHON=...).
+PYTHON ?= /usr/bin/python3
+test-python: build
+	cd python && ELASTICD_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m pytest -q -p no:cacheprovider tests
 
 test-deps:
 	scripts/install-test-deps.sh

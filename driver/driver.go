@@ -282,6 +282,9 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	for id, p := range d.procs {
 		d.stop(id, p, d.o.StopGrace)
 	}
+	if c, ok := d.o.Launcher.(io.Closer); ok { // launch.Warm's spare interpreters
+		defer c.Close()
+	}
 	stopWatch()
 	d.drain(&bg)
 	srv.Close()

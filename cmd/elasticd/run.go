@@ -95,6 +95,7 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.DurationFlag{Name: "elastic-timeout", Value: driver.DefaultElasticTimeout, Usage: "how long fewer than --min-np slots are tolerated", EnvVars: []string{"ELASTICD_ELASTIC_TIMEOUT"}},
 			&cli.StringFlag{Name: "mode", Value: string(driver.ModeAuto), Usage: "how workers recover from a change of membership: auto, restart (stop and relaunch the whole group; torchrun-style scripts) or inprocess (survivors keep their processes); see above", EnvVars: []string{"ELASTICD_MODE"}},
 			&cli.DurationFlag{Name: "scale-up-interval", Value: driver.DefaultScaleUpInterval, Usage: "restart mode: how long after a generation starts a restart to grow may come at the earliest; slots arriving meanwhile join together (failures and notices restart at once)", EnvVars: []string{"ELASTICD_SCALE_UP_INTERVAL"}},
+			&cli.BoolFlag{Name: "warm-start", Usage: "restart mode, --launcher local, a python command: keep a spare interpreter per slot with torch already imported, so that a restart does not wait for Python and torch to load again (costs one idle interpreter's memory per slot)", EnvVars: []string{"ELASTICD_WARM_START"}},
 			&cli.DurationFlag{Name: "start-timeout", Value: driver.DefaultStartTimeout, Usage: "in-process mode: how long a launched worker may take to register (restart-mode scripts never register and are not failed for it)", EnvVars: []string{"ELASTICD_START_TIMEOUT"}},
 			&cli.DurationFlag{Name: "barrier-timeout", Value: driver.DefaultBarrierTimeout, Usage: "once a reset begins, how long a worker may take to reach it before it counts as failed", EnvVars: []string{"ELASTICD_BARRIER_TIMEOUT"}},
 			&cli.DurationFlag{Name: "comm-timeout", Value: 30 * time.Second, Usage: "how long a worker waits on a silent peer inside a collective", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
@@ -204,6 +205,14 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 	switch l := c.String("launcher"); l {
 	case "local":
 		o.Launcher = launch.NewLocal()
+		if c.Bool("warm-start") {
+			if o.Mode == driver.ModeInProcess {
+				return o, usageError("warm-start", "only for restart mode: in-process workers keep their processes")
+			}
+			if o.Launcher, err = launch.NewWarm(o.Logger); err != nil {
+				return o, err
+			}
+		}
 		if c.String("provider") == "agents" {
 			return o, usageError("provider", "agents: needs --launcher agent")
 		}
@@ -217,6 +226,9 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 		}
 	default:
 		return o, usageError("launcher", "%q: use local, ssh or agent", l)
+	}
+	if c.Bool("warm-start") && c.String("launcher") != "local" {
+		return o, usageError("warm-start", "only with --launcher local: a spare is handed its worker through a file on this machine")
 	}
 	if c.IsSet("agent-secret-file") && c.String("launcher") != "agent" {
 		return o, usageError("agent-secret-file", "only used with --launcher agent")
