@@ -451,13 +451,15 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 }
 
 // masterPort is the MASTER_PORT of a's generation: a port free on rank 0's host, found there
-// once per generation (launch.PortFinder); a random one where the launcher cannot look.
+// once per generation (launch.PortFinder); a random one where the launcher cannot look, and
+// in-process, where workers bootstrap through the rendezvous and a look would only delay
+// the launch.
 func (d *runner) masterPort(ctx context.Context, a Launch) int {
 	if d.portGen == a.Generation {
 		return d.port
 	}
 	d.portGen = a.Generation
-	if f, ok := d.o.Launcher.(launch.PortFinder); ok {
+	if f, ok := d.o.Launcher.(launch.PortFinder); ok && !a.InProcess {
 		port, err := f.FreePort(ctx, a.MasterAddr)
 		if err == nil {
 			d.port = port

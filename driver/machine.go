@@ -109,6 +109,9 @@ type Launch struct {
 	// Restarts is how many times the whole group was restarted before this launch
 	// (TORCHELASTIC_RESTART_COUNT).
 	Restarts int
+	// InProcess is set when the job recovers in-process: its workers bootstrap through the
+	// rendezvous, and MASTER_PORT need not be looked for on rank 0's host.
+	InProcess bool
 }
 
 // Stop ends a worker process (SIGTERM, then SIGKILL after the grace period).
@@ -747,7 +750,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 			m.workers[id] = &workerInfo{}
 			m.regDue[id] = now.Add(m.cfg.StartTimeout)
 			acts = append(acts, Launch{Worker: id, Addr: addrOf[id], Generation: m.gen, Assignment: m.plan[id], MasterAddr: master,
-				Group: group[addrOf[id]], Groups: len(group), Restarts: m.Resets})
+				Group: group[addrOf[id]], Groups: len(group), Restarts: m.Resets, InProcess: m.inProcess()})
 		}
 	}
 	for id, w := range m.workers { // workers left out (removed hosts, over --max-np) are stopped
