@@ -1,0 +1,246 @@
+package main_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Restart mode end to end: examples/pytorch/train_ddp.py, an ordinary torchrun-style script
+// (init_process_group from the environment, DDP, a checkpoint every few steps, resume from it
+// on start, a checkpoint on SIGTERM), run unmodified by the real binary on real torch with
+// gloo on loopback. The tests run one after the other: each job is 4 Python processes
+// importing torch, on a 2-core machine.
+
+// torchPython is an interpreter that imports torch: Debian's /usr/bin/python3 with
+// python3-torch (scripts/install-test-deps.sh installs it), since a python3 earlier on PATH
+// may lack torch. Without one the tests skip, or fail where CI is set.
+func torchPython(t *testing.T) string {
+	t.Helper()
+	for _, py := range []string{os.Getenv("ELASTICD_TEST_PYTHON"), "/usr/bin/python3", "python3"} {
+		if py == "" {
+			continue
+		}
+		if err := exec.Command(py, "-c", "import torch.distributed").Run(); err == nil {
+			return py
+		}
+	}
+	msg := "no Python with torch: install Debian's python3-torch (scripts/install-test-deps.sh) or set ELASTICD_TEST_PYTHON"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+func repoPath(t *testing.T, rel string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// ddpArgs is the command after --: the script with a checkpoint in a fresh directory.
+func ddpArgs(t *testing.T, py string, extra ...string) (args []string, ckpt string) {
+	ckpt = filepath.Join(t.TempDir(), "ckpt.pt")
+	return append([]string{"--", py, repoPath(t, "examples/pytorch/train_ddp.py"), "--checkpoint", ckpt, "--hidden", "64"}, extra...), ckpt
+}
+
+var stepRe = regexp.MustCompile(`(?m)^\[0\] step (\d+) t=\S+ world=(\d+)`)
+
+// rank0Steps lists rank 0's completed steps and the world size of each, in output order.
+func rank0Steps(out string) (nums, worlds []int) {
+	for _, m := range stepRe.FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		w, _ := strconv.Atoi(m[2])
+		nums, worlds = append(nums, n), append(worlds, w)
+	}
+	return nums, worlds
+}
+
+var resumedRe = regexp.MustCompile(`(?m)^\[0\] resumed from step (\d+)`)
+
+func resumes(out string) []int {
+	var r []int
+	for _, m := range resumedRe.FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		r = append(r, n)
+	}
+	return r
+}
+
+// checkSteps checks that every step up to total was completed, in a run where each restart
+// resumed from a checkpoint: the steps after a resume continue from the resume point.
+func checkSteps(t *testing.T, out string, total int) {
+	t.Helper()
+	nums, _ := rank0Steps(out)
+	seen := map[int]bool{}
+	for _, n := range nums {
+		seen[n] = true
+	}
+	for s := 1; s <= total; s++ {
+		if !seen[s] {
+			t.Fatalf("step %d never completed (steps seen: %v)", s, nums)
+		}
+	}
+	if !strings.Contains(out, fmt.Sprintf("[0] done step %d", total)) {
+		t.Fatalf("no \"done step %d\" from rank 0", total)
+	}
+}
+
+// A worker SIGKILLed mid-training: the whole group restarts from the script's checkpoint,
+// the job finishes with exit 0 at the right step, the killed slot alone is blamed, and the
+// job's last line gives the steps the restart threw away. --start-timeout is far shorter
+// than the job: a script that never registers is not failed for it.
+func TestPyTorchRestartSurvivesSIGKILL(t *testing.T) {
+	py := torchPython(t)
+	cmd, _ := ddpArgs(t, py, "--steps", "60", "--checkpoint-every", "10", "--step-delay", "0.05", "--die-at-step", "25", "--die-rank", "1")
+	j := startJob(t, append([]string{"run", "-np", "4", "--min-np", "2", "--start-timeout", "1s", "--blacklist-cooldown-range", "1m,2m"}, cmd...)...)
+	if code := j.wait(3 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	out := j.output()
+	checkSteps(t, out, 60)
+	if r := resumes(out); !slices.Equal(r, []int{20}) {
+		t.Fatalf("resumed from %v, want once from the checkpoint at step 20", r)
+	}
+	if n := strings.Count(out, "its slot is blacklisted"); n != 1 || !strings.Contains(out, `worker failed; its slot is blacklisted" rank=1`) {
+		t.Fatalf("%d slots blacklisted: want only the killed rank 1's (its peers' exits are not failures)", n)
+	}
+	if _, worlds := rank0Steps(out); worlds[len(worlds)-1] != 3 {
+		t.Fatalf("final world size %d, want 3", worlds[len(worlds)-1])
+	}
+	if !strings.Contains(out, "resets 1 of which 1 after failures") {
+		t.Fatal("summary does not count one failure restart")
+	}
+	if !regexp.MustCompile(`rollbacks threw away [1-9]\d* steps`).MatchString(out) {
+		t.Fatal("the summary does not give the steps since the checkpoint that the restart threw away")
+	}
+}
+
+// A slot added by discovery grows the world, in one restart after --scale-up-interval.
+func TestPyTorchRestartGrowsWhenAHostIsAdded(t *testing.T) {
+	py := torchPython(t)
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts")
+	os.WriteFile(hosts, []byte("127.0.0.1:2\n"), 0o644)
+	script := filepath.Join(dir, "discover.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\ncat "+hosts+"\n"), 0o755)
+	cmd, _ := ddpArgs(t, py, "--steps", "80", "--checkpoint-every", "5", "--step-delay", "0.05")
+	j := startJob(t, append([]string{"run", "-np", "2", "--max-np", "3", "--host-discovery-script", script,
+		"--discovery-interval", "200ms", "--scale-up-interval", "1s"}, cmd...)...)
+	j.waitFor(`\[0\] step 5 `, 90*time.Second)
+	os.WriteFile(hosts, []byte("127.0.0.1:3\n"), 0o644)
+	j.waitFor(`\[0\] step \d+ t=\S+ world=3`, 90*time.Second)
+	if code := j.wait(3 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	out := j.output()
+	checkSteps(t, out, 80)
+	if !strings.Contains(out, "resets 1 of which 0 after failures") {
+		t.Fatal("growing should be one restart, not a failure")
+	}
+}
+
+// A notice (here the operator's `elasticd ctl remove-host`; the clouds' notices take the same
+// path) SIGTERMs every worker at once: the script's handler writes a checkpoint of its last
+// completed step, and the group resumes from it without the host: no step is lost.
+func TestPyTorchRestartNoticeLosesNoStep(t *testing.T) {
+	py := torchPython(t)
+	secret := writeSecret(t)
+	cmd, _ := ddpArgs(t, py, "--steps", "80", "--checkpoint-every", "1000", "--step-delay", "0.05")
+	j := startJob(t, append([]string{"run", "-np", "4", "--min-np", "2", "--admin-secret-file", secret, "--listen", "127.0.0.1:0"}, cmd...)...)
+	j.waitFor(`\[0\] step 20 `, 90*time.Second)
+	env := []string{"ELASTICD_DRIVER=" + driverURL(j), "ELASTICD_ADMIN_SECRET_FILE=" + secret}
+	if _, stderr, code := elasticd(t, env, "ctl", "remove-host", "local-3"); code != 0 {
+		t.Fatalf("ctl remove-host: exit %d: %s", code, stderr)
+	}
+	if code := j.wait(3 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	out := j.output()
+	checkSteps(t, out, 80)
+	r := resumes(out)
+	if len(r) != 1 {
+		t.Fatalf("resumed %v times, want once", r)
+	}
+	// The resume point is the last step completed before the restart: none redone.
+	nums, worlds := rank0Steps(out)
+	i := slices.IndexFunc(worlds, func(w int) bool { return w == 3 })
+	if i < 1 || nums[i-1] != r[0] || nums[i] != r[0]+1 {
+		t.Fatalf("last step before the restart %d, resumed from %d, next step %d: a step was lost or redone", nums[i-1], r[0], nums[i])
+	}
+	if !strings.Contains(out, "rollbacks threw away 0 steps") || strings.Contains(out, "unknown amount") {
+		t.Fatal("the summary should say that the notice threw away no step")
+	}
+}
+
+// Two jobs on one machine at once: each generation's MASTER_PORT is found free on rank 0's
+// host, so neither job's ranks meet the other's store, and both finish.
+func TestPyTorchRestartTwoJobsOnOneMachine(t *testing.T) {
+	py := torchPython(t)
+	var jobs []*job
+	for range 2 {
+		cmd, _ := ddpArgs(t, py, "--steps", "30", "--checkpoint-every", "10", "--step-delay", "0.02")
+		jobs = append(jobs, startJob(t, append([]string{"run", "-np", "2"}, cmd...)...))
+	}
+	ports := map[string]bool{}
+	for i, j := range jobs {
+		if code := j.wait(3 * time.Minute); code != 0 {
+			t.Fatalf("job %d: exit %d", i, code)
+		}
+		checkSteps(t, j.output(), 30)
+		for _, m := range regexp.MustCompile(`env: .*MASTER_PORT=(\d+)`).FindAllStringSubmatch(j.output(), -1) {
+			ports[fmt.Sprintf("%d:%s", i, m[1])] = true
+		}
+	}
+	if len(ports) != 2 {
+		t.Fatalf("MASTER_PORTs %v: want one per job, different", ports)
+	}
+}
+
+// A script whose rank 0 fails on every start: each restart blacklists the failing slot, and
+// --reset-limit ends the job with a line that names the limit and the last failure.
+func TestPyTorchRestartResetLimit(t *testing.T) {
+	py := torchPython(t)
+	cmd, _ := ddpArgs(t, py, "--steps", "30")
+	wrapper := filepath.Join(t.TempDir(), "w.sh")
+	os.WriteFile(wrapper, []byte("#!/bin/sh\nif [ \"$RANK\" = 0 ]; then echo 'rank 0: cannot read the data set' >&2; exit 1; fi\nexec \"$@\"\n"), 0o755)
+	args := append([]string{"run", "-np", "4", "--min-np", "1", "--reset-limit", "2", "--", wrapper}, cmd[1:]...)
+	j := startJob(t, args...)
+	if code := j.wait(2 * time.Minute); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !regexp.MustCompile(`job failed: reset limit reached: 3 restarts caused by failures, --reset-limit 2; last failure: rank 0 \(local-\d/0\) exit 1`).MatchString(j.output()) {
+		t.Fatal("no clear last line naming the reset limit and the failure")
+	}
+}
+
+// The driver killed (SIGKILL: no chance to clean up) leaves no worker behind, nor any of
+// the processes a worker started.
+func TestPyTorchRestartDriverKilledLeavesNoOrphan(t *testing.T) {
+	py := torchPython(t)
+	cmd, _ := ddpArgs(t, py, "--steps", "100000", "--step-delay", "0.05")
+	j := startJob(t, append([]string{"run", "-np", "3"}, cmd...)...)
+	j.waitFor(`\[0\] step 3 `, 90*time.Second)
+	var pids []int
+	for _, pid := range j.workerPIDs() {
+		pids = append(pids, pid)
+	}
+	if len(pids) != 3 {
+		t.Fatalf("worker PIDs %v", pids)
+	}
+	j.cmd.Process.Signal(syscall.SIGKILL)
+	<-j.done
+	waitGone(t, pids, 15*time.Second)
+}
