@@ -19,6 +19,7 @@ import (
 	"github.com/elasticd/elasticd/driver/hosts"
 	"github.com/elasticd/elasticd/driver/launch"
 	"github.com/elasticd/elasticd/providers"
+	"github.com/elasticd/elasticd/python"
 	"github.com/urfave/cli/v2"
 )
 
@@ -205,6 +206,12 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 	switch l := c.String("launcher"); l {
 	case "local":
 		o.Launcher = launch.NewLocal()
+		// elasticd's Python package, from this binary, ahead of the workers' PYTHONPATH.
+		if root, err := python.Install(python.CacheDir()); err != nil {
+			log.Warn("could not write out the Python package; workers cannot import elasticd", "err", err)
+		} else {
+			o.Env = append(o.Env, python.Env(root, os.Getenv("PYTHONPATH")))
+		}
 		if c.Bool("warm-start") {
 			if o.Mode == driver.ModeInProcess {
 				return o, usageError("warm-start", "only for restart mode: in-process workers keep their processes")

@@ -33,6 +33,7 @@ import (
 	"github.com/elasticd/elasticd/driver/launch"
 	"github.com/elasticd/elasticd/driver/rendezvous"
 	"github.com/elasticd/elasticd/providers"
+	"github.com/elasticd/elasticd/python"
 	"github.com/elasticd/elasticd/worker/agent/gpu"
 )
 
@@ -431,6 +432,18 @@ func (s *sess) exec(ctx context.Context, c agents.Command) {
 
 func (s *sess) start(ctx context.Context, c agents.Command) {
 	env := append(append([]string{}, c.Env...), "ELASTICD_SECRET="+s.jobSecret)
+	// elasticd's Python package, from this binary, ahead of the worker's own PYTHONPATH.
+	if root, err := python.Install(python.CacheDir()); err != nil {
+		s.a.log.Warn("could not write out the Python package; workers cannot import elasticd", "err", err)
+	} else {
+		cur, _ := os.LookupEnv("PYTHONPATH")
+		for _, kv := range c.Env {
+			if v, ok := strings.CutPrefix(kv, "PYTHONPATH="); ok {
+				cur = v
+			}
+		}
+		env = append(env, python.Env(root, cur))
+	}
 	if g := s.a.gpus; len(g) > 0 && !hasEnv(c.Env, "CUDA_VISIBLE_DEVICES") {
 		dev := g[c.Slot%len(g)]
 		env = append(env, "CUDA_VISIBLE_DEVICES="+cmp.Or(dev.UUID, strconv.Itoa(dev.Index)))

@@ -1,0 +1,125 @@
+"""elasticd's Python package: the worker side of `elasticd run` for PyTorch scripts.
+
+`progress(step, checkpoint_step)` lets a torchrun-style script in restart mode tell the driver
+how far it has got, so that the job's summary, `/v1/status` and the live page say how many
+steps each restart threw away. Importing this module is cheap (no torch); outside a job
+launched by elasticd every call is a no-op.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import secrets
+import threading
+import time
+import urllib.parse
+
+__all__ = ["progress"]
+
+PROTOCOL_VERSION = 1  # docs/protocol.md §2; the driver refuses state reports of another version
+_KEY_LABEL = b"elasticd rendezvous v1"
+
+
+def sign(secret: bytes, method: str, target: str, body: bytes, now: float | None = None) -> dict[str, str]:
+    """The headers that authenticate one rendezvous request (docs/protocol.md §2.2)."""
+    key = hmac.new(secret, _KEY_LABEL, hashlib.sha256).digest()
+    ts = str(int(time.time() if now is None else now))
+    nonce = secrets.token_hex(16)
+    body_hash = hashlib.sha256(body).hexdigest()
+    msg = "\n".join(["ELASTICD-HMAC-SHA256", method, target, ts, nonce, body_hash]).encode()
+    return {
+        "X-Elasticd-Timestamp": ts,
+        "X-Elasticd-Nonce": nonce,
+        "X-Elasticd-Content-Sha256": body_hash,
+        "X-Elasticd-Signature": hmac.new(key, msg, hashlib.sha256).hexdigest(),
+    }
+
+
+class _Reporter:
+    """Sends the newest progress about once a second from a daemon thread: the caller never
+    waits for the network, and a driver that does not answer costs nothing but the report."""
+
+    interval = 1.0
+
+    def __init__(self, base: str, secret: bytes, worker: str, generation: int) -> None:
+        u = urllib.parse.urlsplit(base)
+        self._https = u.scheme == "https"
+        self._host = u.netloc
+        self._target = u.path.rstrip("/") + "/v1/workers/" + urllib.parse.quote(worker, safe="") + "/progress"
+        self._secret, self._generation = secret, generation
+        self._cond = threading.Condition()
+        self._latest: tuple[int, int] | None = None
+        self._sent: tuple[int, int] | None = None
+        self._thread = threading.Thread(target=self._run, name="elasticd-progress", daemon=True)
+        self._thread.start()
+        atexit.register(self.flush)
+
+    def put(self, step: int, checkpoint_step: int) -> None:
+        with self._cond:
+            self._latest = (step, checkpoint_step)
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._latest == self._sent:
+                    self._cond.wait()
+                latest = self._latest
+            self._send(latest)
+            time.sleep(self.interval)
+
+    def flush(self) -> None:
+        """Sends the newest report if it was not sent: at exit, bounded to about a second."""
+        with self._cond:
+            latest = self._latest
+        if latest is not None and latest != self._sent:
+            self._send(latest, timeout=1.0)
+
+    def _send(self, report: tuple[int, int] | None, timeout: float = 5.0) -> None:
+        if report is None:
+            return
+        step, ckpt = report
+        body = json.dumps({"generation": self._generation, "step": step, "committed_step": min(ckpt, step)}).encode()
+        headers = sign(self._secret, "POST", self._target, body)
+        headers["Content-Type"] = "application/json"
+        conn_type = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        try:
+            conn = conn_type(self._host, timeout=timeout)
+            try:
+                conn.request("POST", self._target, body=body, headers=headers)
+                conn.getresponse().read()
+            finally:
+                conn.close()
+            self._sent = report
+        except OSError:
+            pass  # the next report will try again
+
+
+_reporter: _Reporter | None = None
+_lock = threading.Lock()
+
+
+def progress(step: int, checkpoint_step: int) -> None:
+    """Tells the driver that training has completed `step` steps, and that the newest
+    checkpoint holds `checkpoint_step` of them. Call it from rank 0 after each step (it returns
+    at once); after a checkpoint written on SIGTERM, call it with both equal."""
+    global _reporter
+    if _reporter is None:
+        with _lock:
+            if _reporter is None:
+                base = os.environ.get("ELASTICD_RENDEZVOUS", "")
+                worker = os.environ.get("ELASTICD_WORKER_ID", "")
+                try:
+                    secret = bytes.fromhex(os.environ.get("ELASTICD_SECRET", ""))
+                    generation = int(os.environ.get("ELASTICD_GENERATION", "0"))
+                except ValueError:
+                    return
+                if not base or not worker or not secret:
+                    return  # not launched by elasticd
+                _reporter = _Reporter(base, secret, worker, generation)
+    _reporter.put(int(step), int(checkpoint_step))
