@@ -15,6 +15,7 @@ import http.client
 import json
 import os
 import secrets
+import sys
 import threading
 import time
 import urllib.parse
@@ -55,6 +56,7 @@ class _Reporter:
         self._cond = threading.Condition()
         self._latest: tuple[int, int] | None = None
         self._sent: tuple[int, int] | None = None
+        self._warned = False
         self._thread = threading.Thread(target=self._run, name="elasticd-progress", daemon=True)
         self._thread.start()
         atexit.register(self.flush)
@@ -92,7 +94,11 @@ class _Reporter:
             conn = conn_type(self._host, timeout=timeout)
             try:
                 conn.request("POST", self._target, body=body, headers=headers)
-                conn.getresponse().read()
+                resp = conn.getresponse()
+                msg = resp.read(512).decode(errors="replace").strip()
+                if resp.status >= 400 and not self._warned:
+                    self._warned = True
+                    print(f"elasticd.progress: the driver refused the report: {resp.status} {msg}", file=sys.stderr, flush=True)
             finally:
                 conn.close()
             self._sent = report
