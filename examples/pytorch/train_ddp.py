@@ -11,7 +11,8 @@ which lets the driver say how many steps each restart threw away.
     elasticd run -np 4 --min-np 2 -- /usr/bin/python3 examples/pytorch/train_ddp.py --checkpoint /tmp/ckpt.pt
     torchrun --nproc_per_node 4 --max_restarts 3 examples/pytorch/train_ddp.py --checkpoint /tmp/ckpt.pt
 
-Lines it prints (rank 0 unless said): `env: ...` (every rank, at start), `resumed from step S`,
+Lines it prints (rank 0 unless said): `start ...` and `env: ...` (every rank, at start),
+`resumed from step S`,
 `step N t=<unix time> world=<size>` after each step, `checkpoint S`, `done step N`.
 """
 
@@ -24,10 +25,14 @@ import sys
 import time
 from typing import Any
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
+# When the process started, before torch loads: the recovery benchmark splits a restart into
+# the launcher noticing and relaunching, and the new processes getting ready.
+print(f"start pid={os.getpid()} t={time.time():.6f}", flush=True)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 try:  # optional: progress reports to the elasticd driver (a no-op elsewhere)
     import elasticd  # type: ignore

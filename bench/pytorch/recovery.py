@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Recovery of one PyTorch job under torchrun and under elasticd, interleaved, medians.
+
+The same script (examples/pytorch/train_ddp.py: DDP over gloo, ~1M parameters) runs with 4
+workers on this machine under each system in turn, round after round (the order rotates).
+Once training is steady, the harness SIGKILLs rank 1 and measures from its own clock:
+
+  recovery  kill -> the next completed step (rank 0's `step N t=...` line)
+  detection kill -> the first relaunched worker process starts (its `start` line, printed
+            before `import torch`): the launcher noticing, stopping the group, relaunching
+  reinit    the rest: Python and torch loading, init_process_group, DDP, the checkpoint load,
+            the first step
+  redone    steps lost: the last step completed before the kill - the step resumed from
+
+Each system is stopped (SIGTERM to its PID, SIGKILL if it lingers) after the measurement. One
+JSON line per measurement goes to --out; a Markdown table of medians, with each system's
+ratio to torchrun, to stdout.
+
+    /usr/bin/python3 bench/pytorch/recovery.py --rounds 5 --elasticd bin/elasticd
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SCRIPT = os.path.join(ROOT, "examples", "pytorch", "train_ddp.py")
+
+START = re.compile(r"start pid=(\d+) t=([\d.]+)")
+ENV = re.compile(r"env: RANK=(\d+) .* pid=(\d+)")
+STEP = re.compile(r"step (\d+) t=([\d.]+) world=(\d+)")
+RESUMED = re.compile(r"resumed from step (\d+)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Run:
+    """One system running the script; its output is read line by line with arrival times."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.lines: list[tuple[float, str]] = []
+        self.cond = threading.Condition()
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True, cwd=ROOT)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self.cond:
+                self.lines.append((time.time(), line.rstrip("\n")))
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    def wait_for(self, pred: Callable[[str], bool], after: int, timeout: float) -> tuple[int, float, str]:
+        """The first line from index `after` on that satisfies pred: (index, arrival, text)."""
+        deadline = time.time() + timeout
+        with self.cond:
+            i = after
+            while True:
+                while i < len(self.lines):
+                    at, text = self.lines[i]
+                    if pred(text):
+                        return i, at, text
+                    i += 1
+                left = deadline - time.time()
+                if left <= 0 or (self.proc.poll() is not None and not self.reader.is_alive()):
+                    tail = "\n".join(t for _, t in self.lines[-30:])
+                    raise RuntimeError(f"timed out or exited waiting; last output:\n{tail}")
+                self.cond.wait(min(left, 0.5))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: the job's processes only
+                self.proc.wait()
+        self.reader.join(timeout=5)
+
+
+def measure(name: str, argv: list[str], warmup_step: int, timeout: float) -> dict[str, object]:
+    run = Run(argv)
+    try:
+        i, _, _ = run.wait_for(lambda t: bool(STEP.search(t)) and int(STEP.search(t).group(1)) >= warmup_step, 0, timeout)  # type: ignore[union-attr]
+        pids = {}
+        for _, text in run.lines[:i]:
+            m = ENV.search(text)
+            if m:
+                pids[int(m.group(1))] = int(m.group(2))
+        victim = pids.get(1)
+        if victim is None:
+            raise RuntimeError(f"{name}: no rank 1 PID in the output")
+        # Let the warm spares (elasticd --warm-start) and the system settle, then kill.
+        time.sleep(1.0)
+        with run.cond:
+            cut = len(run.lines)
+        last_step = 0
+        for _, text in run.lines[:cut]:
+            m = STEP.search(text)
+            if m:
+                last_step = int(m.group(1))
+        killed = time.time()
+        os.kill(victim, signal.SIGKILL)
+        j, started, _ = run.wait_for(lambda t: bool(START.search(t)), cut, timeout)
+        k, _, rtext = run.wait_for(lambda t: bool(RESUMED.search(t)), j, timeout)
+        resumed = int(RESUMED.search(rtext).group(1))  # type: ignore[union-attr]
+        _, stepped, stext = run.wait_for(lambda t: bool(STEP.search(t)), k, timeout)
+        # The steps' own timestamps, where the step line carries one, are more exact than arrival.
+        stepped = float(STEP.search(stext).group(2))  # type: ignore[union-attr]
+        started = min(started, float(START.search(run.lines[j][1]).group(2)))  # type: ignore[union-attr]
+        return {"system": name, "recovery_s": stepped - killed, "detection_s": started - killed,
+                "reinit_s": stepped - started, "redone_steps": last_step - resumed,
+                "last_step": last_step, "resumed": resumed}
+    finally:
+        run.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--elasticd", default=os.path.join(ROOT, "bin", "elasticd"))
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--np", type=int, default=4)
+    ap.add_argument("--checkpoint-every", type=int, default=20)
+    ap.add_argument("--step-delay", type=float, default=0.02)
+    ap.add_argument("--kill-after", type=int, default=30, help="kill rank 1 once rank 0 has done this many steps")
+    ap.add_argument("--systems", default="torchrun,elasticd-restart,elasticd-warm")
+    ap.add_argument("--out", default="bench-pytorch-recovery.jsonl")
+    ap.add_argument("--timeout", type=float, default=180)
+    args = ap.parse_args()
+
+    def script(ckpt: str) -> list[str]:
+        return [SCRIPT, "--steps", "1000000", "--checkpoint", ckpt, "--checkpoint-every", str(args.checkpoint_every),
+                "--step-delay", str(args.step_delay)]
+
+    def torchrun(ckpt: str) -> list[str]:
+        return [args.python, os.path.join(HERE, "torchrun.py"), "--nnodes", "1", "--nproc_per_node", str(args.np),
+                "--max_restarts", "100", "--monitor_interval", "0.5", "--rdzv_backend", "c10d",
+                "--rdzv_endpoint", f"127.0.0.1:{free_port()}", "--rdzv_id", "bench"] + script(ckpt)
+
+    def elasticd(ckpt: str, *extra: str) -> list[str]:
+        return [args.elasticd, "run", "-np", str(args.np), "--min-np", "2", "--mode", "restart",
+                "--blacklist-cooldown-range", "10m,20m", *extra, "--", args.python] + script(ckpt)
+
+    systems: dict[str, Callable[[str], list[str]]] = {
+        "torchrun": torchrun,
+        "elasticd-restart": lambda c: elasticd(c),
+        "elasticd-warm": lambda c: elasticd(c, "--warm-start"),
+    }
+    names = [s for s in args.systems.split(",") if s]
+    for n in names:
+        if n not in systems:
+            ap.error(f"--systems: unknown system {n!r}; known: {', '.join(systems)}")
+    results: dict[str, list[dict[str, object]]] = {n: [] for n in names}
+    with open(args.out, "a") as out, tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for n in order:
+                ckpt = os.path.join(tmp, f"{n}-{r}.pt")
+                res = measure(n, systems[n](ckpt), args.kill_after, args.timeout)
+                res["round"] = r
+                results[n].append(res)
+                out.write(json.dumps(res) + "\n")
+                out.flush()
+                print(f"round {r} {n}: recovery {res['recovery_s']:.2f} s (detection {res['detection_s']:.2f}, reinit {res['reinit_s']:.2f}), {res['redone_steps']} steps redone", file=sys.stderr, flush=True)
+
+    def med(n: str, k: str) -> float:
+        return statistics.median(float(x[k]) for x in results[n])  # type: ignore[arg-type]
+
+    base = "torchrun" if "torchrun" in results else names[0]
+    print(f"| system | recovery (s) | detection (s) | re-initialisation (s) | steps redone | recovery / {base} |")
+    print("|---|---|---|---|---|---|")
+    for n in names:
+        print(f"| {n} | {med(n, 'recovery_s'):.2f} | {med(n, 'detection_s'):.2f} | {med(n, 'reinit_s'):.2f} | "
+              f"{med(n, 'redone_steps'):.0f} | {med(n, 'recovery_s') / med(base, 'recovery_s'):.2f} |")
+    print(f"\nmedians of {args.rounds} rounds, {args.np} workers, one SIGKILLed after step {args.kill_after}; raw lines in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
