@@ -223,6 +223,7 @@ type Machine struct {
 	growAt     time.Time           // restart mode: when to restart to take in the slots that arrived
 	progress   rendezvous.Progress // the newest progress heard with a worker's exit
 	ownExits   int                 // restart mode: workers of the generation that failed by themselves
+	atStart    bool                // restart mode: the restart under way began with a failure at start
 
 	Resets, FailureResets int
 	lastFailure           string
@@ -413,8 +414,8 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 	if m.inProcess() && m.allFailed() {
 		return append(acts, m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed; last failure: %s", len(m.order), m.gen, m.lastFailure))...)
 	}
-	if m.phase == phaseRunning && !m.inProcess() && failedByItself(e) && now.Sub(m.started) < startupWindow {
-		return append(acts, m.awaitPeers(now)...)
+	if m.phase == phaseRunning && !m.inProcess() {
+		return append(acts, m.awaitPeers(now, failedByItself(e) && now.Sub(m.started) < startupWindow)...)
 	}
 	if m.phase == phaseRunning || m.phase == phaseResetting {
 		acts = append(acts, m.beginReset(now, true, m.lastFailure)...)
@@ -658,7 +659,7 @@ func (m *Machine) advance(now time.Time) []Action {
 				return nil
 			}
 		}
-		if m.failed && len(m.order) > 1 && m.ownExits >= len(m.order) {
+		if m.atStart && len(m.order) > 1 && m.ownExits >= len(m.order) {
 			return m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed%s", len(m.order), m.gen, m.lastFailureSuffix()))
 		}
 		m.Resets++
@@ -736,7 +737,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 	m.order = order
 	m.plan = assign(order, addrOf, m.gen)
 	m.phase, m.failed, m.deadline = phaseRunning, false, time.Time{}
-	m.started, m.growAt, m.ownExits = now, time.Time{}, 0
+	m.started, m.growAt, m.ownExits, m.atStart = now, time.Time{}, 0, false
 	acts := []Action{Publish{Generation: m.gen, Plan: m.plan}}
 	master := addrOf[order[0]]
 	group := map[string]int{} // address -> its index among the generation's hosts, in rank order

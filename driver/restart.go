@@ -15,10 +15,13 @@ import (
 // worker never runs beside processes of an older generation. What is kept from in-process
 // recovery: the blacklist, the reset limit, notices, the journal and the cost.
 //
-// Blame: the first worker whose exit the driver sees is the failure. Every other worker is
-// stopped at once, so one that dies a moment later because its peer is gone (gloo's
-// "Connection closed by peer") exits as a stopped worker: not blamed, not blacklisted, not
-// counted against --reset-limit.
+// Blame: the first worker whose exit the driver sees is the failure: its slot is blacklisted
+// and the restart counts against --reset-limit. Its peers usually die of its absence a moment
+// later (gloo's "Connection closed by peer"); they are not blamed. They are given
+// peerExitWindow to exit by themselves before they are sent SIGTERM: a PyTorch process that
+// gets SIGTERM while it is exiting after a gloo error can hang in its own teardown until
+// SIGKILL (measured: one restart in three waited out --stop-grace), and they are exiting
+// anyway. A notice, a host lost or growth stops every worker at once.
 
 // A script that fails wherever it runs (a typo in its name, a missing module, a bad
 // argument) must end the job at once, as it does in-process, rather than be restarted on
@@ -31,6 +34,7 @@ import (
 const (
 	startupWindow    = 30 * time.Second
 	collateralWindow = 2 * time.Second
+	peerExitWindow   = time.Second
 )
 
 // failedByItself reports an exit that the process chose (an exception, a missing file).
@@ -65,14 +69,19 @@ func (m *Machine) restart(now time.Time, failure bool, why string, deadline time
 	return append(acts, m.stopAll(deadline, "restart of generation "+fmt.Sprint(m.gen)+": "+why)...)
 }
 
-// awaitPeers begins a restart after a failure at start without stopping the others yet: tick
-// stops them after collateralWindow, unless they have all failed by then (see startupWindow).
-func (m *Machine) awaitPeers(now time.Time) []Action {
-	m.failed = true
-	m.phase, m.deadline, m.growAt = phaseRestarting, now.Add(collateralWindow), time.Time{}
+// awaitPeers begins the restart after a failure without stopping the others yet: tick stops
+// those left after peerExitWindow, or collateralWindow after a failure at start (then the
+// job ends if they all fail by themselves meanwhile; see startupWindow).
+func (m *Machine) awaitPeers(now time.Time, atStart bool) []Action {
+	wait := peerExitWindow
+	if atStart {
+		wait = collateralWindow
+	}
+	m.failed, m.atStart = true, atStart
+	m.phase, m.deadline, m.growAt = phaseRestarting, now.Add(wait), time.Time{}
 	m.j.rdvStart, m.j.rdvGen = now, 0
 	m.j.event(now, EventReset, "generation %d restarts: %s", m.gen, m.lastFailure)
-	return []Action{Note{"a worker failed at start; the others are stopped in a moment unless they fail too", []any{"generation", m.gen, "wait", collateralWindow}}}
+	return []Action{Note{"restarting the whole group; the others are stopped unless they exit by themselves first", []any{"generation", m.gen, "reason", m.lastFailure, "wait", wait}}}
 }
 
 // stopAll stops every live worker of the generation at once.

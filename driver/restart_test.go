@@ -37,15 +37,16 @@ func TestRestartStopsTheWholeGroupAndBlamesOnlyTheCause(t *testing.T) {
 			s := newSim(t, Config{NP: 4, MinNP: 2, Mode: mode})
 			s.startRestart(4)
 			acts := s.after(time.Second).m.Step(WorkerExited{Now: s.now, Worker: wid("h1"), Code: -1, Signal: "SIGKILL"})
-			if got := stopped(acts); !slices.Equal(got, []string{"h0", "h2", "h3"}) {
-				t.Fatalf("stopped %v, want every other worker of the generation", got)
-			}
-			if has[Publish](acts) || has[Launch](acts) || has[Abandon](acts) {
-				t.Fatalf("a new generation or an abandon before the old one is gone: %v", acts)
+			if has[Publish](acts) || has[Launch](acts) || has[Abandon](acts) || has[Stop](acts) {
+				t.Fatalf("after the failure, before the peers' window: %v", acts)
 			}
 			// A peer that dies of the failure a moment later (gloo: "Connection closed by peer")
-			// is not blamed; nothing is launched while one process of generation 1 lives.
-			s.after(30*time.Millisecond).exit("h2", 1)
+			// is not blamed; the others are stopped when the window ends, and nothing is
+			// launched while one process of generation 1 lives.
+			s.after(30 * time.Millisecond).exit("h2", 1)
+			if got := stopped(s.after(peerExitWindow).tick()); !slices.Equal(got, []string{"h0", "h3"}) {
+				t.Fatalf("stopped %v after the window, want the workers still there", got)
+			}
 			if acts := s.exitAll("h0"); has[Launch](acts) {
 				t.Fatalf("launched beside a live worker of the old generation: %v", acts)
 			}
@@ -261,8 +262,8 @@ func TestRestartEndsWhenEveryWorkerFailsByItself(t *testing.T) {
 }
 
 // A worker failing by itself at start waits collateralWindow before the others are stopped;
-// past it, the others are stopped and the group restarts.
-func TestRestartWaitsForPeersOnlyAtStart(t *testing.T) {
+// later, a failure waits peerExitWindow; then the others are stopped and the group restarts.
+func TestRestartWaitsForPeersBeforeStoppingThem(t *testing.T) {
 	s := newSim(t, Config{NP: 3, MinNP: 1, Mode: ModeRestart})
 	s.startRestart(3)
 	acts := s.after(time.Second).exit("h0", 1)
@@ -276,9 +277,14 @@ func TestRestartWaitsForPeersOnlyAtStart(t *testing.T) {
 		t.Fatalf("stopped %v after the window", got)
 	}
 	s.expectPlan(s.exitAll("h1", "h2"), 2, "h1", "h2")
-	// Later in a generation, an exception restarts at once.
 	acts = s.after(time.Minute).exit("h1", 1)
-	if got := stopped(acts); !slices.Equal(got, []string{"h2"}) {
+	if dl := s.m.NextDeadline(s.now); has[Stop](acts) || !dl.Equal(s.now.Add(peerExitWindow)) {
+		t.Fatalf("later failure: actions %v, deadline %v", acts, dl)
+	}
+	if got := stopped(s.after(peerExitWindow).tick()); !slices.Equal(got, []string{"h2"}) {
 		t.Fatalf("stopped %v", got)
 	}
+	// Past the start, every worker failing by itself is a restart, not the end of the job
+	// (an exception on one rank takes its peers down with it).
+	s.expectPlan(s.exit("h2", 1), 3, "h2", "h0") // h0 is back from its cooldown
 }

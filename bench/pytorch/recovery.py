@@ -99,7 +99,7 @@ class Run:
         self.reader.join(timeout=5)
 
 
-def measure(name: str, argv: list[str], warmup_step: int, timeout: float) -> dict[str, object]:
+def measure(name: str, argv: list[str], warmup_step: int, timeout: float, log: str = "") -> dict[str, object]:
     run = Run(argv)
     try:
         i, _, _ = run.wait_for(lambda t: bool(STEP.search(t)) and int(STEP.search(t).group(1)) >= warmup_step, 0, timeout)  # type: ignore[union-attr]
@@ -134,6 +134,9 @@ def measure(name: str, argv: list[str], warmup_step: int, timeout: float) -> dic
                 "last_step": last_step, "resumed": resumed}
     finally:
         run.stop()
+        if log:
+            with open(log, "w") as f:
+                f.writelines(f"{at:.6f} {text}\n" for at, text in run.lines)
 
 
 def main() -> int:
@@ -148,6 +151,7 @@ def main() -> int:
     ap.add_argument("--systems", default="torchrun,elasticd-restart,elasticd-warm")
     ap.add_argument("--out", default="bench-pytorch-recovery.jsonl")
     ap.add_argument("--timeout", type=float, default=180)
+    ap.add_argument("--logs", default="", help="write each run's output, with arrival times, to this directory")
     args = ap.parse_args()
 
     def script(ckpt: str) -> list[str]:
@@ -178,7 +182,8 @@ def main() -> int:
             order = names[r % len(names):] + names[:r % len(names)]
             for n in order:
                 ckpt = os.path.join(tmp, f"{n}-{r}.pt")
-                res = measure(n, systems[n](ckpt), args.kill_after, args.timeout)
+                log = os.path.join(args.logs, f"{r}-{n}.log") if args.logs else ""
+                res = measure(n, systems[n](ckpt), args.kill_after, args.timeout, log)
                 res["round"] = r
                 results[n].append(res)
                 out.write(json.dumps(res) + "\n")
