@@ -43,7 +43,7 @@ func TestRestartStopsTheWholeGroupAndBlamesOnlyTheCause(t *testing.T) {
 			// A peer that dies of the failure a moment later (gloo: "Connection closed by peer")
 			// is not blamed; the others are stopped when the window ends, and nothing is
 			// launched while one process of generation 1 lives.
-			s.after(30 * time.Millisecond).exit("h2", 1)
+			s.after(30*time.Millisecond).exit("h2", 1)
 			if got := stopped(s.after(peerExitWindow).tick()); !slices.Equal(got, []string{"h0", "h3"}) {
 				t.Fatalf("stopped %v after the window, want the workers still there", got)
 			}
