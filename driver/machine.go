@@ -644,15 +644,7 @@ func (m *Machine) advance(now time.Time) []Action {
 		if live == 0 && m.failed {
 			return m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed%s", len(m.order), m.gen, m.lastFailureSuffix()))
 		}
-		m.Resets++
-		m.resetDone()
-		if m.failed {
-			m.FailureResets++
-			if m.cfg.ResetLimit > 0 && m.FailureResets > m.cfg.ResetLimit {
-				return m.finish(ExitFailed, fmt.Sprintf("reset limit reached: %d resets caused by failures, --reset-limit %d%s", m.FailureResets, m.cfg.ResetLimit, m.lastFailureSuffix()))
-			}
-		}
-		return m.nextGeneration(now)
+		return m.completeReset(now, "resets")
 	case phaseRestarting:
 		for _, w := range m.workers {
 			if !w.exited {
@@ -662,16 +654,8 @@ func (m *Machine) advance(now time.Time) []Action {
 		if m.atStart && len(m.order) > 1 && m.ownExits >= len(m.order) {
 			return m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed%s", len(m.order), m.gen, m.lastFailureSuffix()))
 		}
-		m.Resets++
 		m.restartLost()
-		m.resetDone()
-		if m.failed {
-			m.FailureResets++
-			if m.cfg.ResetLimit > 0 && m.FailureResets > m.cfg.ResetLimit {
-				return m.finish(ExitFailed, fmt.Sprintf("reset limit reached: %d restarts caused by failures, --reset-limit %d%s", m.FailureResets, m.cfg.ResetLimit, m.lastFailureSuffix()))
-			}
-		}
-		return m.nextGeneration(now)
+		return m.completeReset(now, "restarts")
 	case phaseWaiting:
 		if len(m.hosts.Usable(now)) >= m.cfg.MinNP {
 			return m.nextGeneration(now)
@@ -685,6 +669,20 @@ func (m *Machine) advance(now time.Time) []Action {
 		return m.finish(ExitOK, fmt.Sprintf("all %d workers of generation %d finished", len(m.order), m.gen))
 	}
 	return nil
+}
+
+// completeReset counts the reset that just completed (what: "resets", or "restarts" in
+// restart mode) and starts the next generation, unless failures passed --reset-limit.
+func (m *Machine) completeReset(now time.Time, what string) []Action {
+	m.Resets++
+	m.resetDone()
+	if m.failed {
+		m.FailureResets++
+		if m.cfg.ResetLimit > 0 && m.FailureResets > m.cfg.ResetLimit {
+			return m.finish(ExitFailed, fmt.Sprintf("reset limit reached: %d %s caused by failures, --reset-limit %d%s", m.FailureResets, what, m.cfg.ResetLimit, m.lastFailureSuffix()))
+		}
+	}
+	return m.nextGeneration(now)
 }
 
 // nextGeneration plans generation gen+1 from the usable slots: survivors keep their rank
