@@ -57,8 +57,10 @@ class Run:
     def __init__(self, argv: list[str]) -> None:
         self.lines: list[tuple[float, str]] = []
         self.cond = threading.Condition()
+        # gloo would otherwise use the address the hostname resolves to: stay on loopback.
+        env = dict(os.environ, GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True, cwd=ROOT)
+                                     start_new_session=True, cwd=ROOT, env=env)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 

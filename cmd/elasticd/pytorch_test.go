@@ -30,6 +30,9 @@ func torchPython(t *testing.T) string {
 			continue
 		}
 		if err := exec.Command(py, "-c", "import torch.distributed").Run(); err == nil {
+			// gloo would otherwise use the address this machine's hostname resolves to: keep
+			// the tests' traffic on loopback.
+			t.Setenv("GLOO_SOCKET_IFNAME", "lo")
 			return py
 		}
 	}
@@ -244,3 +247,54 @@ func TestPyTorchRestartDriverKilledLeavesNoOrphan(t *testing.T) {
 	<-j.done
 	waitGone(t, pids, 15*time.Second)
 }
+
+// A cloud's spot notice, through the agents (their fake IMDS), in restart mode: every worker
+// gets SIGTERM at once, the script checkpoints its last completed step, and the group resumes
+// from it on the other host with no step lost, before the notice's deadline. MASTER_PORT
+// comes from the agent of rank 0's host.
+func TestPyTorchRestartSpotNoticeThroughAgents(t *testing.T) {
+	py := torchPython(t)
+	secret := writeSecret(t)
+	cmd, _ := ddpArgs(t, py, "--steps", "80", "--checkpoint-every", "1000", "--step-delay", "0.05")
+	drv := startJob(t, append([]string{"run", "-np", "4", "--min-np", "2", "--launcher", "agent",
+		"--agent-secret-file", secret, "--listen", "127.0.0.1:0"}, cmd...)...)
+	url := driverURL(drv)
+	imds := map[string]*fakeIMDS{}
+	agentsByAddr := map[string]agentProc{}
+	for _, addr := range []string{"127.0.0.2", "127.0.0.3"} {
+		imds[addr] = newFakeIMDS(t, "i-"+strings.ReplaceAll(addr, ".", ""))
+		agentsByAddr[addr] = startAgent(t, "--driver", url, "--agent-secret-file", secret, "--addr", addr, "--slots", "2",
+			"--metadata", "aws", "--metadata-url", imds[addr].srv.URL)
+	}
+	rank0 := drv.waitFor(`launched worker" worker=(i-\S+)/\d+ rank=0 `, 60*time.Second)[1]
+	doomed := "127.0.0.2"
+	if rank0 == "i-127002" {
+		doomed = "127.0.0.3"
+	}
+	drv.waitFor(`\[0\] step 20 `, 90*time.Second)
+	warned := time.Now()
+	imds[doomed].interrupt(warned.Add(2 * time.Minute))
+	drv.waitFor(`\[0\] step \d+ t=\S+ world=2`, 90*time.Second)
+	t.Logf("spot notice on %s: training went on with 2 workers after %v", doomed, time.Since(warned).Round(time.Millisecond))
+	if code := drv.wait(3 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	out := drv.output()
+	checkSteps(t, out, 80)
+	nums, worlds := rank0Steps(out)
+	r := resumes(out)
+	i := slices.IndexFunc(worlds, func(w int) bool { return w == 2 })
+	if len(r) != 1 || i < 1 || nums[i-1] != r[0] || nums[i] != r[0]+1 {
+		t.Fatalf("resumed from %v; steps around the restart %v: a step was lost or redone", r, nums[max(0, i-2):min(len(nums), i+2)])
+	}
+	if !strings.Contains(out, "resets 1 of which 0 after failures") || !strings.Contains(out, "rollbacks threw away 0 steps") {
+		t.Fatal("the notice should be one restart, not a failure, and throw away no step")
+	}
+	if !regexp.MustCompile(`env: RANK=0 .*MASTER_PORT=\d+`).MatchString(out) {
+		t.Fatal("no MASTER_PORT")
+	}
+	for _, a := range agentsByAddr {
+		a.stop(t)
+	}
+}
+
