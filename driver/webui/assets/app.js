@@ -124,6 +124,7 @@
     const phase = byId('phase');
     phase.textContent = s.phase || 'unknown';
     phase.dataset.phase = s.phase || '';
+    setText('mode', s.mode ? s.mode + ' mode' : '');
     setText('generation', fmtInt(s.generation));
     setText('elapsed', fmtDuration(s.elapsed_seconds));
     setText('started-at', fmtDateTime(s.started_at));
