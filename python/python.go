@@ -17,7 +17,7 @@ import (
 // Explicit patterns rather than the directory: a directory pattern leaves out files whose
 // names begin with _ (__init__.py) and would take in __pycache__.
 //
-//go:embed elasticd/*.py
+//go:embed elasticd/*.py elasticd/*/*.py
 var files embed.FS
 
 // Install writes the package under dir, in a directory named by a hash of its content (so a

@@ -9,36 +9,18 @@ launched by elasticd every call is a no-op.
 from __future__ import annotations
 
 import atexit
-import hashlib
-import hmac
 import http.client
 import json
 import os
-import secrets
 import sys
 import threading
 import time
 import urllib.parse
+from typing import Optional
 
 __all__ = ["progress"]
 
-PROTOCOL_VERSION = 1  # docs/protocol.md §2; the driver refuses state reports of another version
-_KEY_LABEL = b"elasticd rendezvous v1"
-
-
-def sign(secret: bytes, method: str, target: str, body: bytes, now: float | None = None) -> dict[str, str]:
-    """The headers that authenticate one rendezvous request (docs/protocol.md §2.2)."""
-    key = hmac.new(secret, _KEY_LABEL, hashlib.sha256).digest()
-    ts = str(int(time.time() if now is None else now))
-    nonce = secrets.token_hex(16)
-    body_hash = hashlib.sha256(body).hexdigest()
-    msg = "\n".join(["ELASTICD-HMAC-SHA256", method, target, ts, nonce, body_hash]).encode()
-    return {
-        "X-Elasticd-Timestamp": ts,
-        "X-Elasticd-Nonce": nonce,
-        "X-Elasticd-Content-Sha256": body_hash,
-        "X-Elasticd-Signature": hmac.new(key, msg, hashlib.sha256).hexdigest(),
-    }
+from ._rendezvous import PROTOCOL_VERSION, sign  # noqa: E402  (standard library only)
 
 
 class _Reporter:
@@ -61,8 +43,10 @@ class _Reporter:
         self._thread.start()
         atexit.register(self.flush)
 
-    def put(self, step: int, checkpoint_step: int) -> None:
+    def put(self, step: int, checkpoint_step: int, generation: Optional[int] = None) -> None:
         with self._cond:
+            if generation is not None:
+                self._generation = generation  # in-process workers move to newer generations
             self._latest = (step, checkpoint_step)
             self._cond.notify()
 
@@ -110,10 +94,7 @@ _reporter: _Reporter | None = None
 _lock = threading.Lock()
 
 
-def progress(step: int, checkpoint_step: int) -> None:
-    """Tells the driver that training has completed `step` steps, and that the newest
-    checkpoint holds `checkpoint_step` of them. Call it from rank 0 after each step (it returns
-    at once); after a checkpoint written on SIGTERM, call it with both equal."""
+def _reporter_from_env() -> Optional[_Reporter]:
     global _reporter
     if _reporter is None:
         with _lock:
@@ -124,8 +105,24 @@ def progress(step: int, checkpoint_step: int) -> None:
                     secret = bytes.fromhex(os.environ.get("ELASTICD_SECRET", ""))
                     generation = int(os.environ.get("ELASTICD_GENERATION", "0"))
                 except ValueError:
-                    return
+                    return None
                 if not base or not worker or not secret:
-                    return  # not launched by elasticd
+                    return None  # not launched by elasticd
                 _reporter = _Reporter(base, secret, worker, generation)
-    _reporter.put(int(step), int(checkpoint_step))
+    return _reporter
+
+
+def _report(generation: int, step: int, checkpoint_step: int) -> None:
+    """progress() for in-process workers, which move from generation to generation."""
+    r = _reporter_from_env()
+    if r is not None:
+        r.put(int(step), int(checkpoint_step), generation)
+
+
+def progress(step: int, checkpoint_step: int) -> None:
+    """Tells the driver that training has completed `step` steps, and that the newest
+    checkpoint holds `checkpoint_step` of them. Call it from rank 0 after each step (it returns
+    at once); after a checkpoint written on SIGTERM, call it with both equal."""
+    r = _reporter_from_env()
+    if r is not None:
+        r.put(int(step), int(checkpoint_step))

@@ -1,0 +1,136 @@
+"""The worker's side of elasticd's rendezvous protocol (docs/protocol.md §2): HMAC-signed HTTP
+to the driver. Standard library only; the Go twin is driver/rendezvous/client.go."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import http.client
+import json
+import secrets
+import time
+import urllib.parse
+from typing import Any, Optional
+
+PROTOCOL_VERSION = 1  # the driver refuses state reports of another version
+_KEY_LABEL = b"elasticd rendezvous v1"
+_RETRIES = 3
+_RETRY_DELAY = 0.1
+_POLL_WAIT_MS = 25000
+_REQUEST_TIMEOUT = 15.0
+
+
+def sign(secret: bytes, method: str, target: str, body: bytes, now: Optional[float] = None) -> dict[str, str]:
+    """The headers that authenticate one request (docs/protocol.md §2.2)."""
+    key = hmac.new(secret, _KEY_LABEL, hashlib.sha256).digest()
+    ts = str(int(time.time() if now is None else now))
+    nonce = secrets.token_hex(16)
+    body_hash = hashlib.sha256(body).hexdigest()
+    msg = "\n".join(["ELASTICD-HMAC-SHA256", method, target, ts, nonce, body_hash]).encode()
+    return {
+        "X-Elasticd-Timestamp": ts,
+        "X-Elasticd-Nonce": nonce,
+        "X-Elasticd-Content-Sha256": body_hash,
+        "X-Elasticd-Signature": hmac.new(key, msg, hashlib.sha256).hexdigest(),
+    }
+
+
+class RendezvousError(Exception):
+    """An answer other than the one a request expected; status is the HTTP status (0: none)."""
+
+    def __init__(self, method: str, target: str, status: int, message: str) -> None:
+        super().__init__(f"{method} {target}: {status} {message}".strip())
+        self.status = status
+
+
+class GenerationGone(RendezvousError):
+    """410: the driver has moved past this generation; the worker should reset."""
+
+
+class Client:
+    """One worker's client. Methods block; long-polls ask again after each 204 until answered
+    or `deadline` (seconds since the epoch) passes."""
+
+    def __init__(self, base: str, secret: bytes, worker: str) -> None:
+        u = urllib.parse.urlsplit(base)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise ValueError(f"rendezvous URL {base!r}: want http://host:port")
+        self._https = u.scheme == "https"
+        self._host = u.netloc
+        self._prefix = u.path.rstrip("/")
+        self._secret = secret
+        self.worker = worker
+        self._wid = urllib.parse.quote(worker, safe="")
+
+    def _do(self, method: str, path: str, body: bytes = b"", wait: float = 0.0, ctype: str = "application/json") -> tuple[int, bytes]:
+        target = self._prefix + path
+        last: Exception | None = None
+        for attempt in range(_RETRIES + 1):
+            if attempt:
+                time.sleep(_RETRY_DELAY)
+            headers = sign(self._secret, method, target, body)
+            if body:
+                headers["Content-Type"] = ctype
+            conn_type = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            conn = conn_type(self._host, timeout=_REQUEST_TIMEOUT + wait)
+            try:
+                conn.request(method, target, body=body or None, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+            except OSError as e:
+                last = e
+                continue
+            finally:
+                conn.close()
+            if resp.status >= 500:
+                last = RendezvousError(method, target, resp.status, data[:1024].decode(errors="replace").strip())
+                continue
+            if resp.status >= 400:
+                cls = GenerationGone if resp.status == 410 else RendezvousError
+                raise cls(method, target, resp.status, data[:1024].decode(errors="replace").strip())
+            return resp.status, data
+        raise RendezvousError(method, target, 0, f"gave up after {_RETRIES + 1} attempts, {_RETRY_DELAY}s apart: {last}")
+
+    def report(self, generation: int, state: str, message: str = "", rolled_back_steps: int = 0, rolled_back_seconds: float = 0.0) -> None:
+        """READY, SUCCESS or FAILURE for a generation; the report ID makes retries harmless."""
+        body: dict[str, Any] = {"protocol": PROTOCOL_VERSION, "generation": generation, "state": state,
+                                "report_id": secrets.token_hex(8)}
+        if message:
+            body["message"] = message.encode()[:4096].decode(errors="ignore")
+        if rolled_back_steps or rolled_back_seconds:
+            body["rolled_back_steps"] = int(rolled_back_steps)
+            body["rolled_back_seconds"] = max(0.0, float(rolled_back_seconds))
+        self._do("POST", f"/v1/workers/{self._wid}/state", json.dumps(body).encode())
+
+    def _poll(self, path: str, deadline: Optional[float]) -> Optional[bytes]:
+        while True:
+            wait = _POLL_WAIT_MS / 1000
+            if deadline is not None:
+                wait = max(0.0, min(wait, deadline - time.time()))
+            sep = "&" if "?" in path else "?"
+            status, data = self._do("GET", f"{path}{sep}wait_ms={int(wait * 1000)}", wait=wait)
+            if status == 200:
+                return data
+            if deadline is not None and time.time() >= deadline:
+                return None
+
+    def assignment(self, after: int, deadline: Optional[float] = None) -> Optional[dict[str, Any]]:
+        """The worker's place in the first generation after `after` (None past the deadline)."""
+        data = self._poll(f"/v1/workers/{self._wid}/assignment?after={after}", deadline)
+        return None if data is None else json.loads(data)
+
+    def hosts_version(self, after: int, deadline: Optional[float] = None) -> Optional[int]:
+        """The host-update version once it is past `after` (None past the deadline)."""
+        data = self._poll(f"/v1/hosts/version?after={after}", deadline)
+        return None if data is None else int(json.loads(data)["version"])
+
+    def kv_put(self, generation: int, key: str, value: bytes) -> None:
+        self._do("PUT", f"/v1/kv/{generation}/{urllib.parse.quote(key, safe='')}", value, ctype="application/octet-stream")
+
+    def kv_get(self, generation: int, key: str, deadline: Optional[float] = None) -> Optional[bytes]:
+        """The value once set (long-poll); GenerationGone when the generation is over."""
+        return self._poll(f"/v1/kv/{generation}/{urllib.parse.quote(key, safe='')}", deadline)
+
+    def progress(self, generation: int, step: int, committed_step: int, timeout: float = 5.0) -> None:
+        body = json.dumps({"generation": generation, "step": step, "committed_step": min(committed_step, step)}).encode()
+        self._do("POST", f"/v1/workers/{self._wid}/progress", body)

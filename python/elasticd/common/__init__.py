@@ -1,0 +1,1 @@
+"""Names shared by elasticd's framework modules, at Horovod's import paths."""

@@ -1,0 +1,162 @@
+"""The process group of each generation, built from the driver's rendezvous.
+
+A worker launched by `elasticd run` for generation G registers (READY for G-1), waits for its
+assignment, and builds a torch.distributed process group for it: rank 0 opens a TCPStore on a
+free port of its host and publishes `host:port` in the driver's key-value store under the
+generation, the others read it (long-poll) and connect; each generation gets a fresh store and
+group, so a reset never meets an old world. Collectives time out after ELASTICD_COMM_TIMEOUT.
+At a reset the group is destroyed, the worker reports READY for its generation (with what it
+rolled back) and waits for the next assignment; a worker given no place exits 0.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import os
+import re
+import sys
+import threading
+import time
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from elasticd import _rendezvous
+
+_STORE_KEY = "torch/store"
+
+
+def parse_duration(text: str) -> float:
+    """A Go duration as elasticd writes it (`30s`, `1.5s`, `500ms`, `1m0s`, `1h2m3s`) in seconds."""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    parts = re.findall(r"([0-9.]+)(ms|us|µs|ns|h|m|s)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"ELASTICD_COMM_TIMEOUT {text!r}: want a duration like 30s")
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+class Runtime:
+    """The elastic state of this process: its client, its current generation and group."""
+
+    def __init__(self) -> None:
+        env = os.environ
+        self.worker = env["ELASTICD_WORKER_ID"]
+        self.client = _rendezvous.Client(env["ELASTICD_RENDEZVOUS"], bytes.fromhex(env["ELASTICD_SECRET"]), self.worker)
+        self.launched = int(env.get("ELASTICD_GENERATION", "1"))
+        self.host_addr = env.get("ELASTICD_HOST_ADDR", "127.0.0.1")
+        self.timeout = parse_duration(env.get("ELASTICD_COMM_TIMEOUT", "30s"))
+        self.backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if self.backend == "nccl":
+            # A collective with a lost peer must raise in the caller after the timeout (and
+            # leave the process alive to reset), not hang or kill the process.
+            env.setdefault("NCCL_BLOCKING_WAIT", "1")
+            env.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
+        self.generation = 0
+        self.assignment: dict[str, Any] = {}
+        self._store: Optional[dist.TCPStore] = None
+        # Host updates: the newest version heard (a background long-poll) and the newest one
+        # the current plan already reflects.
+        self.heard = 0
+        self.applied = 0
+        self._lock = threading.Lock()
+        self._watcher = threading.Thread(target=self._watch_hosts, name="elasticd-hosts", daemon=True)
+
+    # -- membership --
+
+    def start(self) -> None:
+        """Registers and builds the first group."""
+        self.client.report(self.launched - 1, "READY")
+        self.join(self.launched - 1)
+        self._watcher.start()
+
+    def join(self, after: int) -> None:
+        """Waits for a place in a generation after `after` and builds its group; a worker the
+        driver has no place for exits 0 (its host left, or the job is over)."""
+        while True:
+            a = self.client.assignment(after)
+            assert a is not None
+            if a.get("removed"):
+                print(f"elasticd: {self.worker} has no place in generation {a['generation']}: exiting", file=sys.stderr, flush=True)
+                sys.exit(0)
+            self.assignment, self.generation = a, int(a["generation"])
+            with self._lock:
+                self.applied = max(self.applied, int(a.get("hosts_version", 0)))
+            try:
+                self._build()
+                return
+            except (_rendezvous.GenerationGone, RuntimeError) as e:
+                # The generation was abandoned while it formed: ask for the next one.
+                print(f"elasticd: generation {self.generation} did not form ({e}); waiting for the next", file=sys.stderr, flush=True)
+                self._teardown()
+                self.client.report(self.generation, "READY")
+                after = self.generation
+
+    def _build(self) -> None:
+        a, gen = self.assignment, self.generation
+        rank, size = int(a["rank"]), int(a["size"])
+        timeout = datetime.timedelta(seconds=self.timeout)
+        if rank == 0:
+            store = dist.TCPStore(self.host_addr, 0, size, True, timeout=timeout, wait_for_workers=False)
+            self.client.kv_put(gen, _STORE_KEY, f"{self.host_addr}:{store.port}".encode())
+        else:
+            addr = self.client.kv_get(gen, _STORE_KEY, deadline=time.time() + max(60.0, self.timeout))
+            if addr is None:
+                raise RuntimeError("rank 0 did not publish its store in time")
+            host, port = addr.decode().rsplit(":", 1)
+            store = dist.TCPStore(host.strip("[]"), int(port), size, False, timeout=timeout)
+        self._store = store
+        dist.init_process_group(self.backend, store=dist.PrefixStore(f"elasticd/g{gen}", store), rank=rank, world_size=size, timeout=timeout)
+
+    def _teardown(self) -> None:
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass
+        self._store = None
+        gc.collect()  # the group's last references may sit in cycles: close its sockets now
+
+    def reset(self, rolled_back_steps: int = 0, rolled_back_seconds: float = 0.0) -> None:
+        """Leaves the current generation and joins the next."""
+        self._teardown()
+        self.client.report(self.generation, "READY", rolled_back_steps=rolled_back_steps, rolled_back_seconds=rolled_back_seconds)
+        self.join(self.generation)
+
+    # -- host updates --
+
+    def _watch_hosts(self) -> None:
+        while True:
+            try:
+                v = self.client.hosts_version(self.heard)
+            except Exception:
+                time.sleep(1.0)
+                continue
+            if v is not None:
+                with self._lock:
+                    self.heard = max(self.heard, v)
+
+    def pending_update(self) -> int:
+        """The newest host-update version heard that the current plan does not reflect, or 0."""
+        with self._lock:
+            return self.heard if self.heard > self.applied else 0
+
+    def applied_update(self, version: int) -> None:
+        with self._lock:
+            self.applied = max(self.applied, version)
+
+
+_runtime: Optional[Runtime] = None
+
+
+def runtime() -> Optional[Runtime]:
+    return _runtime
+
+
+def start() -> Runtime:
+    global _runtime
+    if _runtime is None:
+        _runtime = Runtime()
+        _runtime.start()
+    return _runtime

@@ -1,0 +1,290 @@
+"""Horovod's elastic API for PyTorch: `hvd.elastic.run`, `hvd.elastic.TorchState`,
+`hvd.elastic.ElasticSampler`, on elasticd's rendezvous.
+
+A failed collective (HorovodInternalError) restores the last commit and resets; a change of
+hosts, agreed by every rank at the same commit with one allreduce(max) of the host-update
+version each has heard (not a broadcast from rank 0: Horovod #3494), resets with no rollback.
+A reset destroys the process group, reports READY to the driver with the work rolled back,
+waits for the next generation, builds its group, runs the reset callbacks, and syncs the state
+from rank 0 (the oldest survivor, which holds the newest commit).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+import random
+import time
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+
+import elasticd
+from elasticd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+from elasticd.torch import _runtime
+
+__all__ = ["run", "TorchState", "ObjectState", "ElasticSampler", "HorovodInternalError", "HostsUpdatedInterrupt"]
+
+
+def _hvd() -> Any:
+    import elasticd.torch as hvd  # the package imports this module: resolve late
+
+    return hvd
+
+
+def _cpu_copy(obj: Any) -> Any:
+    """A deep copy with every tensor cloned to host memory (a commit survives the device)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu_copy(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+class ObjectState:
+    """State of plain attributes (kwargs): saved by commit(), restored after a failure,
+    broadcast from rank 0 by sync()."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._reset_callbacks: list[Callable[[], None]] = []
+        self._known = list(kwargs)
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+        self._commits = 0
+        self._steps = 0            # check_host_updates() and commit() calls: the job's steps
+        self._steps_at_commit = 0
+        self._commit_time = time.time()
+        self._saved: dict[str, Any] = {}
+        self.save()
+
+    # Horovod's names
+    def register_reset_callbacks(self, callbacks: list[Callable[[], None]]) -> None:
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self) -> None:
+        for cb in self._reset_callbacks:
+            cb()
+
+    def _values(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self._known}
+
+    def save(self) -> None:
+        """A copy in host memory of everything restore() brings back."""
+        self._saved = {k: v.state_dict() if hasattr(v, "state_dict") and hasattr(v, "load_state_dict") else v
+                       for k, v in self._values().items()}
+        self._saved = _cpu_copy(self._saved)
+        self._steps_at_commit = self._steps
+        self._commit_time = time.time()
+
+    def restore(self) -> None:
+        for k, v in copy.deepcopy(self._saved).items():
+            cur = getattr(self, k)
+            if hasattr(cur, "load_state_dict") and hasattr(cur, "state_dict"):
+                cur.load_state_dict(v)
+            else:
+                setattr(self, k, v)
+        self._steps = self._steps_at_commit
+
+    def commit(self) -> None:
+        """save() and check_host_updates(): call it every few batches."""
+        self._before_save()
+        self.save()
+        self._commits += 1
+        self._report()
+        self.check_host_updates()
+
+    def _before_save(self) -> None:
+        """Elastic samplers pool what every rank processed, so that a commit holds it all."""
+        for v in self._values().values():
+            if isinstance(v, ElasticSampler):
+                v._pool_processed()
+
+    def check_host_updates(self) -> None:
+        """Raises HostsUpdatedInterrupt on every rank at once when the hosts changed."""
+        self._steps += 1
+        rt = _runtime.runtime()
+        if rt is None:
+            return
+        mine = torch.tensor([rt.pending_update()], dtype=torch.int64)
+        _hvd()._guard(torch.distributed.all_reduce, mine, op=torch.distributed.ReduceOp.MAX)
+        agreed = int(mine.item())
+        if agreed > 0:
+            rt.applied_update(agreed)
+            raise HostsUpdatedInterrupt(skip_sync=False)
+
+    def _report(self) -> None:
+        rt = _runtime.runtime()
+        if rt is not None and _hvd().rank() == 0:
+            elasticd._report(rt.generation, self._steps, self._steps_at_commit)
+
+    def rolled_back(self) -> tuple[int, float]:
+        return max(0, self._steps - self._steps_at_commit), max(0.0, time.time() - self._commit_time)
+
+    def _state_for_sync(self) -> dict[str, Any]:
+        return {k: v.state_dict() if hasattr(v, "state_dict") and hasattr(v, "load_state_dict") else v
+                for k, v in self._values().items()}
+
+    def sync(self) -> None:
+        """Makes every rank's state rank 0's: survivors that hold rank 0's commit count and a
+        joiner-free world move nothing but one small allgather."""
+        hvd = _hvd()
+        if hvd.size() == 1:
+            return
+        for v in self._values().values():
+            if isinstance(v, ElasticSampler):
+                v._pool_processed()
+        counts = hvd.allgather_object((self._commits, self._steps))
+        if all(c == counts[0] for c in counts):
+            self._after_sync()
+            return
+        payload = hvd.broadcast_object(self._full_state() if hvd.rank() == 0 else None, 0)
+        if hvd.rank() != 0:
+            self._load_full_state(payload)
+        self._after_sync()
+
+    def _full_state(self) -> dict[str, Any]:
+        return {"values": _cpu_copy(self._state_for_sync()), "commits": self._commits, "steps": self._steps}
+
+    def _load_full_state(self, payload: dict[str, Any]) -> None:
+        for k, v in payload["values"].items():
+            cur = getattr(self, k)
+            if hasattr(cur, "load_state_dict") and hasattr(cur, "state_dict"):
+                cur.load_state_dict(v)
+            else:
+                setattr(self, k, v)
+        self._commits, self._steps = payload["commits"], payload["steps"]
+
+    def _after_sync(self) -> None:
+        for v in self._values().values():
+            if isinstance(v, ElasticSampler):
+                v.reset()
+        self.save()
+
+
+class TorchState(ObjectState):
+    """Model and optimizer state dicts plus any attributes (epoch, batch, a sampler), committed
+    in host memory, restored after a failure, synced from rank 0 after every reset."""
+
+    def __init__(self, model: Optional[torch.nn.Module] = None, optimizer: Optional[torch.optim.Optimizer] = None, **kwargs: Any) -> None:
+        self.model, self.optimizer = model, optimizer
+        extra = {}
+        if model is not None:
+            extra["model"] = model
+        if optimizer is not None:
+            extra["optimizer"] = optimizer
+        super().__init__(**extra, **kwargs)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("model", "optimizer") and hasattr(self, "_known") and value is not None and name not in self._known:
+            self._known.append(name)
+        super().__setattr__(name, value)
+
+
+def run(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorates the training function: it is run again after each reset, from the last commit
+    after a failure, from where it was after a change of hosts."""
+
+    @functools.wraps(func)
+    def wrapper(state: ObjectState, *args: Any, **kwargs: Any) -> Any:
+        hvd = _hvd()
+        if not hvd.is_initialized():
+            hvd.init()
+        skip_sync = False
+        while True:
+            rt = _runtime.runtime()
+            failure, updated = "", False
+            try:
+                if not skip_sync:
+                    state.sync()
+                return func(state, *args, **kwargs)
+            except HorovodInternalError as e:
+                if rt is None:
+                    raise
+                failure = str(e) or type(e).__name__
+            except HostsUpdatedInterrupt as e:
+                if rt is None:
+                    raise
+                updated, skip_sync = True, e.skip_sync
+            # Reset outside the except blocks: the exception's traceback holds the frames of
+            # the failed collective, and with them the old process group, whose sockets must
+            # close now, so that peers still blocked in it fail at once instead of waiting
+            # for the communication timeout.
+            if failure:
+                steps, secs = state.rolled_back()
+                print(f"elasticd: generation {rt.generation}: {failure}; restoring the last commit ({steps} steps back)", flush=True)
+                state.restore()
+                skip_sync = False
+                rt.reset(steps, secs)
+            elif updated:
+                rt.reset()
+            state.on_reset()
+
+    return wrapper
+
+
+class ElasticSampler(torch.utils.data.Sampler):
+    """Shards a data set over the ranks so that, across resets and changes of world size,
+    every sample is processed exactly once per epoch: what has been processed (record_batch /
+    record_indices) is pooled from every rank at each commit and travels in the state, and the
+    rest of the epoch is split over the current world."""
+
+    def __init__(self, dataset: Any, shuffle: bool = True, seed: int = 0) -> None:
+        self.dataset = dataset
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+        self.processed_indices: set[int] = set()
+        self.reset()
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.processed_indices = set()
+        self.reset()
+
+    def record_batch(self, batch_idx: int, batch_size: int) -> None:
+        self.record_indices(self.get_indices(batch_idx, batch_size))
+
+    def record_indices(self, indices: Any) -> None:
+        self.processed_indices.update(int(i) for i in indices)
+
+    def get_indices(self, batch_idx: int, batch_size: int) -> list[int]:
+        start = batch_idx * batch_size
+        return self.indices[start: min(start + batch_size, len(self.indices))]
+
+    def _pool_processed(self) -> None:
+        hvd = _hvd()
+        if hvd.is_initialized() and hvd.size() > 1:
+            for s in hvd.allgather_object(sorted(self.processed_indices)):
+                self.processed_indices.update(s)
+
+    def reset(self) -> None:
+        hvd = _hvd()
+        self.num_replicas = hvd.size() if hvd.is_initialized() else 1
+        self.rank = hvd.rank() if hvd.is_initialized() else 0
+        order = list(range(len(self.dataset)))
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(order)
+        remaining = [i for i in order if i not in self.processed_indices]
+        self.num_samples = int(math.ceil(len(remaining) / self.num_replicas)) if remaining else 0
+        total = self.num_samples * self.num_replicas
+        # Pad so that every rank gets as many batches (collectives stay in step); the padding
+        # repeats remaining samples, at most num_replicas - 1 of them, once per epoch tail.
+        padded = remaining + remaining[: total - len(remaining)]
+        self.indices = padded[self.rank: total: self.num_replicas]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "processed_indices": sorted(self.processed_indices)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch = int(state["epoch"])
+        self.processed_indices = set(state["processed_indices"])
+        self.reset()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return self.num_samples
