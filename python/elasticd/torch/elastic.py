@@ -261,9 +261,12 @@ class ElasticSampler(torch.utils.data.Sampler):
                 self.processed_indices.update(s)
 
     def reset(self) -> None:
+        """Splits what is left of the epoch over the current world."""
         hvd = _hvd()
-        self.num_replicas = hvd.size() if hvd.is_initialized() else 1
-        self.rank = hvd.rank() if hvd.is_initialized() else 0
+        self._partition(hvd.size() if hvd.is_initialized() else 1, hvd.rank() if hvd.is_initialized() else 0)
+
+    def _partition(self, num_replicas: int, rank: int) -> None:
+        self.num_replicas, self.rank = num_replicas, rank
         order = list(range(len(self.dataset)))
         if self.shuffle:
             random.Random(self.seed + self.epoch).shuffle(order)

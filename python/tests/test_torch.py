@@ -1,0 +1,179 @@
+"""elasticd.torch without a driver: Horovod's API in one process and in four (torchrun's
+environment, gloo on loopback), the elastic sampler's arithmetic, and TorchState's commits.
+Needs torch: run under Debian's /usr/bin/python3 (python3-torch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG = os.path.dirname(HERE)
+sys.path.insert(0, PKG)
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - said plainly, not skipped silently under CI
+    if os.environ.get("CI"):
+        raise SystemExit(f"{sys.executable} has no torch: run these tests under Debian's /usr/bin/python3 with python3-torch")
+    raise unittest.SkipTest(f"{sys.executable} has no torch: use /usr/bin/python3 with python3-torch")
+
+import elasticd.torch as hvd  # noqa: E402
+from elasticd.torch.elastic import ElasticSampler, TorchState  # noqa: E402
+
+for k in ("ELASTICD_RENDEZVOUS", "RANK", "WORLD_SIZE", "MASTER_ADDR"):
+    os.environ.pop(k, None)
+hvd.init()  # a group of one
+
+
+class SingleProcessTest(unittest.TestCase):
+    def test_basics(self) -> None:
+        self.assertTrue(hvd.is_initialized())
+        self.assertEqual((hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()), (0, 1, 0, 1))
+        self.assertTrue(hvd.gloo_built())
+        self.assertFalse(hvd.mpi_built())
+
+    def test_collectives_of_one(self) -> None:
+        t = torch.arange(6, dtype=torch.float32)
+        self.assertTrue(torch.equal(hvd.allreduce(t), t))
+        self.assertTrue(torch.equal(hvd.allreduce(t, op=hvd.Sum), t))
+        self.assertTrue(torch.equal(hvd.allgather(t), t))
+        self.assertEqual(hvd.broadcast_object({"a": 1}, 0), {"a": 1})
+        self.assertEqual(hvd.join(), 0)
+        with self.assertRaisesRegex(NotImplementedError, "Adasum"):
+            hvd.allreduce(t, op=hvd.Adasum)
+
+    def test_fp16_compression_round_trip(self) -> None:
+        t = torch.tensor([1.5, -2.25, 3.0])
+        out = hvd.allreduce(t, compression=hvd.Compression.fp16)
+        self.assertEqual(out.dtype, torch.float32)
+        self.assertTrue(torch.equal(out, t))
+
+    def test_distributed_optimizer_is_the_users_class(self) -> None:
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        dopt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+        self.assertIsInstance(dopt, torch.optim.SGD)
+        torch.optim.lr_scheduler.StepLR(dopt, step_size=1)  # schedulers accept it
+        before = model.weight.detach().clone()
+        model(torch.ones(2, 3)).sum().backward()
+        dopt.step()
+        self.assertFalse(torch.equal(before, model.weight))
+        with self.assertRaisesRegex(ValueError, "at least 1"):
+            hvd.DistributedOptimizer(opt, backward_passes_per_step=0)
+
+    def test_torch_state_commit_and_restore(self) -> None:
+        model = torch.nn.Linear(2, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sampler = ElasticSampler(list(range(10)), shuffle=False)
+        state = TorchState(model, opt, epoch=3, sampler=sampler)
+        w = model.weight.detach().clone()
+        state.commit()
+        with torch.no_grad():
+            model.weight.add_(1.0)
+        state.epoch = 4
+        sampler.record_indices([0, 1])
+        state.restore()
+        self.assertTrue(torch.equal(model.weight, w))
+        self.assertEqual(state.epoch, 3)
+        self.assertEqual(sampler.processed_indices, set())
+        self.assertIs(state.model, model)
+
+
+class SamplerTest(unittest.TestCase):
+    def test_every_sample_once_across_world_changes(self) -> None:
+        """Ranks record what they process; at each commit what every rank processed is pooled
+        (as TorchState does with an allgather); the world then changes and the rest of the
+        epoch is split over it. Every index is processed exactly once, padding aside."""
+        n, batch = 103, 4
+        seen: list[int] = []
+        processed: set[int] = set()
+        for world, batches in ((4, 3), (3, 2), (5, None)):
+            samplers = []
+            for r in range(world):
+                s = ElasticSampler(list(range(n)), shuffle=True, seed=5)
+                s.processed_indices = set(processed)
+                s._partition(world, r)
+                samplers.append(s)
+            self.assertEqual(len({len(s) for s in samplers}), 1, "ranks must get as many samples")
+            nb = (len(samplers[0]) + batch - 1) // batch if batches is None else batches
+            for b in range(nb):
+                for s in samplers:
+                    idx = s.get_indices(b, batch)
+                    seen.extend(i for i in idx if i not in s.processed_indices)
+                    s.record_batch(b, batch)
+            for s in samplers:
+                processed |= s.processed_indices
+        self.assertEqual(processed, set(range(n)))
+        dup = len(seen) - len(set(seen))
+        self.assertLess(dup, 5, f"{dup} samples processed twice: only the last world's padding may repeat")
+
+    def test_set_epoch_starts_over_and_state_round_trips(self) -> None:
+        s = ElasticSampler(list(range(20)), shuffle=True, seed=0)
+        s.record_indices([1, 2, 3])
+        t = ElasticSampler(list(range(20)), shuffle=True, seed=0)
+        t.load_state_dict(s.state_dict())
+        self.assertEqual(t.processed_indices, {1, 2, 3})
+        self.assertEqual(len(t), 17)
+        s.set_epoch(1)
+        self.assertEqual(len(s), 20)
+        self.assertNotEqual(list(s), list(range(20)))
+
+
+CHILD = textwrap.dedent("""
+    import json, sys, torch
+    sys.path.insert(0, sys.argv[1])
+    import elasticd.torch as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    out = {}
+    out["sum"] = hvd.allreduce(torch.tensor([float(r)]), op=hvd.Sum).item()
+    out["avg"] = hvd.allreduce(torch.tensor([float(r)])).item()
+    out["max"] = hvd.allreduce(torch.tensor([float(r)]), op=hvd.Max).item()
+    out["gather"] = hvd.allgather(torch.full((r + 1,), float(r))).tolist()
+    out["bcast"] = hvd.broadcast(torch.tensor([float(r)]), 2).item()
+    out["obj"] = hvd.broadcast_object({"from": r}, 1)
+    model = torch.nn.Linear(2, 1, bias=False)
+    hvd.broadcast_parameters(model.state_dict(), 0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), named_parameters=model.named_parameters())
+    w0 = model.weight.detach().clone()
+    (model(torch.full((1, 2), float(r + 1))).sum()).backward()
+    opt.step()
+    out["step"] = (w0 - model.weight.detach()).tolist()  # lr 1: the averaged gradient
+    out["w0"] = w0.tolist()
+    print("RESULT " + json.dumps(out), flush=True)
+    hvd.shutdown()
+""")
+
+
+class FourProcessesTest(unittest.TestCase):
+    def test_collectives_and_gradient_averaging(self) -> None:
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        procs = []
+        for r in range(4):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE="4", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="4",
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+            procs.append(subprocess.Popen([sys.executable, "-c", CHILD, PKG], env=env, stdout=subprocess.PIPE, text=True))
+        results = []
+        for p in procs:
+            out, _ = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, out)
+            results.append(json.loads(next(l for l in out.splitlines() if l.startswith("RESULT "))[7:]))
+        for res in results:
+            self.assertEqual((res["sum"], res["avg"], res["max"], res["bcast"]), (6.0, 1.5, 3.0, 2.0))
+            self.assertEqual(res["gather"], [0.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0])
+            self.assertEqual(res["obj"], {"from": 1})
+            self.assertEqual(res["w0"], results[0]["w0"], "broadcast_parameters: every rank starts from rank 0's weights")
+            # d/dw sum(w·x) = x = (r+1, r+1); averaged over r = 0..3: 2.5 each.
+            self.assertEqual(res["step"], [[2.5, 2.5]])
+
+
+if __name__ == "__main__":
+    unittest.main()
