@@ -68,11 +68,13 @@ bench-compare: build
 	ROUNDS=$(ROUNDS) bench/baselines/run.sh > $(COMPARE_OUT)
 	./$(BIN) bench report $(COMPARE_OUT)
 
-# Recovery of a 4-worker DDP job (examples/pytorch/train_ddp.py, gloo, ~1M parameters) with one
-# worker SIGKILLed, under torchrun and under elasticd's restart mode, cold and --warm-start,
-# interleaved ROUNDS times; medians and ratios to torchrun (docs/benchmarks.md §12).
+# Recovery of a 4-worker DDP job (gloo, ~1M parameters) with one worker SIGKILLed, under
+# torchrun, elasticd's restart mode (cold and --warm-start) and its in-process mode, interleaved
+# ROUNDS times, medians and ratios to torchrun; then what a commit per step costs in-process
+# against a plain DDP step (docs/benchmarks.md §12).
 bench-pytorch: build
 	$(PYTHON) bench/pytorch/recovery.py --rounds $(ROUNDS) --elasticd $(BIN) --out bench-pytorch-recovery.jsonl
+	$(PYTHON) bench/pytorch/commit.py --rounds $(ROUNDS) --elasticd $(BIN)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -298,8 +298,7 @@ func TestPyTorchRestartSpotNoticeThroughAgents(t *testing.T) {
 	}
 }
 
-
-var hvdStepRe = regexp.MustCompile(`(?m)^\[0\] step (\d+) world=(\d+) pid=(\d+)`)
+var hvdStepRe = regexp.MustCompile(`(?m)^\[0\] step (\d+) t=\S+ world=(\d+) pid=(\d+)`)
 
 // In-process mode end to end (examples/pytorch/elastic_hvd.py, an Elastic Horovod script with
 // its import changed to elasticd.torch): a worker SIGKILLed; the survivors keep their
@@ -309,7 +308,7 @@ var hvdStepRe = regexp.MustCompile(`(?m)^\[0\] step (\d+) world=(\d+) pid=(\d+)`
 func TestPyTorchInProcessSurvivorsKeepTheirProcesses(t *testing.T) {
 	py := torchPython(t)
 	j := startJob(t, "run", "-np", "4", "--min-np", "2", "--comm-timeout", "5s", "--blacklist-cooldown-range", "3s,10s", "--",
-		py, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "6", "--samples", "2048", "--step-delay", "0.05")
+		py, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "6", "--samples", "2048", "--batch-size", "16", "--hidden", "64", "--step-delay", "0.05")
 	j.waitFor(`\[0\] step 20 `, 90*time.Second)
 	before := map[string]int{}
 	for _, m := range regexp.MustCompile(`\[(\d)\] worker pid=(\d+) rank=\d size=4`).FindAllStringSubmatch(j.output(), -1) {
@@ -321,8 +320,8 @@ func TestPyTorchInProcessSurvivorsKeepTheirProcesses(t *testing.T) {
 	}
 	victim := before["2"]
 	syscall.Kill(victim, syscall.SIGKILL)
-	j.waitFor(`\[0\] step \d+ world=3 `, 60*time.Second)
-	j.waitFor(`\[0\] step \d+ world=4 pid=\d+ epoch=\d`, 60*time.Second) // grown back, after the world of 3
+	j.waitFor(`\[0\] step \d+ t=\S+ world=3 `, 60*time.Second)
+	j.waitFor(`world=3 [^\n]*\n(?s:.*)\[0\] step \d+ t=\S+ world=4 `, 60*time.Second) // grown back, after the world of 3
 	if code := j.wait(3 * time.Minute); code != 0 {
 		t.Fatalf("exit %d", code)
 	}

@@ -45,6 +45,7 @@ except Exception:
     torch = None
 while not os.path.exists(_f):
     signal.sigtimedwait({signal.SIGUSR1}, 0.5)
+signal.sigtimedwait({signal.SIGUSR1}, 0)  # a wake-up sent while torch loaded: drop it
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
 with open(_f) as _h:
     _spec = json.load(_h)

@@ -6,7 +6,7 @@ Horovod is the import line (`import horovod.torch as hvd` -> `import elasticd.to
 
 When a worker dies, the survivors keep their processes: they restore the last commit (at most
 --commit-every steps back), form a new group without it, and go on. Rank 0 prints
-`step N world=W pid=P` at every commit, and `done step N` at the end.
+`step N t=<unix time> world=W pid=P` after every step, and `done step N` at the end.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import elasticd.torch as hvd
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--epochs", type=int, default=3)
 p.add_argument("--samples", type=int, default=1024, help="samples in the synthetic data set")
-p.add_argument("--batch-size", type=int, default=16)
+p.add_argument("--batch-size", type=int, default=32)
+p.add_argument("--hidden", type=int, default=900, help="hidden width of the MLP (900 gives about 1M parameters, as examples/pytorch/train_ddp.py)")
 p.add_argument("--commit-every", type=int, default=1, help="commit every this many batches; check host updates on the others")
 p.add_argument("--lr", type=float, default=0.01)
 p.add_argument("--step-delay", type=float, default=0.0, help="seconds of sleep per batch, to watch or interrupt")
@@ -35,9 +36,9 @@ args = p.parse_args()
 hvd.init()
 torch.manual_seed(42)
 g = torch.Generator().manual_seed(7)
-dataset = TensorDataset(torch.randn(args.samples, 32, generator=g), torch.randint(0, 4, (args.samples,), generator=g))
+dataset = TensorDataset(torch.randn(args.samples, 256, generator=g), torch.randint(0, 10, (args.samples,), generator=g))
 
-model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+model = nn.Sequential(nn.Linear(256, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10))
 optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
 optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                      compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none)
@@ -59,10 +60,10 @@ def train(state: hvd.elastic.TorchState) -> None:
                 time.sleep(args.step_delay)
             if state.step % args.commit_every == 0:
                 state.commit()
-                if hvd.rank() == 0:
-                    print(f"step {state.step} world={hvd.size()} pid={os.getpid()} epoch={state.epoch} loss={loss.item():.4f}", flush=True)
             else:
                 state.check_host_updates()
+            if hvd.rank() == 0:
+                print(f"step {state.step} t={time.time():.6f} world={hvd.size()} pid={os.getpid()} epoch={state.epoch} loss={loss.item():.4f}", flush=True)
         state.sampler.set_epoch(state.epoch + 1)
 
 

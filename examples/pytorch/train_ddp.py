@@ -14,6 +14,12 @@ which lets the driver say how many steps each restart threw away.
 Lines it prints (rank 0 unless said): `start ...` and `env: ...` (every rank, at start),
 `resumed from step S`,
 `step N t=<unix time> world=<size>` after each step, `checkpoint S`, `done step N`.
+
+Exit status: 0 when --steps are done; 143 (128 + SIGTERM) when stopped by SIGTERM, after rank 0
+has saved the last completed step; 1 on an error, such as a peer lost in a collective (the
+launcher then restarts the whole group). For tests: --die-at-step N --die-rank R (that rank
+SIGKILLs itself before step N, on the first start only), --fail-always (every rank raises at
+start, every time).
 """
 
 from __future__ import annotations
@@ -25,9 +31,18 @@ import sys
 import time
 from typing import Any
 
+
+def say(line: str) -> None:
+    """Prints one line in one write: torchrun's workers share one stdout pipe, and print() with
+    PYTHONUNBUFFERED=1 writes the text and its newline separately, so lines of different ranks
+    could interleave mid-line."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 # When the process started, before torch loads: the recovery benchmark splits a restart into
 # the launcher noticing and relaunching, and the new processes getting ready.
-print(f"start pid={os.getpid()} t={time.time():.6f}", flush=True)
+say(f"start pid={os.getpid()} t={time.time():.6f}")
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -36,10 +51,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 try:  # optional: progress reports to the elasticd driver (a no-op elsewhere)
     import elasticd  # type: ignore
-except ImportError:
+except Exception:  # not installed, or broken: train without it
     elasticd = None
 
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a worker SIGTERM ended
+
+# The torchrun contract, printed on one `env:` line per rank at start (RANK first, pid last:
+# tests and bench/pytorch/recovery.py parse `env: RANK=<r> ... pid=<p>`).
+ENV_SHOWN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+             "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+             "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "OMP_NUM_THREADS")
 
 
 def parse_args() -> argparse.Namespace:
@@ -52,6 +73,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--step-delay", type=float, default=0.0, help="sleep this long per step (seconds), to watch or interrupt")
     p.add_argument("--die-at-step", type=int, default=0, help="with --die-rank: that rank SIGKILLs itself at this step, on the first start only")
     p.add_argument("--die-rank", type=int, default=1)
+    p.add_argument("--fail-always", action="store_true", help="raise at start on every rank, every time (to test reset limits and failing jobs)")
     return p.parse_args()
 
 
@@ -77,26 +99,34 @@ def save(path: str, model: nn.Module, opt: torch.optim.Optimizer, step: int) -> 
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    print(f"checkpoint {step}", flush=True)
+    say(f"checkpoint {step}")
 
 
 def report(step: int, checkpoint_step: int) -> None:
-    if elasticd is not None:
-        elasticd.progress(step, checkpoint_step)
+    """Tells elasticd's driver how far training has got; never lets a report stop training."""
+    global elasticd
+    progress = getattr(elasticd, "progress", None)
+    if progress is None:
+        return
+    try:
+        progress(step, checkpoint_step)
+    except Exception as e:  # an older or broken package: say so once, then train on
+        print(f"elasticd.progress: {e!r}; no more progress reports", file=sys.stderr, flush=True)
+        elasticd = None
 
 
 def main() -> int:
     args = parse_args()
-    env = {k: os.environ.get(k, "") for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT")}
-    print("env: " + " ".join(f"{k}={v}" for k, v in env.items()) + f" pid={os.getpid()}", flush=True)
+    env = {k: os.environ.get(k, "") for k in ENV_SHOWN}
+    say("env: " + " ".join(f"{k}={v}" for k, v in env.items()) + f" pid={os.getpid()}")
+    if args.fail_always:
+        raise RuntimeError("--fail-always: failing at start, as asked")
 
     terminated = False
 
     def on_term(signum: int, frame: Any) -> None:
         nonlocal terminated
         terminated = True  # acted on between steps: parameters change only in optimizer.step()
-
-    signal.signal(signal.SIGTERM, on_term)
 
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
@@ -115,11 +145,15 @@ def main() -> int:
         opt.load_state_dict(ck["optimizer"])
         step = ck["step"]
         if rank == 0:
-            print(f"resumed from step {step}", flush=True)
+            say(f"resumed from step {step}")
     saved = step
     ddp = DDP(model)
     loss_fn = nn.CrossEntropyLoss()
     first_start = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") in ("", "0")
+    # Only now: until training starts there is nothing to save, and a Python handler cannot run
+    # while init_process_group or DDP's first broadcast waits in C++ for a peer that never
+    # comes, so a SIGTERM there would be ignored until the launcher's SIGKILL.
+    signal.signal(signal.SIGTERM, on_term)
 
     while step < args.steps:
         if terminated:
@@ -137,7 +171,7 @@ def main() -> int:
         opt.step()
         step += 1
         if rank == 0:
-            print(f"step {step} t={time.time():.6f} world={world}", flush=True)
+            say(f"step {step} t={time.time():.6f} world={world}")
             if step % args.checkpoint_every == 0 or step == args.steps:
                 save(args.checkpoint, model, opt, step)
                 saved = step
@@ -151,7 +185,7 @@ def main() -> int:
             report(step, step)
         return EXIT_TERMINATED
     if rank == 0:
-        print(f"done step {step}", flush=True)
+        say(f"done step {step}")
     dist.destroy_process_group()
     return 0
 

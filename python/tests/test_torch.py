@@ -107,8 +107,11 @@ class SamplerTest(unittest.TestCase):
                     idx = s.get_indices(b, batch)
                     seen.extend(i for i in idx if i not in s.processed_indices)
                     s.record_batch(b, batch)
-            for s in samplers:
-                processed |= s.processed_indices
+            union = set().union(*(s.processed_indices for s in samplers))
+            # What a commit pools: rank 0 alone derives every rank's batches (ranks go in step).
+            samplers[0]._pool_processed()
+            self.assertEqual(samplers[0].processed_indices, union)
+            processed = union
         self.assertEqual(processed, set(range(n)))
         dup = len(seen) - len(set(seen))
         self.assertLess(dup, 5, f"{dup} samples processed twice: only the last world's padding may repeat")

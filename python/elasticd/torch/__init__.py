@@ -207,6 +207,8 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set: Any
     sizes = [torch.zeros(1, dtype=torch.int64, device=t.device) for _ in range(n)]
     _guard(dist.all_gather, sizes, torch.tensor([t.shape[0]], dtype=torch.int64, device=t.device))
     longest = int(max(int(s.item()) for s in sizes))
+    if longest == 0:
+        return t[:0].clone()
     padded = t
     if t.shape[0] < longest:
         padded = torch.cat([t, t.new_zeros((longest - t.shape[0],) + tuple(t.shape[1:]))])

@@ -39,9 +39,26 @@ def _cpu_copy(obj: Any) -> Any:
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
         return {k: _cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (set, frozenset)):
+        return set(obj)  # of indices: immutable elements, copied at C speed
     if isinstance(obj, (list, tuple)):
         return type(obj)(_cpu_copy(v) for v in obj)
     return copy.deepcopy(obj)
+
+
+def _copy_into(old: Any, new: Any) -> Any:
+    """_cpu_copy(new), reusing old's tensors where shapes and types match: a commit per step
+    then copies into memory it already has instead of faulting in megabytes of new pages."""
+    if isinstance(new, torch.Tensor):
+        if isinstance(old, torch.Tensor) and old.shape == new.shape and old.dtype == new.dtype and old.device.type == "cpu":
+            return old.copy_(new.detach())
+        return _cpu_copy(new)
+    if isinstance(new, dict):
+        prev = old if isinstance(old, dict) else {}
+        return {k: _copy_into(prev.get(k), v) for k, v in new.items()}
+    if isinstance(new, (list, tuple)) and isinstance(old, (list, tuple)) and len(old) == len(new):
+        return type(new)(_copy_into(o, v) for o, v in zip(old, new))
+    return _cpu_copy(new)
 
 
 class ObjectState:
@@ -73,9 +90,9 @@ class ObjectState:
 
     def save(self) -> None:
         """A copy in host memory of everything restore() brings back."""
-        self._saved = {k: v.state_dict() if hasattr(v, "state_dict") and hasattr(v, "load_state_dict") else v
-                       for k, v in self._values().items()}
-        self._saved = _cpu_copy(self._saved)
+        now = {k: v.state_dict() if hasattr(v, "state_dict") and hasattr(v, "load_state_dict") else v
+               for k, v in self._values().items()}
+        self._saved = _copy_into(self._saved, now)
         self._steps_at_commit = self._steps
         self._commit_time = time.time()
 
@@ -237,28 +254,44 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.seed = seed
         self.epoch = 0
         self.processed_indices: set[int] = set()
+        self._fresh: list[int] = []  # recorded by record_indices since the last pooling
+        self._raw = False            # record_indices was used: pooling needs an allgather
         self.reset()
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         self.processed_indices = set()
+        self._fresh = []
         self.reset()
 
     def record_batch(self, batch_idx: int, batch_size: int) -> None:
-        self.record_indices(self.get_indices(batch_idx, batch_size))
+        self.processed_indices.update(self.get_indices(batch_idx, batch_size))
+        self._upto = max(self._upto, min((batch_idx + 1) * batch_size, len(self.indices)))
 
     def record_indices(self, indices: Any) -> None:
-        self.processed_indices.update(int(i) for i in indices)
+        new = [int(i) for i in indices]
+        self.processed_indices.update(new)
+        self._fresh.extend(new)
+        self._raw = True
 
     def get_indices(self, batch_idx: int, batch_size: int) -> list[int]:
         start = batch_idx * batch_size
         return self.indices[start: min(start + batch_size, len(self.indices))]
 
     def _pool_processed(self) -> None:
+        """Adds what every rank has processed. Batches need no message: every rank knows every
+        partition, and ranks record batches in step, so the first `_upto` indices of each
+        partition are done. Indices recorded one by one (record_indices) are allgathered."""
+        # Partition r's i-th index is padded[r + i * num_replicas]: add only what is new since
+        # the last pooling, so a commit per step costs a batch's worth, not the epoch's.
+        n = self.num_replicas
+        self.processed_indices.update(self._padded[self._pooled * n: self._upto * n])
+        self._pooled = max(self._pooled, self._upto)
         hvd = _hvd()
-        if hvd.is_initialized() and hvd.size() > 1:
-            for s in hvd.allgather_object(sorted(self.processed_indices)):
-                self.processed_indices.update(s)
+        if self._raw and hvd.is_initialized() and hvd.size() > 1:
+            got = hvd.allgather(torch.tensor(self._fresh, dtype=torch.int64))
+            self.processed_indices.update(got.tolist())
+        self._fresh = []
 
     def reset(self) -> None:
         """Splits what is left of the epoch over the current world."""
@@ -277,13 +310,15 @@ class ElasticSampler(torch.utils.data.Sampler):
         # repeats remaining samples, at most num_replicas - 1 of them, once per epoch tail.
         padded = remaining + remaining[: total - len(remaining)]
         self.indices = padded[self.rank: total: self.num_replicas]
+        self._padded, self._total, self._upto, self._pooled = padded, total, 0, 0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "processed_indices": sorted(self.processed_indices)}
+        return {"epoch": self.epoch, "processed_indices": set(self.processed_indices)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch = int(state["epoch"])
         self.processed_indices = set(state["processed_indices"])
+        self._fresh = []
         self.reset()
 
     def __iter__(self) -> Iterator[int]:
