@@ -3,6 +3,7 @@ package allreduce
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 var (
@@ -14,6 +15,10 @@ var (
 	// operation in progress: garbage, a wrong generation, a wrong length, or ranks that called
 	// different operations or passed buffers of different sizes.
 	ErrProtocol = errors.New("protocol violation")
+	// ErrPeerSilent is wrapped, with ErrPeerLost, when the peer was not lost but stopped
+	// answering for longer than Config.Timeout: a hung or stopped process, which will not
+	// reset by itself (the worker runtime tells the driver, which fails it at once).
+	ErrPeerSilent = errors.New("peer silent")
 	// ErrClosed is returned by operations on a Comm after Close.
 	ErrClosed = errors.New("communicator closed")
 )
@@ -56,3 +61,12 @@ func (e *protocolError) Error() string {
 }
 
 func (e *protocolError) Unwrap() error { return ErrProtocol }
+
+// silentError is a peer that stopped answering; it reads as the reason and matches ErrPeerSilent.
+type silentError struct{ timeout time.Duration }
+
+func (e silentError) Error() string {
+	return fmt.Sprintf("silent for %v (process hung or stopped?)", e.timeout)
+}
+
+func (e silentError) Is(target error) bool { return target == ErrPeerSilent }

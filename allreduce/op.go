@@ -275,7 +275,7 @@ func describeIOErr(err error, timeout time.Duration) error {
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return errors.New("connection reset (process exited or was killed?)")
 	case isTimeout(err):
-		return fmt.Errorf("silent for %v (process hung or stopped?)", timeout)
+		return silentError{timeout}
 	}
 	return err
 }

@@ -132,7 +132,7 @@ func childCorrect(ctx context.Context, c *allreduce.Comm) error {
 }
 
 // childLoop runs 4 MiB float32 sums until one fails, printing "iter N" after each; the
-// failure is reported as "lost peerlost=<bool> rank=<culprit> via=<rank> err=<quoted>".
+// failure is reported as "lost peerlost=<bool> rank=<culprit> via=<rank> silent=<bool> err=<quoted>".
 func childLoop(ctx context.Context, c *allreduce.Comm) int {
 	buf := make([]float32, 1<<20)
 	for i := range 100000 {
@@ -144,7 +144,7 @@ func childLoop(ctx context.Context, c *allreduce.Comm) int {
 			if pe, ok := errors.AsType[*allreduce.PeerError](err); ok {
 				culprit, via = pe.Rank, pe.Via
 			}
-			fmt.Printf("lost peerlost=%t rank=%d via=%d err=%q\n", errors.Is(err, allreduce.ErrPeerLost), culprit, via, err.Error())
+			fmt.Printf("lost peerlost=%t rank=%d via=%d silent=%t err=%q\n", errors.Is(err, allreduce.ErrPeerLost), culprit, via, errors.Is(err, allreduce.ErrPeerSilent), err.Error())
 			return 0
 		}
 		fmt.Printf("iter %d\n", i)
@@ -404,6 +404,9 @@ func TestProcessKilled(t *testing.T) {
 		if !strings.HasPrefix(l.text, want) {
 			t.Errorf("rank %d: %s; want an ErrPeerLost naming rank %d", r, l.text, victim)
 		}
+		if strings.Contains(l.text, "silent=true") {
+			t.Errorf("rank %d: %s; a killed peer is lost, not silent", r, l.text)
+		}
 	}
 }
 
@@ -430,8 +433,8 @@ func TestProcessStopped(t *testing.T) {
 		// waiting too: the ranks after it in the ring go silent at the same moment, and
 		// their own timeouts race with the abort naming the stopped rank. Blaming a waiting
 		// rank is a known limitation (no keepalives while waiting); see the report.
-		if r == (victim+1)%len(w.kids) && !strings.HasPrefix(l.text, fmt.Sprintf("lost peerlost=true rank=%d ", victim)) {
-			t.Errorf("rank %d reads from rank %d: %s; want it to name rank %d", r, victim, l.text, victim)
+		if r == (victim+1)%len(w.kids) && !strings.HasPrefix(l.text, fmt.Sprintf("lost peerlost=true rank=%d via=%d silent=true ", victim, victim)) {
+			t.Errorf("rank %d reads from rank %d: %s; want it to name rank %d as silent (ErrPeerSilent)", r, victim, l.text, victim)
 		}
 	}
 	if done, _ := w.exited(victim); done {

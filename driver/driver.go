@@ -233,7 +233,7 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 				if !ok {
 					return
 				}
-				d.send(wctx, WorkerReported{Now: ev.At, Worker: ev.Worker, Generation: ev.Generation, State: ev.State, Message: ev.Message, Rollback: ev.Rollback})
+				d.send(wctx, WorkerReported{Now: ev.At, Worker: ev.Worker, Generation: ev.Generation, State: ev.State, Message: ev.Message, Rollback: ev.Rollback, SilentPeer: ev.SilentPeer})
 			}
 		}
 	})

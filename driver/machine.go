@@ -35,6 +35,7 @@ type WorkerReported struct {
 	State      rendezvous.State
 	Message    string
 	Rollback   rendezvous.Rollback // with READY: the work it threw away since the last commit
+	SilentPeer bool                // with READY: it left because a peer stopped answering
 }
 
 // WorkerExited is a worker process ending.
@@ -211,6 +212,7 @@ type Machine struct {
 	plan       map[rendezvous.WorkerID]rendezvous.Assignment
 	workers    map[rendezvous.WorkerID]*workerInfo // processes not yet exited
 	failed     bool                                // the reset under way was caused by a failure
+	silent     bool                                // a READY of the reset under way found a peer silent: the barrier is cut to HungWindow
 	deadline   time.Time                           // barrier / start / elastic deadline of the phase
 	regDue     map[rendezvous.WorkerID]time.Time   // workers that must register by then
 	discovered []providers.Host                    // the latest discovery result, one pseudo-host per slot
@@ -296,6 +298,11 @@ func slotWorker(h providers.Host) rendezvous.WorkerID {
 	return id
 }
 
+// HungWindow is how long, after a worker reports that a peer went silent inside a collective,
+// the members that have not reached the reset barrier get before they are failed as hung. The
+// healthy ones are blocked in that same collective and reach the barrier within moments.
+const HungWindow = time.Second
+
 // Step applies one event and returns what to do.
 func (m *Machine) Step(ev Event) []Action {
 	if m.phase == phaseDone {
@@ -357,11 +364,39 @@ func (m *Machine) reported(now time.Time, e WorkerReported) []Action {
 		m.j.rbSteps = max(m.j.rbSteps, e.Rollback.Steps)
 		m.j.rbSeconds = max(m.j.rbSeconds, e.Rollback.Seconds)
 	}
+	var acts []Action
 	if e.Generation == m.gen && m.phase == phaseRunning {
-		acts := []Action{Note{"worker asked for a reset", []any{"worker", e.Worker.String(), "generation", m.gen, "reason", e.Message}}}
-		return append(acts, m.beginReset(now, false, e.Worker.String()+" reset: "+e.Message)...)
+		acts = append(acts, Note{"worker asked for a reset", []any{"worker", e.Worker.String(), "generation", m.gen, "reason", e.Message}})
+		acts = append(acts, m.beginReset(now, e.SilentPeer, e.Worker.String()+" reset: "+e.Message)...)
 	}
-	return nil
+	// A peer that stopped answering (hung, or SIGSTOPped) will not reach the barrier, and
+	// every healthy member is stuck in the same collective and follows within moments: wait
+	// HungWindow for them, not --barrier-timeout, and fail whoever is still missing.
+	if e.Generation == m.gen && e.SilentPeer && m.phase == phaseResetting && !m.silent {
+		m.silent = true
+		m.failed = true
+		if d := now.Add(HungWindow); d.Before(m.deadline) {
+			m.deadline = d
+		}
+		acts = append(acts, Note{"a worker found a peer silent; whoever has not reset within the hung window is failed", []any{"worker", e.Worker.String(), "window", HungWindow}})
+	}
+	// Someone is hung: when everybody else is at the barrier, the one missing is it.
+	if missing := m.barrierMissing(); m.silent && m.phase == phaseResetting && len(missing) == 1 {
+		acts = append(acts, m.failWorker(now, missing[0], "was the only member not to reach the reset barrier after a peer found a rank silent (hung or stopped?)", true)...)
+	}
+	return acts
+}
+
+// barrierMissing lists the live members of the current generation that have not reported
+// READY for it.
+func (m *Machine) barrierMissing() []rendezvous.WorkerID {
+	var out []rendezvous.WorkerID
+	for _, id := range m.order {
+		if w := m.workers[id]; w != nil && !w.exited && !w.stopping && w.ready == m.gen {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
@@ -504,7 +539,7 @@ func (m *Machine) slotsFailed(now time.Time, e SlotsFailed) []Action {
 	acts := []Action{Note{"hardware fault: its slots leave the job as failed", []any{"host", e.Host, "slots", len(ids), "reason", e.Reason}}}
 	for _, id := range ids {
 		if w := m.workers[id]; w != nil && !w.exited && !w.stopping {
-			acts = append(acts, m.failWorker(now, id, e.Reason)...)
+			acts = append(acts, m.failWorker(now, id, e.Reason, false)...)
 		} else {
 			m.hosts.Blacklist(now, id.String())
 		}
@@ -560,7 +595,7 @@ func (m *Machine) tick(now time.Time) []Action {
 		if !now.Before(due) {
 			delete(m.regDue, id)
 			if m.inProcess() {
-				acts = append(acts, m.failWorker(now, id, fmt.Sprintf("did not register within --start-timeout %v", m.cfg.StartTimeout))...)
+				acts = append(acts, m.failWorker(now, id, fmt.Sprintf("did not register within --start-timeout %v", m.cfg.StartTimeout), false)...)
 			}
 		}
 	}
@@ -579,10 +614,12 @@ func (m *Machine) tick(now time.Time) []Action {
 		m.deadline = time.Time{}
 		acts = append(acts, m.stopAll(time.Time{}, "restart of generation "+strconv.FormatUint(m.gen, 10)+": "+m.lastFailure)...)
 	case phaseResetting: // the barrier timed out: whoever has not reported is hung
-		for _, id := range m.order {
-			if w := m.workers[id]; w != nil && !w.exited && !w.stopping && w.ready == m.gen {
-				acts = append(acts, m.failWorker(now, id, fmt.Sprintf("did not reach the reset barrier within --barrier-timeout %v", m.cfg.BarrierTimeout))...)
-			}
+		why := fmt.Sprintf("did not reach the reset barrier within --barrier-timeout %v", m.cfg.BarrierTimeout)
+		if m.silent {
+			why = fmt.Sprintf("did not reach the reset barrier within %v after a peer found a rank silent (hung or stopped?)", HungWindow)
+		}
+		for _, id := range m.barrierMissing() {
+			acts = append(acts, m.failWorker(now, id, why, true)...)
 		}
 	case phaseStarting, phaseWaiting:
 		n := len(m.hosts.Usable(now))
@@ -594,8 +631,10 @@ func (m *Machine) tick(now time.Time) []Action {
 	return acts
 }
 
-// failWorker stops a worker that is hung or late and blacklists its slot.
-func (m *Machine) failWorker(now time.Time, id rendezvous.WorkerID, why string) []Action {
+// failWorker stops a worker that is hung or late and blacklists its slot. A hung worker is
+// killed at once: a process that does not answer its peers will not answer SIGTERM either
+// (a stopped one cannot), and the grace would only hold up the job.
+func (m *Machine) failWorker(now time.Time, id rendezvous.WorkerID, why string, hung bool) []Action {
 	w := m.workers[id]
 	if w == nil || w.exited {
 		return nil
@@ -604,7 +643,11 @@ func (m *Machine) failWorker(now time.Time, id rendezvous.WorkerID, why string) 
 	m.hosts.Blacklist(now, id.String())
 	m.lastFailure = fmt.Sprintf("%s %s", id, why)
 	m.j.event(now, EventFailure, "%s %s; its slot is blacklisted", id, why)
-	acts := []Action{Stop{Worker: id, Reason: why}, Note{"worker failed", []any{"worker", id.String(), "reason", why}}}
+	stop := Stop{Worker: id, Reason: why}
+	if hung {
+		stop.Deadline = now // no grace: SIGKILL
+	}
+	acts := []Action{stop, Note{"worker failed", []any{"worker", id.String(), "reason", why}}}
 	return append(acts, m.beginReset(now, true, m.lastFailure)...)
 }
 
@@ -734,7 +777,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 	m.gen++
 	m.order = order
 	m.plan = assign(order, addrOf, m.gen)
-	m.phase, m.failed, m.deadline = phaseRunning, false, time.Time{}
+	m.phase, m.failed, m.silent, m.deadline = phaseRunning, false, false, time.Time{}
 	m.started, m.growAt, m.ownExits, m.atStart = now, time.Time{}, 0, false
 	acts := []Action{Publish{Generation: m.gen, Plan: m.plan}}
 	master := addrOf[order[0]]

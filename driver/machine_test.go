@@ -261,6 +261,71 @@ func TestHungWorkerFailsAtBarrierTimeout(t *testing.T) {
 	}
 }
 
+// A worker that reports a silent peer cuts the barrier to HungWindow: the members still
+// missing when it is over (two here, so neither can be told hung by elimination) are killed at
+// once (no grace), and the job goes on long before --barrier-timeout.
+func TestSilentPeerCutsTheBarrierShort(t *testing.T) {
+	s := newSim(t, Config{NP: 4, MinNP: 2, BarrierTimeout: time.Minute})
+	s.start(4)
+	acts := s.m.Step(WorkerReported{Now: s.now, Worker: wid("h0"), Generation: 1, State: rendezvous.Ready, Message: "timed out", SilentPeer: true})
+	if !has[Abandon](acts) {
+		t.Fatalf("a silent peer should begin a reset: %+v", acts)
+	}
+	s.after(300*time.Millisecond).ready(1, "h1") // h2 and h3 are stopped
+	if acts := s.after(HungWindow - 400*time.Millisecond).tick(); len(stopped(acts)) > 0 || has[Publish](acts) {
+		t.Fatal("acted before the hung window was over")
+	}
+	acts = s.after(100 * time.Millisecond).tick()
+	var stops []Stop
+	for _, a := range acts {
+		if st, ok := a.(Stop); ok {
+			stops = append(stops, st)
+		}
+	}
+	if len(stops) != 2 || stops[0].Worker != wid("h2") || stops[1].Worker != wid("h3") {
+		t.Fatalf("stops %+v, want h2 and h3", stops)
+	}
+	for _, st := range stops {
+		if !st.Deadline.Equal(s.now) || !strings.Contains(st.Reason, "silent") {
+			t.Fatalf("stop %+v, want it killed now, as hung", st)
+		}
+	}
+	s.expectPlan(acts, 2, "h0", "h1")
+	if s.m.FailureResets != 1 {
+		t.Fatalf("failure resets %d, want 1", s.m.FailureResets)
+	}
+}
+
+// When everyone but one has reset after a silent report, the one missing is the hung one: it
+// is killed at once, without waiting out the window.
+func TestSilentPeerLastOneMissingIsFailedAtOnce(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, BarrierTimeout: time.Minute})
+	s.start(3)
+	s.m.Step(WorkerReported{Now: s.now, Worker: wid("h0"), Generation: 1, State: rendezvous.Ready, SilentPeer: true})
+	acts := s.after(10*time.Millisecond).ready(1, "h2")
+	if got := stopped(acts); !slices.Equal(got, []string{"h1"}) {
+		t.Fatalf("stopped %v, want h1, the only one missing", got)
+	}
+	s.expectPlan(acts, 2, "h0", "h2")
+}
+
+// Without a silent report, a missing member still gets --barrier-timeout (it may be slow, not
+// hung); once it is failed there, it is killed without the grace.
+func TestBarrierTimeoutKillsWithoutGrace(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, BarrierTimeout: 30 * time.Second})
+	s.start(3)
+	s.ready(1, "h0", "h2")
+	if acts := s.after(5 * time.Second).tick(); len(stopped(acts)) > 0 {
+		t.Fatal("a READY without a silent peer must not cut the barrier")
+	}
+	acts := s.after(25 * time.Second).tick()
+	for _, a := range acts {
+		if st, ok := a.(Stop); ok && !st.Deadline.Equal(s.now) {
+			t.Fatalf("stop %+v: a hung worker gets no grace", st)
+		}
+	}
+}
+
 func TestUnregisteredWorkerFailsAtStartTimeout(t *testing.T) {
 	s := newSim(t, Config{NP: 3, MinNP: 2, StartTimeout: time.Minute})
 	s.hosts("h0", "h1", "h2")

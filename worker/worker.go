@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 		progress: make(chan progressReport, 1),
 	}
 	// Registering = READY for the generation before the one we were launched for.
-	if err := w.join(ctx, cfg.Generation-1, "registering", nil); err != nil {
+	if err := w.join(ctx, cfg.Generation-1, rendezvous.ReadyReport{Message: "registering"}, nil); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.Background()) // owned by w: Close stops it
@@ -188,9 +188,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 // prev is the communicator of the generation being left after a planned reset, whose healthy
 // connections to members that are neighbours again are carried over (allreduce.Config.Previous);
 // nil builds every connection afresh.
-func (w *Worker) join(ctx context.Context, after uint64, reason string, prev *allreduce.Comm) error {
+func (w *Worker) join(ctx context.Context, after uint64, why rendezvous.ReadyReport, prev *allreduce.Comm) error {
 	for {
-		if err := w.client.ReportReady(ctx, after, reason, w.rollback); err != nil {
+		why.Rollback = w.rollback
+		if err := w.client.ReportReady(ctx, after, why); err != nil {
 			return fmt.Errorf("worker %s: report ready: %w", w.id, err)
 		}
 		w.rollback = rendezvous.Rollback{}
@@ -218,7 +219,7 @@ func (w *Worker) join(ctx context.Context, after uint64, reason string, prev *al
 			return fmt.Errorf("worker %s: connect generation %d: %w", w.id, a.Generation, err)
 		}
 		w.log.Info("generation ended while connecting; asking for the next", "generation", a.Generation, "err", err)
-		after, reason = a.Generation, err.Error()
+		after, why = a.Generation, rendezvous.ReadyReport{Message: err.Error()}
 	}
 }
 
@@ -318,7 +319,9 @@ func (w *Worker) reset(ctx context.Context, why error) error {
 		w.comm.Close()
 	}
 	w.comm = nil
-	if err := w.join(ctx, old, why.Error(), prev); err != nil {
+	// A peer that went silent is hung or stopped and will not reset: say so, and the driver
+	// fails it at once instead of waiting out --barrier-timeout.
+	if err := w.join(ctx, old, rendezvous.ReadyReport{Message: why.Error(), SilentPeer: errors.Is(why, allreduce.ErrPeerSilent)}, prev); err != nil {
 		return err
 	}
 	for _, fn := range w.onReset {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/elasticd/elasticd/driver"
 )
 
 // Restart mode end to end: examples/pytorch/train_ddp.py, an ordinary torchrun-style script
@@ -363,4 +365,142 @@ func TestPyTorchInProcessSurvivorsKeepTheirProcesses(t *testing.T) {
 func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
+}
+
+// In-process mode, a hung worker and the sampler (cmd/elasticd/testdata/sampler_log.py, an
+// Elastic Horovod-style loop over a DataLoader with ElasticSampler and record_batch): one
+// worker is SIGSTOPped; the survivors' gradient allreduce times out after --comm-timeout, they
+// tell the driver a peer went silent, and it kills the stopped one at once rather than after
+// --barrier-timeout (a minute here); its slot returns after the cooldown and the world grows
+// back at a commit. Across both resets every sample is trained on exactly once per epoch
+// (apart from the padding that keeps ranks in step), judged from what each rank logged.
+func TestPyTorchInProcessHungWorkerAndExactlyOnceSampler(t *testing.T) {
+	py := torchPython(t)
+	logs := t.TempDir()
+	const samples, epochs = 2000, 3
+	j := startJob(t, "run", "-np", "4", "--min-np", "2", "--comm-timeout", "3s", "--barrier-timeout", "1m", "--stop-grace", "30s",
+		"--blacklist-cooldown-range", "2s,10s", "--",
+		py, repoPath(t, "cmd/elasticd/testdata/sampler_log.py"), "--log-dir", logs, "--samples", strconv.Itoa(samples), "--epochs", strconv.Itoa(epochs))
+	j.waitFor(`\[0\] step 20 `, 90*time.Second)
+	victim := 0
+	for _, m := range regexp.MustCompile(`\[(\d)\] worker pid=(\d+) rank=\d size=4`).FindAllStringSubmatch(j.output(), -1) {
+		if m[1] == "2" {
+			victim = atoi(m[2])
+		}
+	}
+	if victim == 0 {
+		t.Fatal("no pid for worker 2")
+	}
+	stoppedAt := time.Now()
+	syscall.Kill(victim, syscall.SIGSTOP)
+	defer syscall.Kill(victim, syscall.SIGKILL)
+	j.waitFor(`\[0\] step \d+ t=\S+ world=3 `, 45*time.Second)
+	t.Logf("training went on %v after the SIGSTOP (comm timeout 3s; the hung window %v is cut short when it is the only one missing)", time.Since(stoppedAt).Round(10*time.Millisecond), driver.HungWindow)
+	if !strings.Contains(j.output(), "after a peer found a rank silent") {
+		t.Fatal("the stopped worker was not failed as silent")
+	}
+	j.waitFor(`world=3 [^\n]*\n(?s:.*)\[0\] step \d+ t=\S+ world=4 `, 60*time.Second)
+	if code := j.wait(3 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	checkExactlyOnce(t, logs, samples, epochs)
+}
+
+// checkExactlyOnce reads sampler_log.py's logs and checks that the steps that count (those
+// of each generation that trained, up to where the next one started from) are contiguous,
+// were taken by every rank of their generation, and used every sample of each epoch once,
+// repeating at most the padding each split of an epoch adds (world size - 1).
+func checkExactlyOnce(t *testing.T, dir string, samples, epochs int) {
+	t.Helper()
+	type batch struct {
+		gen, step, epoch int
+		idx              []int
+	}
+	starts := map[int]int{} // generation -> the step it started from
+	sizes := map[int]int{}
+	var batches []batch
+	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			fs := strings.Fields(line)
+			switch {
+			case len(fs) == 5 && fs[0] == "start":
+				g, s := atoi(fs[1]), atoi(fs[2])
+				if old, ok := starts[g]; ok && old != s {
+					t.Fatalf("generation %d started from steps %d and %d on different ranks", g, old, s)
+				}
+				starts[g], sizes[g] = s, atoi(fs[4])
+			case len(fs) == 5 && fs[0] == "batch":
+				bt := batch{gen: atoi(fs[1]), step: atoi(fs[2]), epoch: atoi(fs[3])}
+				for _, i := range strings.Split(fs[4], ",") {
+					bt.idx = append(bt.idx, atoi(i))
+				}
+				batches = append(batches, bt)
+			} // anything else: a line cut short by a kill
+		}
+	}
+	gens := make([]int, 0, len(starts))
+	for g := range starts {
+		gens = append(gens, g)
+	}
+	slices.Sort(gens)
+	if len(gens) < 3 {
+		t.Fatalf("generations that trained: %v; want at least 3 (two resets)", gens)
+	}
+	upto := map[int]int{} // generation -> the last step of it that counts
+	for i, g := range gens {
+		upto[g] = 1 << 30
+		if i+1 < len(gens) {
+			upto[g] = starts[gens[i+1]]
+		}
+	}
+	byStep := map[int][]batch{}
+	for _, b := range batches {
+		if b.step > starts[b.gen] && b.step <= upto[b.gen] {
+			byStep[b.step] = append(byStep[b.step], b)
+		}
+	}
+	counts := make([]map[int]int, epochs)
+	splits := make([]int, epochs) // padding allowed per epoch: (size - 1) per generation that split it
+	seenSplit := map[[2]int]bool{}
+	for s := 1; s <= len(byStep); s++ {
+		bs := byStep[s]
+		if len(bs) == 0 {
+			t.Fatalf("step %d was never taken (steps that count: %d)", s, len(byStep))
+		}
+		if g := bs[0].gen; len(bs) != sizes[g] {
+			t.Fatalf("step %d counts from generation %d, logged by %d of its %d ranks", s, g, len(bs), sizes[g])
+		}
+		for _, b := range bs {
+			if counts[b.epoch] == nil {
+				counts[b.epoch] = map[int]int{}
+			}
+			for _, i := range b.idx {
+				counts[b.epoch][i]++
+			}
+			if k := [2]int{b.gen, b.epoch}; !seenSplit[k] {
+				seenSplit[k] = true
+				splits[b.epoch] += sizes[b.gen] - 1
+			}
+		}
+	}
+	for e := range epochs {
+		dups := 0
+		for i := range samples {
+			switch c := counts[e][i]; {
+			case c == 0:
+				t.Fatalf("epoch %d: sample %d was never trained on", e, i)
+			case c > 1:
+				dups += c - 1
+			}
+		}
+		if dups > splits[e] {
+			t.Fatalf("epoch %d: %d repeated samples, more than the %d that padding allows", e, dups, splits[e])
+		}
+		t.Logf("epoch %d: %d samples once each, %d repeated by padding (at most %d)", e, samples, dups, splits[e])
+	}
 }

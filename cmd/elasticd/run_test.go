@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/elasticd/elasticd/driver"
 )
 
 // job is a real `elasticd run` process whose combined output the test watches.
@@ -189,9 +191,11 @@ func TestRunSurvivesSIGKILLAndGrowsBack(t *testing.T) {
 	}
 }
 
-// A hung worker (SIGSTOP) is treated as failed within the barrier timeout; the others go on.
+// A hung worker (SIGSTOP): its neighbour finds it silent after --comm-timeout and says so
+// with its READY; the driver fails it within HungWindow, without waiting out --barrier-timeout
+// (a minute here) or a grace that a stopped process cannot answer, and the others go on.
 func TestRunHungWorkerIsFailed(t *testing.T) {
-	args := append([]string{"run", "-np", "3", "--min-np", "2", "--comm-timeout", "1s", "--barrier-timeout", "2s", "--stop-grace", "1s"},
+	args := append([]string{"run", "-np", "3", "--min-np", "2", "--comm-timeout", "1s", "--barrier-timeout", "1m", "--stop-grace", "30s"},
 		trainArgs("--steps", "100000", "--step-delay", "5ms")...)
 	j := startJob(t, args...)
 	j.waitFor(`generation 1: world size 3`, 30*time.Second)
@@ -204,14 +208,12 @@ func TestRunHungWorkerIsFailed(t *testing.T) {
 	stoppedAt := time.Now()
 	syscall.Kill(victim, syscall.SIGSTOP)
 	defer syscall.Kill(victim, syscall.SIGKILL)
-	j.waitFor(`generation 2: world size 2`, 20*time.Second)
-	if d := time.Since(stoppedAt); d > 8*time.Second {
-		t.Errorf("took %v to go on without the hung worker (comm timeout 1s + barrier timeout 2s)", d)
+	j.waitFor(`generation 2: world size 2`, 40*time.Second)
+	t.Logf("went on %v after the SIGSTOP (comm timeout 1s; the hung window %v is cut short when it is the only one missing)", time.Since(stoppedAt).Round(time.Millisecond), driver.HungWindow)
+	if !strings.Contains(j.output(), "after a peer found a rank silent") {
+		t.Errorf("the hung worker was not failed as silent")
 	}
-	if !strings.Contains(j.output(), "did not reach the reset barrier") {
-		t.Errorf("the hung worker was not reported as failed at the barrier")
-	}
-	waitGone(t, []int{victim}, 10*time.Second)
+	waitGone(t, []int{victim}, 10*time.Second) // killed at once: no 30 s grace
 	syscall.Kill(j.cmd.Process.Pid, syscall.SIGTERM)
 	j.wait(30 * time.Second)
 }

@@ -130,19 +130,20 @@ func (c *Client) post(ctx context.Context, what string, v any) error {
 // MaxMessage is truncated. Retries carry the same report ID, so the driver sees a report
 // once even when an answer was lost.
 func (c *Client) Report(ctx context.Context, gen uint64, st State, msg string) error {
-	return c.report(ctx, gen, st, msg, Rollback{})
+	return c.report(ctx, gen, st, ReadyReport{Message: msg})
 }
 
 // ReportReady is Report(READY) that also tells the driver the work this worker rolled back
-// since generation gen's last commit (for the job's rollback accounting).
-func (c *Client) ReportReady(ctx context.Context, gen uint64, msg string, rb Rollback) error {
-	return c.report(ctx, gen, Ready, msg, rb)
+// since generation gen's last commit (for the job's rollback accounting), and whether it left
+// because a peer went silent (the driver then fails whoever does not follow at once).
+func (c *Client) ReportReady(ctx context.Context, gen uint64, r ReadyReport) error {
+	return c.report(ctx, gen, Ready, r)
 }
 
-func (c *Client) report(ctx context.Context, gen uint64, st State, msg string, rb Rollback) error {
+func (c *Client) report(ctx context.Context, gen uint64, st State, r ReadyReport) error {
 	// Invalid UTF-8 would grow in JSON (each bad byte becomes U+FFFD), so replace it first.
-	msg = truncate(strings.ToValidUTF8(msg, "\uFFFD"), MaxMessage)
-	body, err := json.Marshal(stateRequest{Protocol: ProtocolVersion, Generation: &gen, State: st, Message: msg, ReportID: randomHex(), Rollback: rb})
+	msg := truncate(strings.ToValidUTF8(r.Message, "\uFFFD"), MaxMessage)
+	body, err := json.Marshal(stateRequest{Protocol: ProtocolVersion, Generation: &gen, State: st, Message: msg, ReportID: randomHex(), Rollback: r.Rollback, SilentPeer: r.SilentPeer})
 	if err != nil {
 		return fmt.Errorf("rendezvous: report %s: %w", st, err)
 	}

@@ -212,18 +212,25 @@ func TestReportProgress(t *testing.T) {
 	}
 }
 
-// A READY report carries the work its sender rolled back; a nonsense one is refused.
+// A READY report carries the work its sender rolled back and whether a peer went silent; a
+// nonsense one is refused.
 func TestReportReadyRollback(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.client(wid("h", 0))
 	rb := rendezvous.Rollback{Steps: 9, Seconds: 1.25}
-	if err := c.ReportReady(t.Context(), 3, "peer lost", rb); err != nil {
+	if err := c.ReportReady(t.Context(), 3, rendezvous.ReadyReport{Message: "peer lost", Rollback: rb}); err != nil {
 		t.Fatal(err)
 	}
-	if ev := <-e.srv.Events(); ev.State != rendezvous.Ready || ev.Generation != 3 || ev.Rollback != rb {
-		t.Fatalf("event %+v, want READY for 3 with rollback %+v", ev, rb)
+	if ev := <-e.srv.Events(); ev.State != rendezvous.Ready || ev.Generation != 3 || ev.Rollback != rb || ev.SilentPeer {
+		t.Fatalf("event %+v, want READY for 3 with rollback %+v and no silent peer", ev, rb)
 	}
-	if err := c.ReportReady(t.Context(), 3, "x", rendezvous.Rollback{Seconds: -1}); err == nil || !strings.Contains(err.Error(), "rolled_back_seconds") {
+	if err := c.ReportReady(t.Context(), 4, rendezvous.ReadyReport{Message: "timed out", SilentPeer: true}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-e.srv.Events(); ev.Generation != 4 || !ev.SilentPeer {
+		t.Fatalf("event %+v, want READY for 4 that names a silent peer", ev)
+	}
+	if err := c.ReportReady(t.Context(), 3, rendezvous.ReadyReport{Message: "x", Rollback: rendezvous.Rollback{Seconds: -1}}); err == nil || !strings.Contains(err.Error(), "rolled_back_seconds") {
 		t.Fatalf("negative seconds: %v, want a 400 naming rolled_back_seconds", err)
 	}
 }

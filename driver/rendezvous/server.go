@@ -427,7 +427,7 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf(`"rolled_back_seconds" %v: want seconds, at least 0 and below a year`, req.Seconds), http.StatusBadRequest)
 		return
 	}
-	ev := Event{Worker: id, Generation: *req.Generation, State: req.State, Message: req.Message, At: time.Now(), Rollback: req.Rollback}
+	ev := Event{Worker: id, Generation: *req.Generation, State: req.State, Message: req.Message, At: time.Now(), Rollback: req.Rollback, SilentPeer: req.SilentPeer && req.State == Ready}
 
 	// De-duplication and queueing under one lock: a retry racing its original cannot slip
 	// in between, and a report refused by a full queue is not remembered as delivered.

@@ -50,6 +50,16 @@ type Event struct {
 	// Rollback is what the worker threw away since its last commit before this READY (a
 	// failure's restore); zero otherwise.
 	Rollback Rollback
+	// SilentPeer, with READY: the worker left its generation because a collective timed out
+	// on a peer that stopped answering (hung or stopped), not because one was lost.
+	SilentPeer bool
+}
+
+// ReadyReport is what a worker says with READY besides the generation it leaves.
+type ReadyReport struct {
+	Message    string
+	Rollback   Rollback
+	SilentPeer bool
 }
 
 // Rollback is work a worker threw away by restoring its last commit after a failure: the
@@ -106,6 +116,7 @@ type stateRequest struct {
 	// retry of a report the server already queued is not delivered twice.
 	ReportID string `json:"report_id,omitempty"`
 	Rollback
+	SilentPeer bool `json:"silent_peer,omitempty"`
 }
 
 // progressRequest is the body of POST /v1/workers/{id}/progress.

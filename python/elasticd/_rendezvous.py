@@ -91,8 +91,11 @@ class Client:
             return resp.status, data
         raise RendezvousError(method, target, 0, f"gave up after {_RETRIES + 1} attempts, {_RETRY_DELAY}s apart: {last}")
 
-    def report(self, generation: int, state: str, message: str = "", rolled_back_steps: int = 0, rolled_back_seconds: float = 0.0) -> None:
-        """READY, SUCCESS or FAILURE for a generation; the report ID makes retries harmless."""
+    def report(self, generation: int, state: str, message: str = "", rolled_back_steps: int = 0, rolled_back_seconds: float = 0.0,
+               silent_peer: bool = False) -> None:
+        """READY, SUCCESS or FAILURE for a generation; the report ID makes retries harmless.
+        silent_peer (with READY): a collective timed out on a peer that stopped answering,
+        which the driver then fails at once rather than after --barrier-timeout."""
         body: dict[str, Any] = {"protocol": PROTOCOL_VERSION, "generation": generation, "state": state,
                                 "report_id": secrets.token_hex(8)}
         if message:
@@ -100,6 +103,8 @@ class Client:
         if rolled_back_steps or rolled_back_seconds:
             body["rolled_back_steps"] = int(rolled_back_steps)
             body["rolled_back_seconds"] = max(0.0, float(rolled_back_seconds))
+        if silent_peer:
+            body["silent_peer"] = True
         self._do("POST", f"/v1/workers/{self._wid}/state", json.dumps(body).encode())
 
     def _poll(self, path: str, deadline: Optional[float]) -> Optional[bytes]:

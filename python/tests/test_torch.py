@@ -48,6 +48,15 @@ class SingleProcessTest(unittest.TestCase):
         with self.assertRaisesRegex(NotImplementedError, "Adasum"):
             hvd.allreduce(t, op=hvd.Adasum)
 
+    def test_timeouts_name_a_silent_peer(self) -> None:
+        from elasticd.torch._runtime import is_timeout
+        # gloo's words for a peer that stopped answering, and for one that is gone (torch 1.13)
+        self.assertTrue(is_timeout("[./gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 2000ms for recv operation to complete"))
+        self.assertTrue(is_timeout("[./gloo/transport/tcp/unbound_buffer.cc:133] Timed out waiting 2000ms for send operation to complete"))
+        self.assertTrue(is_timeout("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 30000 milliseconds"))
+        self.assertFalse(is_timeout("[./gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:41234"))
+        self.assertFalse(is_timeout(""))
+
     def test_fp16_compression_round_trip(self) -> None:
         t = torch.tensor([1.5, -2.25, 3.0])
         out = hvd.allreduce(t, compression=hvd.Compression.fp16)

@@ -37,6 +37,17 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * units[u] for n, u in parts)
 
 
+# gloo: "Timed out waiting 30000ms for recv operation to complete"; NCCL's watchdog and
+# blocking wait: "... collective operation timeout ..." / "... timed out ...".
+_TIMEOUT = re.compile(r"timed out|timeout", re.IGNORECASE)
+
+
+def is_timeout(failure: str) -> bool:
+    """Whether a collective's error says it waited out the communication timeout: a peer that
+    stopped answering, rather than one whose connection broke."""
+    return bool(_TIMEOUT.search(failure))
+
+
 class Runtime:
     """The elastic state of this process: its client, its current generation and group."""
 
@@ -118,10 +129,13 @@ class Runtime:
         self._store = None
         gc.collect()  # the group's last references may sit in cycles: close its sockets now
 
-    def reset(self, rolled_back_steps: int = 0, rolled_back_seconds: float = 0.0) -> None:
-        """Leaves the current generation and joins the next."""
+    def reset(self, rolled_back_steps: int = 0, rolled_back_seconds: float = 0.0, failure: str = "") -> None:
+        """Leaves the current generation and joins the next. A failure that is a collective's
+        timeout tells the driver a peer went silent (hung or stopped), so that it is failed at
+        once instead of holding everyone at the barrier."""
         self._teardown()
-        self.client.report(self.generation, "READY", rolled_back_steps=rolled_back_steps, rolled_back_seconds=rolled_back_seconds)
+        self.client.report(self.generation, "READY", message=failure, rolled_back_steps=rolled_back_steps,
+                           rolled_back_seconds=rolled_back_seconds, silent_peer=is_timeout(failure))
         self.join(self.generation)
 
     # -- host updates --

@@ -234,7 +234,7 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
                 print(f"elasticd: generation {rt.generation}: {failure}; restoring the last commit ({steps} steps back)", flush=True)
                 state.restore()
                 skip_sync = False
-                rt.reset(steps, secs)
+                rt.reset(steps, secs, failure)
             elif updated:
                 rt.reset()
             state.on_reset()
