@@ -158,6 +158,30 @@ CHILD = textwrap.dedent("""
     opt.step()
     out["step"] = (w0 - model.weight.detach()).tolist()  # lr 1: the averaged gradient
     out["w0"] = w0.tolist()
+
+    # Several buckets (tiny ones here), started from gradient hooks during backward; a branch
+    # that only rank 0 uses (the others reduce zeros for it); two backward passes per step.
+    import elasticd.torch as mod
+    mod._BUCKET_BYTES = 64
+    torch.manual_seed(0)
+    net = torch.nn.ModuleDict({"a": torch.nn.Linear(4, 8), "b": torch.nn.Linear(8, 8), "c": torch.nn.Linear(8, 1), "only0": torch.nn.Linear(4, 1)})
+    params = list(net.parameters())
+    before = [p.detach().clone() for p in params]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=1.0), named_parameters=net.named_parameters(), backward_passes_per_step=2)
+    out["buckets"] = len(opt._elasticd_buckets)
+    grads = [torch.zeros_like(p) for p in params]
+    for k in range(2):
+        x = torch.full((3, 4), float(r + k + 1))
+        loss = net["c"](torch.relu(net["b"](torch.relu(net["a"](x))))).sum()
+        if r == 0:
+            loss = loss + net["only0"](x).sum()
+        local = torch.autograd.grad(loss, params, allow_unused=True, retain_graph=True)  # the expected, kept aside
+        grads = [g + (l if l is not None else 0) for g, l in zip(grads, local)]
+        loss.backward()
+    out["early"] = opt._elasticd_early
+    opt.step()
+    want = [hvd.allreduce(g) for g in grads]  # the average of each rank's accumulated gradients
+    out["err"] = max(float((b - p.detach() - w).abs().max()) for b, p, w in zip(before, params, want))
     print("RESULT " + json.dumps(out), flush=True)
     hvd.shutdown()
 """)
@@ -185,6 +209,15 @@ class FourProcessesTest(unittest.TestCase):
             self.assertEqual(res["w0"], results[0]["w0"], "broadcast_parameters: every rank starts from rank 0's weights")
             # d/dw sum(w·x) = x = (r+1, r+1); averaged over r = 0..3: 2.5 each.
             self.assertEqual(res["step"], [[2.5, 2.5]])
+            # DistributedOptimizer with overlap: the update is the average of what every rank
+            # accumulated over its two passes.
+            self.assertLess(res["err"], 1e-5)
+            self.assertGreaterEqual(res["buckets"], 3)
+        # On rank 0 every bucket's gradients were in by the end of the second backward: all
+        # started from hooks, before step(). The other ranks never compute the first bucket's
+        # "only0" gradients, and buckets start in order, so theirs all start in step().
+        self.assertEqual(results[0]["early"], results[0]["buckets"])
+        self.assertEqual([res["early"] for res in results[1:]], [0, 0, 0])
 
 
 if __name__ == "__main__":

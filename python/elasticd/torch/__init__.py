@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import os
 import tempfile
+import weakref
 from typing import Any, Iterable, Optional, Union
 
 import torch
@@ -298,10 +299,23 @@ class Compression:
 
 _BUCKET_BYTES = 25 << 20  # as DDP: fewer, larger messages
 
+_optimizers: "weakref.WeakSet[_DistributedOptimizerMixin]" = weakref.WeakSet()
+
+
+def _forget_inflight() -> None:
+    """Drops the reductions in flight in the group being left (a reset): they hold it open."""
+    for opt in list(_optimizers):
+        opt._elasticd_clear()
+
 
 class _DistributedOptimizerMixin:
-    """Mixed into the user's optimizer class: step() first averages the gradients across
-    ranks (in buckets of ~25 MB, each one collective)."""
+    """Mixed into the user's optimizer class: gradients are averaged across ranks in buckets
+    of ~25 MB, each one asynchronous collective started from a gradient hook as soon as the
+    last gradient of its bucket is computed, so communication overlaps the rest of backward;
+    step() waits for them. Buckets are fixed at wrapping (parameters in reverse, the order
+    backward produces them) and started in that order on every rank, whatever order the
+    hooks fire in; a parameter with no gradient at step() is reduced as zeros, so that every
+    rank reduces the same buckets."""
 
     def _elasticd_setup(self, named_parameters: Any, compression: Any, backward_passes_per_step: int, op: _Op,
                         gradient_predivide_factor: float) -> None:
@@ -312,36 +326,108 @@ class _DistributedOptimizerMixin:
         self._elasticd_predivide = gradient_predivide_factor
         self._elasticd_passes = backward_passes_per_step
         self._elasticd_synced = False
+        params = [p for g in self.param_groups for p in g["params"]]  # type: ignore[attr-defined]
         if named_parameters is not None:
             named = list(named_parameters)
             names = [n for n, _ in named]
             if len(set(names)) != len(names):
                 raise ValueError("named_parameters has duplicate names")
-            ours = {id(p) for g in self.param_groups for p in g["params"]}  # type: ignore[attr-defined]
+            ours = {id(p) for p in params}
             if any(id(p) not in ours for _, p in named):
                 raise ValueError("named_parameters names a parameter the optimizer does not hold")
+        buckets: list[list[torch.Tensor]] = []
+        nbytes = 0
+        for p in reversed([p for p in params if p.requires_grad]):
+            if buckets and p.dtype == buckets[-1][0].dtype and p.device == buckets[-1][0].device and nbytes < _BUCKET_BYTES:
+                buckets[-1].append(p)
+                nbytes += p.numel() * p.element_size()
+            else:
+                buckets.append([p])
+                nbytes = p.numel() * p.element_size()
+        self._elasticd_buckets = buckets
+        self._elasticd_bucket_of = {id(p): k for k, b in enumerate(buckets) for p in b}
+        self._elasticd_hooks: list[Any] = []
+        for b in buckets:
+            for p in b:
+                if p.is_leaf:
+                    acc = p.expand_as(p).grad_fn.next_functions[0][0]  # the gradient accumulator
+                    acc.register_hook(self._elasticd_hook(p))
+                    self._elasticd_hooks.append(acc)  # keeps it, and so its hook, alive
+        self._elasticd_clear()
+        _optimizers.add(self)
+
+    def _elasticd_clear(self) -> None:
+        self._elasticd_counts: dict[int, int] = {}
+        self._elasticd_left = [len(b) for b in self._elasticd_buckets]
+        self._elasticd_next = 0     # the next bucket to start: they start in order
+        self._elasticd_inflight: list[Any] = []
+        self._elasticd_error: Optional[BaseException] = None
+        self._elasticd_early = 0    # buckets started from hooks, during backward
+
+    def _elasticd_hook(self, p: torch.Tensor) -> Any:
+        def hook(*_: Any) -> None:
+            if not dist.is_initialized() or dist.get_world_size() == 1:
+                return
+            n = self._elasticd_counts.get(id(p), 0) + 1
+            self._elasticd_counts[id(p)] = n
+            if n > self._elasticd_passes:
+                raise AssertionError(f"gradients were computed {n} times before step(), more than "
+                                     f"backward_passes_per_step={self._elasticd_passes}: call step() after each "
+                                     "group of backward passes, or raise backward_passes_per_step")
+            if n == self._elasticd_passes:
+                k = self._elasticd_bucket_of[id(p)]
+                self._elasticd_left[k] -= 1
+                while self._elasticd_next < len(self._elasticd_buckets) and self._elasticd_left[self._elasticd_next] == 0:
+                    self._elasticd_start(self._elasticd_next)
+                    self._elasticd_early += 1
+        return hook
+
+    def _elasticd_start(self, k: int) -> None:
+        """Starts bucket k's reduction (async); an error is kept for synchronize() to raise."""
+        self._elasticd_next = k + 1
+        bucket = self._elasticd_buckets[k]
+        for p in bucket:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in bucket])
+        if self._elasticd_predivide != 1.0:
+            flat.mul_(1.0 / self._elasticd_predivide)
+        wire, ctx = self._elasticd_compression.compress(flat)
+        work = None
+        if self._elasticd_error is None:
+            try:
+                work = dist.all_reduce(wire, op=_REDUCE[self._elasticd_op.name], async_op=True)
+            except RuntimeError as e:
+                self._elasticd_error = e
+        self._elasticd_inflight.append((work, wire, ctx, bucket))
 
     def synchronize(self) -> None:
-        """Averages the gradients now (step() does it unless skip_synchronize())."""
-        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]  # type: ignore[attr-defined]
-        bucket: list[torch.Tensor] = []
-        nbytes = 0
-        for grad in grads + [None]:  # type: ignore[list-item]
-            if grad is not None and (not bucket or (grad.dtype == bucket[0].dtype and grad.device == bucket[0].device and nbytes < _BUCKET_BYTES)):
-                bucket.append(grad)
-                nbytes += grad.numel() * grad.element_size()
-                continue
-            if bucket:
-                flat = torch.cat([b.reshape(-1) for b in bucket])
-                kw = {"op": self._elasticd_op, "compression": self._elasticd_compression}
+        """Averages the gradients now: starts the buckets the hooks did not and waits for all
+        (step() does it unless skip_synchronize())."""
+        if not dist.is_initialized() or dist.get_world_size() == 1:
+            self._elasticd_synced = True
+            return
+        try:
+            for k in range(self._elasticd_next, len(self._elasticd_buckets)):
+                self._elasticd_start(k)
+            n = dist.get_world_size()
+            for work, wire, ctx, bucket in self._elasticd_inflight:
+                if self._elasticd_error is not None:
+                    raise HorovodInternalError(str(self._elasticd_error)) from self._elasticd_error
+                _guard(work.wait)
+                out = self._elasticd_compression.decompress(wire, ctx)
                 if self._elasticd_predivide != 1.0:
-                    kw.update(prescale_factor=1.0 / self._elasticd_predivide, postscale_factor=self._elasticd_predivide)
-                allreduce_(flat, **kw)
+                    out.mul_(self._elasticd_predivide)
+                if self._elasticd_op is Average:
+                    out.div_(n)
                 off = 0
-                for b in bucket:
-                    b.copy_(flat[off: off + b.numel()].view_as(b))
-                    off += b.numel()
-            bucket, nbytes = ([grad], grad.numel() * grad.element_size()) if grad is not None else ([], 0)
+                for p in bucket:
+                    p.grad.copy_(out[off: off + p.numel()].view_as(p.grad))
+                    off += p.numel()
+            if self._elasticd_error is not None:
+                raise HorovodInternalError(str(self._elasticd_error)) from self._elasticd_error
+        finally:
+            self._elasticd_clear()
         self._elasticd_synced = True
 
     class _Skip:

@@ -229,6 +229,7 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
             # the failed collective, and with them the old process group, whose sockets must
             # close now, so that peers still blocked in it fail at once instead of waiting
             # for the communication timeout.
+            hvd._forget_inflight()
             if failure:
                 steps, secs = state.rolled_back()
                 print(f"elasticd: generation {rt.generation}: {failure}; restoring the last commit ({steps} steps back)", flush=True)
