@@ -224,7 +224,12 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 			return o, usageError("provider", "agents: needs --launcher agent")
 		}
 	case "ssh":
-		o.Launcher = launch.NewSSH(launch.SSHConfig{Port: c.Int("ssh-port"), IdentityFile: c.String("ssh-identity-file")})
+		// The hosts get elasticd's Python package through the session: no install step there.
+		setup, err := python.RemoteInstall()
+		if err != nil {
+			return o, err
+		}
+		o.Launcher = launch.NewSSH(launch.SSHConfig{Port: c.Int("ssh-port"), IdentityFile: c.String("ssh-identity-file"), Setup: setup})
 		o.ListenAddr = ":0" // remote workers must reach the rendezvous
 		o.AdvertiseHost = c.String("driver-addr")
 	case "agent":

@@ -66,6 +66,10 @@ type SSHConfig struct {
 	// DisconnectGrace is the time between SIGTERM and SIGKILL that a remote worker gets when its
 	// connection drops (the driver died); default DefaultGrace, rounded up to whole seconds.
 	DisconnectGrace time.Duration
+	// Setup is POSIX sh that the remote wrapper runs after exporting the worker's environment
+	// and before starting it (elasticd's Python package: python.RemoteInstall). Its variables
+	// must not collide with the wrapper's (__m, __g, __S, __Z, __pid, __w, __c, __i, __l, __p, __n).
+	Setup string
 }
 
 // Validate reports a configuration that cannot work. Start checks it too.
@@ -137,7 +141,7 @@ func (l *sshLauncher) Start(ctx context.Context, s Spec) (Process, error) {
 		return fail(err)
 	}
 	grace := int(math.Ceil(l.cfg.DisconnectGrace.Seconds()))
-	script := wrapperScript(token, s.Env, dir, s.Command, grace)
+	script := wrapperScript(token, s.Env, l.cfg.Setup, dir, s.Command, grace)
 
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
@@ -261,7 +265,7 @@ func bootstrap(token string) string {
 // wrapperScript is what the bootstrap evaluates. Its own variables start with __, so that they
 // do not collide with the worker's environment, and the tools it needs are found before that
 // environment (which may set PATH) is exported.
-func wrapperScript(token string, env []string, dir string, argv []string, grace int) string {
+func wrapperScript(token string, env []string, setup, dir string, argv []string, grace int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "__m=%s __g=%d\n", token, grace)
 	b.WriteString(`__S=$(command -v setsid) || { echo "setsid not found (util-linux)" >&2; echo "$__m exit 127" >&2; exit 127; }` + "\n")
@@ -269,6 +273,9 @@ func wrapperScript(token string, env []string, dir string, argv []string, grace 
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
+	}
+	if setup != "" {
+		b.WriteString(strings.TrimSuffix(setup, "\n") + "\n")
 	}
 	fmt.Fprintf(&b, "cd -- %s || { echo \"$__m exit 1\" >&2; exit 1; }\n", shellQuote(dir))
 	b.WriteString("set --")
