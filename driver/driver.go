@@ -123,7 +123,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		rand.Read(secret)
 	}
 	d := &runner{o: o, log: o.Logger, secret: secret, procs: map[rendezvous.WorkerID]*proc{}, events: make(chan Event, 256)}
-	d.jobID = cmp.Or(o.JobID, hex.EncodeToString(secret[:4]))
+	// A random ID, independent of the secret: it is shown on the unauthenticated status page,
+	// in /metrics and in every log line.
+	d.jobID = o.JobID
+	if d.jobID == "" {
+		id := make([]byte, 4)
+		rand.Read(id)
+		d.jobID = hex.EncodeToString(id)
+	}
 	return d.run(ctx)
 }
 

@@ -415,3 +415,26 @@ func TestRunJoinerFetchesStateFromPeers(t *testing.T) {
 		t.Fatalf("test accuracy %.2f%%, want > 90%%: the joiner's state was wrong", acc)
 	}
 }
+
+// The job ID, shown on the unauthenticated status page, in /metrics and in every log line, is
+// random and gives nothing of the job secret away.
+func TestRunJobIDIsNotFromTheSecret(t *testing.T) {
+	ids := map[string]bool{}
+	for range 2 {
+		j := startJob(t, "run", "-np", "1", "--", "sh", "-c", `echo "id=$ELASTICD_JOB_ID secret=$ELASTICD_SECRET"`)
+		if code := j.wait(time.Minute); code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		m := regexp.MustCompile(`id=([0-9a-f]+) secret=([0-9a-f]+)`).FindStringSubmatch(j.output())
+		if m == nil {
+			t.Fatalf("no id and secret in the worker's output")
+		}
+		if strings.Contains(m[2], m[1]) {
+			t.Fatalf("job ID %s is part of the secret %s", m[1], m[2])
+		}
+		ids[m[1]] = true
+	}
+	if len(ids) != 2 {
+		t.Fatal("two jobs got the same ID")
+	}
+}
