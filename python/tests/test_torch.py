@@ -94,6 +94,44 @@ class SingleProcessTest(unittest.TestCase):
         self.assertIs(state.model, model)
 
 
+class PiggybackTest(unittest.TestCase):
+    """The host-update versions reduced with the gradients spare check_host_updates() its own
+    collective when no rank heard of a change, and only then."""
+
+    def setUp(self) -> None:
+        import threading
+        from elasticd.torch import _runtime
+        rt = _runtime.Runtime.__new__(_runtime.Runtime)
+        rt.generation, rt.heard, rt.applied, rt._lock, rt._piggyback = 3, 0, 0, threading.Lock(), None
+        self.rt, self.mod = rt, _runtime
+        _runtime._runtime = rt
+        self.addCleanup(setattr, _runtime, "_runtime", None)
+
+    def test_taken_once_and_only_in_its_generation(self) -> None:
+        self.rt.piggyback(0)
+        self.assertEqual(self.rt.take_piggyback(), 0)
+        self.assertIsNone(self.rt.take_piggyback())
+        self.rt.piggyback(0)
+        self.rt.generation = 4  # a reset came between the step and the check
+        self.assertIsNone(self.rt.take_piggyback())
+
+    def test_check_host_updates(self) -> None:
+        state = TorchState(torch.nn.Linear(2, 1), epoch=0)
+        calls = []
+        pending = self.rt.pending_update
+        self.rt.pending_update = lambda: calls.append(1) or pending()  # type: ignore[method-assign]
+        self.rt.piggyback(0)
+        state.check_host_updates()
+        self.assertEqual(calls, [], "no rank had heard of a change: no collective")
+        state.check_host_updates()
+        self.assertEqual(calls, [1], "no sum recorded since: the explicit allreduce")
+        self.rt.heard = 5
+        self.rt.piggyback(5)
+        with self.assertRaises(hvd.HostsUpdatedInterrupt):
+            state.check_host_updates()
+        self.assertEqual(self.rt.applied, 5)
+
+
 class SamplerTest(unittest.TestCase):
     def test_every_sample_once_across_world_changes(self) -> None:
         """Ranks record what they process; at each commit what every rank processed is pooled

@@ -383,13 +383,21 @@ class _DistributedOptimizerMixin:
         return hook
 
     def _elasticd_start(self, k: int) -> None:
-        """Starts bucket k's reduction (async); an error is kept for synchronize() to raise."""
+        """Starts bucket k's reduction (async); an error is kept for synchronize() to raise.
+        The last bucket also carries this rank's pending host-update version (see
+        _runtime.Runtime.piggyback): its sum tells every rank at once whether any heard one."""
         self._elasticd_next = k + 1
         bucket = self._elasticd_buckets[k]
         for p in bucket:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        flat = torch.cat([p.grad.reshape(-1) for p in bucket])
+        parts = [p.grad.reshape(-1) for p in bucket]
+        rt = _runtime.runtime()
+        extra = (rt is not None and k == len(self._elasticd_buckets) - 1 and self._elasticd_op.name in ("Sum", "Average")
+                 and self._elasticd_compression is Compression.none and parts[0].dtype in (torch.float32, torch.float64))
+        if extra:
+            parts.append(torch.tensor([float(rt.pending_update())], dtype=parts[0].dtype, device=parts[0].device))
+        flat = torch.cat(parts)
         if self._elasticd_predivide != 1.0:
             flat.mul_(1.0 / self._elasticd_predivide)
         wire, ctx = self._elasticd_compression.compress(flat)
@@ -399,7 +407,7 @@ class _DistributedOptimizerMixin:
                 work = dist.all_reduce(wire, op=_REDUCE[self._elasticd_op.name], async_op=True)
             except RuntimeError as e:
                 self._elasticd_error = e
-        self._elasticd_inflight.append((work, wire, ctx, bucket))
+        self._elasticd_inflight.append((work, wire, ctx, bucket, extra))
 
     def synchronize(self) -> None:
         """Averages the gradients now: starts the buckets the hooks did not and waits for all
@@ -411,13 +419,18 @@ class _DistributedOptimizerMixin:
             for k in range(self._elasticd_next, len(self._elasticd_buckets)):
                 self._elasticd_start(k)
             n = dist.get_world_size()
-            for work, wire, ctx, bucket in self._elasticd_inflight:
+            for work, wire, ctx, bucket, extra in self._elasticd_inflight:
                 if self._elasticd_error is not None:
                     raise HorovodInternalError(str(self._elasticd_error)) from self._elasticd_error
                 _guard(work.wait)
                 out = self._elasticd_compression.decompress(wire, ctx)
                 if self._elasticd_predivide != 1.0:
                     out.mul_(self._elasticd_predivide)
+                if extra:
+                    rt = _runtime.runtime()
+                    if rt is not None:
+                        rt.piggyback(round(float(out[-1])))
+                    out = out[:-1]
                 if self._elasticd_op is Average:
                     out.div_(n)
                 off = 0

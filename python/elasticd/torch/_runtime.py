@@ -72,6 +72,7 @@ class Runtime:
         self.heard = 0
         self.applied = 0
         self._lock = threading.Lock()
+        self._piggyback: Optional[tuple[int, int]] = None  # (generation, sum of pending versions)
         self._watcher = threading.Thread(target=self._watch_hosts, name="elasticd-hosts", daemon=True)
 
     # -- membership --
@@ -150,6 +151,19 @@ class Runtime:
             if v is not None:
                 with self._lock:
                     self.heard = max(self.heard, v)
+
+    def piggyback(self, total: int) -> None:
+        """Records the sum over the ranks of pending_update(), as reduced with the gradients:
+        the next check_host_updates() of this generation needs no collective of its own when
+        it is 0. Every rank records the same sum at the same step, so they all decide alike."""
+        self._piggyback = (self.generation, total)
+
+    def take_piggyback(self) -> Optional[int]:
+        """The sum recorded in this generation since the last call, or None."""
+        got, self._piggyback = self._piggyback, None
+        if got is None or got[0] != self.generation:
+            return None
+        return got[1]
 
     def pending_update(self) -> int:
         """The newest host-update version heard that the current plan does not reflect, or 0."""

@@ -125,6 +125,10 @@ class ObjectState:
         rt = _runtime.runtime()
         if rt is None:
             return
+        # DistributedOptimizer reduced every rank's pending version with the gradients: when
+        # none had heard of a change, no rank needs another collective to agree on that.
+        if rt.take_piggyback() == 0:
+            return
         mine = torch.tensor([rt.pending_update()], dtype=torch.int64)
         _hvd()._guard(torch.distributed.all_reduce, mine, op=torch.distributed.ReduceOp.MAX)
         agreed = int(mine.item())
