@@ -21,6 +21,13 @@ type Config struct {
 	CooldownMin      time.Duration // --blacklist-cooldown-range MIN (0: hosts.DefaultCooldownMin)
 	CooldownMax      time.Duration // --blacklist-cooldown-range MAX (0: hosts.DefaultCooldownMax)
 	CooldownDecay    time.Duration // a slot without failure this long has its failure count halved (0: hosts.DefaultDecayAfter)
+	// FlapWindow (--flap-window) and FlapLimit (--flap-limit): a slot that fails within
+	// FlapWindow of coming back (after a failure of its own) is flapping; after FlapLimit such
+	// returns in a row it is quarantined: out of the job until an operator brings its host
+	// back (elasticd ctl add-host). Its flapping failures do not count toward --reset-limit.
+	// 0: the defaults.
+	FlapWindow time.Duration
+	FlapLimit  int
 	// Mode (--mode) is how workers recover from a change of membership; "" is ModeAuto.
 	Mode Mode
 	// ScaleUpInterval (--scale-up-interval): in restart mode, a whole-group restart to grow
@@ -68,6 +75,8 @@ func ParseMode(s string) (Mode, error) {
 const (
 	DefaultElasticTimeout = 10 * time.Minute
 	DefaultStartTimeout   = 2 * time.Minute
+	DefaultFlapWindow     = time.Minute
+	DefaultFlapLimit      = 3
 	DefaultBarrierTimeout = time.Minute
 	// DefaultScaleUpInterval is torchrun's last-call wait: hosts that arrive within it of
 	// each other join in one restart.
@@ -96,6 +105,12 @@ func (c Config) withDefaults() Config {
 	if c.ScaleUpInterval == 0 {
 		c.ScaleUpInterval = DefaultScaleUpInterval
 	}
+	if c.FlapWindow == 0 {
+		c.FlapWindow = DefaultFlapWindow
+	}
+	if c.FlapLimit == 0 {
+		c.FlapLimit = DefaultFlapLimit
+	}
 	return c
 }
 
@@ -119,6 +134,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--barrier-timeout %v: must be positive", c.BarrierTimeout)
 	case c.ScaleUpInterval < 0:
 		return fmt.Errorf("--scale-up-interval %v: must be positive", c.ScaleUpInterval)
+	case c.FlapWindow < 0:
+		return fmt.Errorf("--flap-window %v: must be positive", c.FlapWindow)
+	case c.FlapLimit < 0:
+		return fmt.Errorf("--flap-limit %d: must be at least 1", c.FlapLimit)
 	}
 	if _, err := ParseMode(string(c.Mode)); err != nil {
 		return err

@@ -62,6 +62,9 @@ type Options struct {
 	// overlay's Changed), so an operator's change reaches the job without waiting for
 	// DiscoveryInterval.
 	Rediscover <-chan struct{}
+	// Releases, when set, brings back quarantined (flapping) slots: the admin API sends one
+	// when an operator adds a host that is already in the job (elasticd ctl add-host).
+	Releases <-chan Release
 	// Status, when set, receives a snapshot of the job whenever the state machine has worked
 	// off the events at hand (a burst of them is snapshotted once, after its last step);
 	// else Run makes its own. It backs GET /v1/status, /metrics and the live page at /.
@@ -132,6 +135,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		d.jobID = hex.EncodeToString(id)
 	}
 	return d.run(ctx)
+}
+
+// Release asks the job to take back the quarantined slots of a host; Reply (buffered) gets
+// how many it released.
+type Release struct {
+	Host  string
+	Reply chan<- int
 }
 
 type runner struct {
@@ -265,6 +275,10 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 		case <-interrupted:
 			interrupted = nil
 			acts = d.m.Step(Interrupted{Now: time.Now(), Reason: context.Cause(ctx).Error()})
+		case r := <-d.o.Releases:
+			var n int
+			n, acts = d.m.Release(time.Now(), r.Host)
+			r.Reply <- n
 		case err := <-watchErr:
 			if err != nil && ctx.Err() == nil {
 				acts = d.m.finish(ExitFailed, fmt.Sprintf("host discovery failed: %v", err))

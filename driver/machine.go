@@ -228,8 +228,15 @@ type Machine struct {
 	atStart    bool                // restart mode: the restart under way began with a failure at start
 
 	Resets, FailureResets int
-	lastFailure           string
-	j                     journal
+	// CountedResets are the failure resets that count toward --reset-limit: not those caused
+	// only by flapping slots, which quarantine handles.
+	CountedResets int
+	counted       bool                              // the reset under way has a failure that counts toward --reset-limit
+	returnedAt    map[rendezvous.WorkerID]time.Time // a slot's latest launch after a failure of its own
+	failedSince   map[rendezvous.WorkerID]bool      // the slot failed and was not launched since: its next launch is a return
+	flaps         map[rendezvous.WorkerID]int       // returns in a row that failed within --flap-window
+	lastFailure   string
+	j             journal
 }
 
 // NewMachine returns a machine for cfg, which must be valid (Config.Validate).
@@ -243,6 +250,10 @@ func NewMachine(cfg Config) *Machine {
 		pending: map[string][]providers.Notice{},
 		loads:   map[string]hosts.Load{},
 		j:       newJournal(),
+
+		returnedAt:  map[rendezvous.WorkerID]time.Time{},
+		failedSince: map[rendezvous.WorkerID]bool{},
+		flaps:       map[rendezvous.WorkerID]int{},
 	}
 }
 
@@ -441,9 +452,9 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 	if m.phase == phaseFinishing {
 		return m.finish(ExitFailed, fmt.Sprintf("%s after another worker had finished", m.lastFailure))
 	}
-	m.hosts.Blacklist(now, e.Worker.String())
-	m.j.event(now, EventFailure, "rank %d (%s) %s; its slot is blacklisted", rank, e.Worker, status)
-	acts := []Action{Note{"worker failed; its slot is blacklisted", []any{"rank", rank, "worker", e.Worker.String(), "status", status}}}
+	out, flapping := m.slotFailed(now, e.Worker)
+	m.j.event(now, EventFailure, "rank %d (%s) %s; its slot is %s", rank, e.Worker, status, out)
+	acts := append([]Action{Note{"worker failed; its slot is " + out, []any{"rank", rank, "worker", e.Worker.String(), "status", status}}}, flapping...)
 	// In restart mode the state is the script's checkpoint, not in the workers: losing them
 	// all is one more restart.
 	if m.inProcess() && m.allFailed() {
@@ -541,10 +552,59 @@ func (m *Machine) slotsFailed(now time.Time, e SlotsFailed) []Action {
 		if w := m.workers[id]; w != nil && !w.exited && !w.stopping {
 			acts = append(acts, m.failWorker(now, id, e.Reason, false)...)
 		} else {
-			m.hosts.Blacklist(now, id.String())
+			_, flapping := m.slotFailed(now, id)
+			acts = append(acts, flapping...)
 		}
 	}
 	return acts
+}
+
+// Release brings back the quarantined slots of a host (an operator's `elasticd ctl add-host`
+// of a host already in the job): their failure history is forgotten and they are usable at
+// once. It returns how many were released.
+func (m *Machine) Release(now time.Time, host string) (int, []Action) {
+	n := 0
+	for _, q := range m.hosts.Quarantined() {
+		if id, err := rendezvous.ParseWorkerID(q); err == nil && id.Host == host && m.hosts.Release(q) {
+			n++
+			delete(m.flaps, id)
+			delete(m.returnedAt, id)
+			delete(m.failedSince, id)
+			m.j.event(now, EventJoin, "slot %s released from quarantine by the operator", id)
+		}
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	acts := []Action{Note{"quarantined slots released by the operator", []any{"host", host, "slots", n}}}
+	return n, append(append(acts, m.refreshHosts(now)...), m.advance(now)...)
+}
+
+// slotFailed blacklists a failed slot, or quarantines it when it is flapping: it failed within
+// --flap-window of coming back, --flap-limit times in a row. It says which ("blacklisted",
+// "quarantined"), and notes whether the reset under way counts toward --reset-limit: a
+// flapping slot's failures do not, so one bad slot cannot end a healthy job. A quarantine is
+// said once, plainly, in the log (the returned action) and the journal.
+func (m *Machine) slotFailed(now time.Time, id rendezvous.WorkerID) (string, []Action) {
+	at, returned := m.returnedAt[id]
+	flap := returned && now.Sub(at) < m.cfg.FlapWindow
+	m.failedSince[id] = true
+	if !flap {
+		m.flaps[id] = 0
+		m.counted = true
+		m.hosts.Blacklist(now, id.String())
+		return "blacklisted", nil
+	}
+	m.flaps[id]++
+	if m.flaps[id] < m.cfg.FlapLimit {
+		m.hosts.Blacklist(now, id.String())
+		return fmt.Sprintf("blacklisted (flapping: %d of %d returns in a row failed within --flap-window %v)", m.flaps[id], m.cfg.FlapLimit, m.cfg.FlapWindow), nil
+	}
+	m.hosts.Blacklist(now, id.String())
+	m.hosts.Quarantine(id.String())
+	msg := fmt.Sprintf("slot %s is flapping: it failed within --flap-window %v of each of its last %d returns; it is quarantined, out of the job until an operator takes it back with `elasticd ctl add-host %s`; the job goes on without it, and its failures did not count toward --reset-limit", id, m.cfg.FlapWindow, m.flaps[id], id.Host)
+	m.j.event(now, EventFailure, "%s", msg)
+	return "quarantined (flapping)", []Action{Note{msg, nil}}
 }
 
 // completeNotices completes the notices of hosts that have no worker left.
@@ -640,14 +700,14 @@ func (m *Machine) failWorker(now time.Time, id rendezvous.WorkerID, why string, 
 		return nil
 	}
 	w.stopping = true
-	m.hosts.Blacklist(now, id.String())
+	out, flapping := m.slotFailed(now, id)
 	m.lastFailure = fmt.Sprintf("%s %s", id, why)
-	m.j.event(now, EventFailure, "%s %s; its slot is blacklisted", id, why)
+	m.j.event(now, EventFailure, "%s %s; its slot is %s", id, why, out)
 	stop := Stop{Worker: id, Reason: why}
 	if hung {
 		stop.Deadline = now // no grace: SIGKILL
 	}
-	acts := []Action{stop, Note{"worker failed", []any{"worker", id.String(), "reason", why}}}
+	acts := append([]Action{stop, Note{"worker failed; its slot is " + out, []any{"worker", id.String(), "reason", why}}}, flapping...)
 	return append(acts, m.beginReset(now, true, m.lastFailure)...)
 }
 
@@ -721,8 +781,11 @@ func (m *Machine) completeReset(now time.Time, what string) []Action {
 	m.resetDone()
 	if m.failed {
 		m.FailureResets++
-		if m.cfg.ResetLimit > 0 && m.FailureResets > m.cfg.ResetLimit {
-			return m.finish(ExitFailed, fmt.Sprintf("reset limit reached: %d %s caused by failures, --reset-limit %d%s", m.FailureResets, what, m.cfg.ResetLimit, m.lastFailureSuffix()))
+		if m.counted {
+			m.CountedResets++
+		}
+		if m.cfg.ResetLimit > 0 && m.CountedResets > m.cfg.ResetLimit {
+			return m.finish(ExitFailed, fmt.Sprintf("reset limit reached: %d %s caused by failures, --reset-limit %d%s", m.CountedResets, what, m.cfg.ResetLimit, m.lastFailureSuffix()))
 		}
 	}
 	return m.nextGeneration(now)
@@ -777,7 +840,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 	m.gen++
 	m.order = order
 	m.plan = assign(order, addrOf, m.gen)
-	m.phase, m.failed, m.silent, m.deadline = phaseRunning, false, false, time.Time{}
+	m.phase, m.failed, m.silent, m.counted, m.deadline = phaseRunning, false, false, false, time.Time{}
 	m.started, m.growAt, m.ownExits, m.atStart = now, time.Time{}, 0, false
 	acts := []Action{Publish{Generation: m.gen, Plan: m.plan}}
 	master := addrOf[order[0]]
@@ -791,6 +854,10 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 		if w := m.workers[id]; w == nil || w.exited {
 			m.workers[id] = &workerInfo{}
 			m.regDue[id] = now.Add(m.cfg.StartTimeout)
+			if m.failedSince[id] {
+				m.returnedAt[id] = now
+				delete(m.failedSince, id)
+			}
 			acts = append(acts, Launch{Worker: id, Addr: addrOf[id], Generation: m.gen, Assignment: m.plan[id], MasterAddr: master,
 				Group: group[addrOf[id]], Groups: len(group), Restarts: m.Resets, InProcess: m.inProcess()})
 		}

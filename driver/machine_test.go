@@ -212,6 +212,91 @@ func TestFailureShrinksThenGrowsBack(t *testing.T) {
 	}
 }
 
+// A slot that fails again soon after each return is flapping: its failures do not count
+// toward --reset-limit, and after --flap-limit such returns it is quarantined; the healthy
+// job goes on without it, and the operator's release brings it back at once.
+func TestFlappingSlotIsQuarantined(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, ResetLimit: 1, CooldownMin: time.Second, CooldownMax: time.Second, FlapWindow: time.Minute, FlapLimit: 3})
+	s.start(3)
+	gen := uint64(1)
+	// One reset: h1 fails, the survivors go on as gen+1.
+	fail := func() {
+		t.Helper()
+		acts := s.after(5*time.Second).exit("h1", 1)
+		acts = append(acts, s.ready(gen, "h0", "h2")...)
+		gen++
+		s.expectPlan(acts, gen, "h0", "h2")
+	}
+	// Its return: the cooldown is over, the workers agree at a commit, h1 is launched.
+	back := func() {
+		t.Helper()
+		if acts := s.after(2 * time.Second).tick(); !has[NotifyHosts](acts) {
+			t.Fatalf("h1 not back after its cooldown: %v", acts)
+		}
+		acts := s.ready(gen, "h0", "h2")
+		gen++
+		s.expectPlan(acts, gen, "h0", "h2", "h1")
+		s.ready(gen-1, "h1")
+	}
+	fail() // a first failure: counts
+	for range 3 {
+		back()
+		fail() // within --flap-window of its return: flapping, not counted
+	}
+	if f := finish(nil); s.m.Done() || f != nil {
+		t.Fatal("the job ended")
+	}
+	if s.m.FailureResets != 4 || s.m.CountedResets != 1 {
+		t.Fatalf("failure resets %d, counted %d; want 4 and 1", s.m.FailureResets, s.m.CountedResets)
+	}
+	if acts := s.after(time.Hour).tick(); has[NotifyHosts](acts) || len(launched(acts)) > 0 {
+		t.Fatal("a quarantined slot came back by itself")
+	}
+	st := s.m.Snapshot()
+	for _, h := range st.Hosts {
+		if want := map[bool]int{true: 1, false: 0}[h.ID == "h1"]; h.Quarantined != want {
+			t.Fatalf("host %s: %d quarantined slots, want %d", h.ID, h.Quarantined, want)
+		}
+	}
+	if !strings.Contains(eventsText(st), "slot h1/0 is flapping") {
+		t.Fatalf("the journal does not say h1 is flapping: %s", eventsText(st))
+	}
+	n, acts := s.m.Release(s.now, "h1")
+	if n != 1 || !has[NotifyHosts](acts) {
+		t.Fatalf("release: %d slots, actions %v", n, acts)
+	}
+	acts = s.ready(gen, "h0", "h2")
+	s.expectPlan(acts, gen+1, "h0", "h2", "h1")
+	// Its history is forgotten: a failure now is a first failure, and counts (limit 1 passed).
+	s.ready(gen, "h1")
+	acts = s.after(5*time.Second).exit("h1", 1)
+	acts = append(acts, s.ready(gen+1, "h0", "h2")...)
+	if f := finish(acts); f == nil || !strings.Contains(f.Reason, "reset limit reached: 2") {
+		t.Fatalf("finish %+v, want the reset limit passed by a counted failure", f)
+	}
+}
+
+// A slot that fails long after its return is not flapping: every failure counts.
+func TestLateFailuresAreNotFlapping(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, CooldownMin: time.Second, CooldownMax: time.Second, FlapWindow: time.Minute})
+	s.start(3)
+	gen := uint64(1)
+	for range 4 {
+		acts := s.after(2*time.Minute).exit("h1", 1)
+		acts = append(acts, s.ready(gen, "h0", "h2")...)
+		gen++
+		s.expectPlan(acts, gen, "h0", "h2")
+		s.after(2 * time.Second).tick()
+		acts = s.ready(gen, "h0", "h2")
+		gen++
+		s.expectPlan(acts, gen, "h0", "h2", "h1")
+		s.ready(gen-1, "h1")
+	}
+	if s.m.CountedResets != 4 || len(s.m.hosts.Quarantined()) != 0 {
+		t.Fatalf("counted %d, quarantined %v; want 4 and none", s.m.CountedResets, s.m.hosts.Quarantined())
+	}
+}
+
 // Horovod #3852: a worker removed with its host exits 0; that must not end the job.
 // A slot whose host discovery no longer lists does not come back when its cooldown ends.
 func TestBlacklistedSlotOfVanishedHostStaysOut(t *testing.T) {
@@ -607,4 +692,12 @@ func TestSlotPolicyLoadAwareUsesMeasuredLoad(t *testing.T) {
 	if count["fast"] <= count["slow"] || count["fast"]+count["slow"] != 8 {
 		t.Fatalf("generation 2 has %v slots per host, want 8 with more on the fast host", count)
 	}
+}
+
+func eventsText(s Status) string {
+	var b strings.Builder
+	for _, e := range s.Events {
+		b.WriteString(e.Message + "\n")
+	}
+	return b.String()
 }

@@ -76,6 +76,7 @@ type HostStatus struct {
 	Addr        string `json:"addr"`
 	Slots       int    `json:"slots"`
 	Blacklisted int    `json:"blacklisted_slots"` // slots cooling down after a failure
+	Quarantined int    `json:"quarantined_slots"` // flapping slots kept out until `elasticd ctl add-host`
 	Leaving     bool   `json:"leaving"`           // a notice says it goes away, or the cloud is taking it
 	// State is "active" (runs a worker of the current generation), "leaving", "blacklisted"
 	// (every slot cooling down) or "idle" (usable, unused: over --max-np, or between
@@ -186,6 +187,13 @@ func (m *Machine) Snapshot() Status {
 		if id, err := rendezvous.ParseWorkerID(b.ID); err == nil {
 			if i, ok := byID[id.Host]; ok {
 				s.Hosts[i].Blacklisted++
+			}
+		}
+	}
+	for _, q := range m.hosts.Quarantined() {
+		if id, err := rendezvous.ParseWorkerID(q); err == nil {
+			if i, ok := byID[id.Host]; ok {
+				s.Hosts[i].Quarantined++
 			}
 		}
 	}

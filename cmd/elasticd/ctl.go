@@ -65,7 +65,7 @@ not be reached; 2 bad usage.`,
 		Subcommands: []*cli.Command{
 			{
 				Name:      "add-host",
-				Usage:     "add a host to the job, or bring a stopped one back",
+				Usage:     "add a host to the job, bring a stopped one back, or take back the quarantined (flapping) slots of one in it",
 				ArgsUsage: "HOST[:SLOTS]",
 				Action:    ctlAddHost,
 			},
@@ -149,6 +149,8 @@ func ctlAddHost(c *cli.Context) error {
 	}
 	h := ch.Host
 	switch ch.Action {
+	case "released":
+		fmt.Fprintf(c.App.Writer, "host %s: %d quarantined %s back in the job (their failure history forgotten)\n", h.ID, h.Slots, plural(h.Slots, "slot"))
 	case "restarted":
 		fmt.Fprintf(c.App.Writer, "host %s is back (%d %s): its workers restart under their old IDs once the driver's next discovery poll sees it\n", h.ID, h.Slots, plural(h.Slots, "slot"))
 	default:

@@ -92,7 +92,7 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.IntFlag{Name: "min-np", Usage: "fewest workers to keep training with (default: -np)", EnvVars: []string{"ELASTICD_MIN_NP"}},
 			&cli.IntFlag{Name: "max-np", Usage: "most workers to grow to (default: -np)", EnvVars: []string{"ELASTICD_MAX_NP"}},
 			&cli.DurationFlag{Name: "discovery-interval", Value: time.Second, Usage: "how often hosts are discovered", EnvVars: []string{"ELASTICD_DISCOVERY_INTERVAL"}},
-			&cli.IntFlag{Name: "reset-limit", Usage: "resets caused by failures before the job fails (0: unlimited; scale-ups and removals do not count)", EnvVars: []string{"ELASTICD_RESET_LIMIT"}},
+			&cli.IntFlag{Name: "reset-limit", Usage: "resets caused by failures before the job fails (0: unlimited; scale-ups, removals and a flapping slot's failures do not count)", EnvVars: []string{"ELASTICD_RESET_LIMIT"}},
 			&cli.DurationFlag{Name: "elastic-timeout", Value: driver.DefaultElasticTimeout, Usage: "how long fewer than --min-np slots are tolerated", EnvVars: []string{"ELASTICD_ELASTIC_TIMEOUT"}},
 			&cli.StringFlag{Name: "mode", Value: string(driver.ModeAuto), Usage: "how workers recover from a change of membership: auto, restart (stop and relaunch the whole group; torchrun-style scripts) or inprocess (survivors keep their processes); see above", EnvVars: []string{"ELASTICD_MODE"}},
 			&cli.DurationFlag{Name: "scale-up-interval", Value: driver.DefaultScaleUpInterval, Usage: "restart mode: how long after a generation starts a restart to grow may come at the earliest; slots arriving meanwhile join together (failures and notices restart at once)", EnvVars: []string{"ELASTICD_SCALE_UP_INTERVAL"}},
@@ -100,6 +100,8 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.DurationFlag{Name: "start-timeout", Value: driver.DefaultStartTimeout, Usage: "in-process mode: how long a launched worker may take to register (restart-mode scripts never register and are not failed for it)", EnvVars: []string{"ELASTICD_START_TIMEOUT"}},
 			&cli.DurationFlag{Name: "barrier-timeout", Value: driver.DefaultBarrierTimeout, Usage: "once a reset begins, how long a worker may take to reach it before it counts as hung and is killed (cut to 1s once a peer reports it silent inside a collective)", EnvVars: []string{"ELASTICD_BARRIER_TIMEOUT"}},
 			&cli.DurationFlag{Name: "comm-timeout", Value: 30 * time.Second, Usage: "how long a worker waits on a silent peer inside a collective", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
+			&cli.DurationFlag{Name: "flap-window", Value: driver.DefaultFlapWindow, Usage: "a slot that fails within this long of coming back after a failure of its own is flapping; its failures then do not count toward --reset-limit", EnvVars: []string{"ELASTICD_FLAP_WINDOW"}},
+			&cli.IntFlag{Name: "flap-limit", Value: driver.DefaultFlapLimit, Usage: "after this many returns in a row that failed within --flap-window, a flapping slot is quarantined: out of the job until 'elasticd ctl add-host HOST' takes it back", EnvVars: []string{"ELASTICD_FLAP_LIMIT"}},
 			&cli.StringFlag{Name: "blacklist-cooldown-range", Value: "10s,5m", Usage: "`MIN,MAX` cooldown of a failed slot: MIN after the first failure, doubling per failure up to MAX (seconds or durations; 'MIN MAX' as two arguments works too)", EnvVars: []string{"ELASTICD_BLACKLIST_COOLDOWN_RANGE"}},
 			&cli.StringFlag{Name: "launcher", Value: "local", Usage: "how workers start: local, ssh or agent", EnvVars: []string{"ELASTICD_LAUNCHER"}},
 			&cli.StringFlag{Name: "agent-secret-file", Usage: "with --launcher agent: `FILE` holding the secret shared with every agent (at least 16 bytes, e.g. from head -c 32 /dev/urandom | base64)", EnvVars: []string{"ELASTICD_AGENT_SECRET_FILE"}},
@@ -170,8 +172,11 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 	if o.Mode, err = driver.ParseMode(c.String("mode")); err != nil {
 		return o, usageError("mode", "%q: use auto, restart or inprocess (see elasticd run --help)", c.String("mode"))
 	}
-	o.ScaleUpInterval = c.Duration("scale-up-interval")
-	for _, f := range []string{"elastic-timeout", "start-timeout", "barrier-timeout", "comm-timeout", "discovery-interval", "stop-grace", "scale-up-interval"} {
+	o.ScaleUpInterval, o.FlapWindow, o.FlapLimit = c.Duration("scale-up-interval"), c.Duration("flap-window"), c.Int("flap-limit")
+	if o.FlapLimit < 1 {
+		return o, usageError("flap-limit", "%d: must be at least 1 (returns in a row that failed before a slot is quarantined)", o.FlapLimit)
+	}
+	for _, f := range []string{"elastic-timeout", "start-timeout", "barrier-timeout", "comm-timeout", "discovery-interval", "stop-grace", "scale-up-interval", "flap-window"} {
 		if c.Duration(f) <= 0 {
 			return o, usageError(f, "%v: must be positive, e.g. 30s", c.Duration(f))
 		}
@@ -298,7 +303,9 @@ func adminAPI(c *cli.Context, o *driver.Options) error {
 	if err != nil {
 		return usageError("admin-secret-file", "%v", err)
 	}
-	o.Provider, o.Admin, o.Rediscover = overlay, h, overlay.Changed()
+	releases := make(chan driver.Release)
+	h.Releases(releases)
+	o.Provider, o.Admin, o.Rediscover, o.Releases = overlay, h, overlay.Changed(), releases
 	return nil
 }
 

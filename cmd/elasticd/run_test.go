@@ -257,12 +257,39 @@ func TestRunAllWorkersFail(t *testing.T) {
 func TestRunResetLimit(t *testing.T) {
 	script := filepath.Join(t.TempDir(), "w.sh")
 	os.WriteFile(script, []byte("#!/bin/sh\nif [ \"$ELASTICD_WORKER_ID\" = local-1/0 ]; then sleep 0.3; exit 1; fi\nexec "+trainer+" --steps 1000000 --step-delay 5ms --log-every 1000\n"), 0o755)
-	j := startJob(t, "run", "-np", "3", "--min-np", "1", "--reset-limit", "1", "--blacklist-cooldown-range", "1s,1s", "--", script)
+	// A slot failing 0.3 s after each return would be flapping, which the limit leaves to
+	// quarantine (below): here the window is shorter, so every failure counts.
+	j := startJob(t, "run", "-np", "3", "--min-np", "1", "--reset-limit", "1", "--blacklist-cooldown-range", "1s,1s", "--flap-window", "100ms", "--", script)
 	if code := j.wait(time.Minute); code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
 	if !strings.Contains(j.output(), "reset limit reached: 2 resets caused by failures, --reset-limit 1") {
 		t.Fatal("reason missing")
+	}
+}
+
+// A slot that fails every time it returns is flapping: its failures do not use up
+// --reset-limit, after --flap-limit returns it is quarantined and the healthy workers finish
+// the job; `elasticd ctl add-host` of its host takes it back.
+func TestRunFlappingSlotIsQuarantined(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "w.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\nif [ \"$ELASTICD_WORKER_ID\" = local-1/0 ]; then sleep 0.3; exit 1; fi\nexec "+trainer+" --steps 3000 --step-delay 5ms --log-every 1000\n"), 0o755)
+	secret := writeSecret(t)
+	j := startJob(t, "run", "-np", "3", "--min-np", "1", "--reset-limit", "2", "--blacklist-cooldown-range", "1s,1s",
+		"--flap-limit", "2", "--admin-secret-file", secret, "--listen", "127.0.0.1:0", "--", script)
+	j.waitFor(`slot local-1/0 is flapping`, time.Minute)
+	env := []string{"ELASTICD_DRIVER=" + driverURL(j), "ELASTICD_ADMIN_SECRET_FILE=" + secret}
+	out, stderr, code := elasticd(t, env, "ctl", "add-host", "local-1")
+	if code != 0 || !strings.Contains(out, "1 quarantined slot back in the job") {
+		t.Fatalf("ctl add-host: exit %d: %s%s", code, out, stderr)
+	}
+	j.waitFor(`quarantined slots released by the operator(?s:.*)launched worker" worker=local-1/0`, 30*time.Second)
+	if code := j.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("exit %d: one bad slot must not end a healthy job", code)
+	}
+	// Said once per quarantine: before the release, and again after it (the slot is as bad).
+	if n := strings.Count(j.output(), "msg=\"slot local-1/0 is flapping"); n != 2 {
+		t.Fatalf("flapping said %d times in the log, want 2", n)
 	}
 }
 

@@ -92,6 +92,9 @@ type Handler struct {
 	overlay *Overlay
 	status  func() *driver.Status
 	log     *slog.Logger
+	// releases reaches the running job to bring back quarantined slots; nil: adding a host
+	// already in the job is refused.
+	releases chan<- driver.Release
 }
 
 // NewHandler returns the API over overlay, keyed by the admin secret (at least 16 bytes).
@@ -177,6 +180,13 @@ func (h *Handler) add(a rendezvous.Answer, body []byte) {
 		id = host // a stopped host named by its ID as the provider spells it
 	}
 	added, restarted, err := h.overlay.add(providers.Host{ID: id, Addr: hs[0].Addr, Slots: in.Slots})
+	if errors.Is(err, ErrAlreadyPresent) && h.releases != nil {
+		if n := h.release(added.ID); n > 0 {
+			h.log.Info("admin: quarantined slots released; the job takes them back at once", "host", added.ID, "slots", n)
+			a.JSON(Change{Action: "released", Host: Host{ID: added.ID, Addr: added.Addr, Slots: n}, Status: h.snapshot()})
+			return
+		}
+	}
 	if err != nil {
 		answerRefusal(a, err)
 		return
@@ -187,6 +197,27 @@ func (h *Handler) add(a rendezvous.Answer, body []byte) {
 	}
 	h.log.Info("admin: host "+action+"; the job takes it at the next discovery poll", "host", added.ID, "addr", added.Addr, "slots", added.Slots)
 	a.JSON(Change{Action: action, Host: Host{ID: added.ID, Addr: added.Addr, Slots: added.Slots}, Status: h.snapshot()})
+}
+
+// Releases makes adding a host that is already in the job bring back its quarantined
+// (flapping) slots, through the running job's channel (driver.Options.Releases).
+func (h *Handler) Releases(ch chan<- driver.Release) { h.releases = ch }
+
+// release asks the job to release host's quarantined slots; 0 when none, or when the job does
+// not answer in time (it has ended).
+func (h *Handler) release(host string) int {
+	reply := make(chan int, 1)
+	select {
+	case h.releases <- driver.Release{Host: host, Reply: reply}:
+	case <-time.After(5 * time.Second):
+		return 0
+	}
+	select {
+	case n := <-reply:
+		return n
+	case <-time.After(5 * time.Second):
+		return 0
+	}
 }
 
 func (h *Handler) remove(a rendezvous.Answer, r *http.Request, id string) {

@@ -48,6 +48,9 @@
 // A host may be marked before discovery has ever listed it. The manager never drops a mark
 // by itself (one small record per marked host): a driver that runs for months clears the
 // marks of hosts it knows are gone for good.
+//
+// Quarantine: Quarantine (a flapping slot) keeps a host out in the same way, cooldown or not,
+// until Release (an operator brings it back), which also forgets its failures.
 package hosts
 
 import (
@@ -141,6 +144,7 @@ type record struct {
 	host      providers.Host // as last discovered; only the ID if never discovered
 	listed    bool           // in the latest discovery result
 	leaving   bool
+	held      bool // quarantined: out until Release, whatever discovery says
 	failures  int
 	decayFrom time.Time // the end of the last cooldown, moved on by DecayAfter at each halving
 	until     time.Time // end of the cooldown; zero if never blacklisted
@@ -232,7 +236,7 @@ func (m *Manager) NextEvent(now time.Time) time.Time {
 	now = m.advance(now)
 	var next time.Time
 	for _, r := range m.records {
-		if r.listed && !r.leaving && r.until.After(now) && (next.IsZero() || r.until.Before(next)) {
+		if r.listed && !r.leaving && !r.held && r.until.After(now) && (next.IsZero() || r.until.Before(next)) {
 			next = r.until
 		}
 	}
@@ -261,6 +265,43 @@ func (m *Manager) ClearLeaving(hostID string) bool {
 		m.forget(m.now)
 	}
 	return m.report()
+}
+
+// Quarantine keeps a host (a flapping slot) out of the assignment, whatever discovery says and
+// however its cooldown runs, until Release. It returns true when the usable assignment
+// differs from the one last reported.
+func (m *Manager) Quarantine(hostID string) bool {
+	m.record(hostID).held = true
+	m.order = slices.DeleteFunc(m.order, func(id string) bool { return id == hostID })
+	return m.report()
+}
+
+// Release lifts Quarantine (an operator brought the host back) and forgets its failures and
+// cooldown: it is usable at once if discovery lists it. It reports whether the host was
+// quarantined.
+func (m *Manager) Release(hostID string) bool {
+	r, ok := m.records[hostID]
+	if !ok || !r.held {
+		return false
+	}
+	r.held, r.failures, r.until = false, 0, time.Time{}
+	if m.usable(r, m.now) && !slices.Contains(m.order, hostID) {
+		m.order = append(m.order, hostID)
+	}
+	m.forget(m.now)
+	return true
+}
+
+// Quarantined lists the quarantined hosts, sorted.
+func (m *Manager) Quarantined() []string {
+	var ids []string
+	for id, r := range m.records {
+		if r.held {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, compareIDs)
+	return ids
 }
 
 // Blacklisted lists the hosts cooling down at now, by the end of their cooldown, then ID.
@@ -339,14 +380,14 @@ func (m *Manager) reorder(now time.Time) {
 }
 
 func (m *Manager) usable(r *record, now time.Time) bool {
-	return r.listed && !r.leaving && !r.until.After(now)
+	return r.listed && !r.leaving && !r.held && !r.until.After(now)
 }
 
 // forget drops the records that no longer matter: not listed, not leaving, no cooldown
 // running and no failures left to remember.
 func (m *Manager) forget(now time.Time) {
 	for id, r := range m.records {
-		if !r.listed && !r.leaving && r.failures == 0 && !r.until.After(now) {
+		if !r.listed && !r.leaving && !r.held && r.failures == 0 && !r.until.After(now) {
 			delete(m.records, id)
 		}
 	}

@@ -313,6 +313,40 @@ func TestManagerUsableReturnsLatestHost(t *testing.T) {
 	}
 }
 
+// A quarantined host stays out whatever discovery says and however its cooldown runs, even
+// if it leaves discovery and comes back; Release brings it back at once, its failures
+// forgotten.
+func TestQuarantine(t *testing.T) {
+	m := hosts.New(hosts.Config{CooldownMin: 10 * time.Second})
+	m.Update(t0, parseHosts(t, "a b c"))
+	m.Usable(at(1))
+	m.Blacklist(at(1), "b")
+	if m.Quarantine("b") {
+		t.Error("quarantine of a host already cooling down reported a change")
+	}
+	if got := ids(m.Usable(at(60))); got != "a c" {
+		t.Fatalf("after the cooldown: %q, want b kept out", got)
+	}
+	m.Update(at(61), parseHosts(t, "a c"))
+	m.Update(at(62), parseHosts(t, "a b c"))
+	if got := ids(m.Usable(at(62))); got != "a c" || !slices.Equal(m.Quarantined(), []string{"b"}) || !m.NextEvent(at(62)).IsZero() {
+		t.Fatalf("after b left and came back: %q, quarantined %v", got, m.Quarantined())
+	}
+	if m.Release("a") {
+		t.Error("released a host that was not quarantined")
+	}
+	if !m.Release("b") || len(m.Quarantined()) != 0 {
+		t.Fatal("release failed")
+	}
+	if got := ids(m.Usable(at(62))); got != "a c b" {
+		t.Fatalf("after release: %q, want b back at the end", got)
+	}
+	m.Blacklist(at(63), "b")
+	if bl := m.Blacklisted(at(63)); len(bl) != 1 || bl[0].Failures != 1 {
+		t.Fatalf("blacklist after release %+v: want the failures forgotten (1, not 2)", bl)
+	}
+}
+
 // TestCooldownGrowth: 1×, 2×, 4× … CooldownMin, capped at CooldownMax.
 func TestCooldownGrowth(t *testing.T) {
 	tests := []struct {
