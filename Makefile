@@ -74,7 +74,8 @@ bench-compare: build
 # against a plain DDP step (docs/benchmarks.md §12).
 bench-pytorch: build
 	$(PYTHON) bench/pytorch/recovery.py --rounds $(ROUNDS) --elasticd $(BIN) --out bench-pytorch-recovery.jsonl
-	$(PYTHON) bench/pytorch/commit.py --rounds $(ROUNDS) --elasticd $(BIN)
+	$(PYTHON) bench/pytorch/commit.py --rounds $(ROUNDS) --np 2 --elasticd $(BIN)
+	$(PYTHON) bench/pytorch/commit.py --rounds $(ROUNDS) --np 4 --elasticd $(BIN)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
