@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build test test-go test-python test-deps demo bench bench-go bench-compare bench-pytorch lint clean
+.PHONY: all build test test-go test-python test-deps demo bench bench-go bench-compare bench-pytorch fuzz lint clean
 
 all: build
 
@@ -76,6 +76,24 @@ bench-pytorch: build
 	$(PYTHON) bench/pytorch/recovery.py --rounds $(ROUNDS) --elasticd $(BIN) --out bench-pytorch-recovery.jsonl
 	$(PYTHON) bench/pytorch/commit.py --rounds $(ROUNDS) --np 2 --elasticd $(BIN)
 	$(PYTHON) bench/pytorch/commit.py --rounds $(ROUNDS) --np 4 --elasticd $(BIN)
+
+# Each fuzz target for FUZZTIME (go test -fuzz), one after the other. Their seed corpora
+# (testdata/fuzz/) run as ordinary tests in `make test`; a failing input found here is
+# written there, to keep as a regression test.
+FUZZTIME ?= 30s
+FUZZ_TARGETS = \
+	allreduce:FuzzParseHeader allreduce:FuzzRecv \
+	driver/rendezvous:FuzzParseWorkerID driver/rendezvous:FuzzServerRequest \
+	driver/agents:FuzzAgentRequest \
+	providers:FuzzParseHosts providers:FuzzDiscoveryScriptOutput \
+	providers/aws:FuzzParseMessage \
+	worker/agent/metadata:FuzzAWSNotices worker/agent/metadata:FuzzGCPNotices worker/agent/metadata:FuzzAzureNotices
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $${t%%:*} $${t##*:} ($(FUZZTIME))"; \
+		$(GO) test ./$${t%%:*} -run '^$$' -fuzz "^$${t##*:}\$$" -fuzztime $(FUZZTIME); \
+	done
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
