@@ -29,6 +29,7 @@ import (
 	"github.com/elasticd/elasticd/driver/launch"
 	"github.com/elasticd/elasticd/driver/rendezvous"
 	"github.com/elasticd/elasticd/driver/webui"
+	"github.com/elasticd/elasticd/internal/netguard"
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/worker"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -204,9 +205,13 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	mux.Handle("GET /v1/status", statusHandler(board))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}))
 	mux.Handle("/", webui.Handler())
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// A connection flood (the port listens on every interface with --launcher ssh or agent)
+	// must not take the job's port: pending connections are capped and the idle ones closed
+	// after ReadHeaderTimeout (internal/netguard).
+	guard := netguard.New(ln, netguard.Config{Logger: d.log})
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ConnState: guard.ConnState}
 	serveDone := make(chan struct{})
-	go func() { defer close(serveDone); hs.Serve(ln) }()
+	go func() { defer close(serveDone); hs.Serve(guard) }()
 	d.log.Info("rendezvous listening", "addr", ln.Addr().String(), "advertised", adv)
 	d.log.Info("live page at "+d.url+"/ (also /v1/status and /metrics)", "job", d.jobID)
 

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +28,10 @@ type recoveryResult struct {
 	RecoveryS  float64 `json:"recovery_s"`   // SIGKILL of a worker → first step done with the smaller world
 	JoinS      float64 `json:"join_s"`       // the slot listed again after its cooldown → first step done with the full world
 	StepsLost  float64 `json:"steps_lost"`   // last step done before the kill − step the smaller world resumed at
+	// Flood is --flood: idle connections held open to the driver's port from just before the
+	// kill to the end of the run; StatusS is how long GET /v1/status then took (-1: no answer).
+	Flood   int     `json:"flood,omitempty"`
+	StatusS float64 `json:"status_s,omitempty"`
 }
 
 func benchRecoveryCommand() *cli.Command {
@@ -48,6 +54,7 @@ and prints the medians over the runs.`,
 			&cli.IntFlag{Name: "runs", Value: 5, Usage: "jobs to run; medians are over them", EnvVars: []string{"ELASTICD_RUNS"}},
 			&cli.StringFlag{Name: "trainer", Usage: "demo trainer binary (default: train beside elasticd, as make build puts it)", EnvVars: []string{"ELASTICD_TRAINER"}},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object", EnvVars: []string{"ELASTICD_JSON"}},
+			&cli.IntFlag{Name: "flood", Usage: "open this many idle TCP connections to the driver's port just before the kill and hold them (a connection flood; mind this process's open-file limit)", EnvVars: []string{"ELASTICD_FLOOD"}},
 		},
 		Action: benchRecovery,
 	}
@@ -69,23 +76,37 @@ func benchRecovery(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	var cold, rec, join, lost []float64
+	flood := c.Int("flood")
+	if flood < 0 || flood > 1_000_000 {
+		return usageError("flood", "%d: want 0 (none) up to 1000000 connections", flood)
+	}
+	var cold, rec, join, lost, status []float64
 	for i := range runs {
-		r, err := recoveryRun(c.Context, self, trainer, np)
+		r, err := recoveryRun(c.Context, self, trainer, np, flood)
 		if err != nil {
 			return fmt.Errorf("run %d: %w", i+1, err)
 		}
-		cold, rec, join, lost = append(cold, r.ColdStartS), append(rec, r.RecoveryS), append(join, r.JoinS), append(lost, r.StepsLost)
+		cold, rec, join, lost, status = append(cold, r.ColdStartS), append(rec, r.RecoveryS), append(join, r.JoinS), append(lost, r.StepsLost), append(status, r.StatusS)
 		if !c.Bool("json") {
-			fmt.Fprintf(c.App.ErrWriter, "run %d: cold start %s, recovery %s, join %s, steps lost %.0f\n", i+1, fmtDur(r.ColdStartS), fmtDur(r.RecoveryS), fmtDur(r.JoinS), r.StepsLost)
+			fmt.Fprintf(c.App.ErrWriter, "run %d: cold start %s, recovery %s, join %s, steps lost %.0f", i+1, fmtDur(r.ColdStartS), fmtDur(r.RecoveryS), fmtDur(r.JoinS), r.StepsLost)
+			if flood > 0 {
+				fmt.Fprintf(c.App.ErrWriter, ", /v1/status under the flood %s", fmtDur(r.StatusS))
+			}
+			fmt.Fprintln(c.App.ErrWriter)
 		}
 	}
-	res := recoveryResult{NP: np, Runs: runs, ColdStartS: median(cold), RecoveryS: median(rec), JoinS: median(join), StepsLost: median(lost)}
+	res := recoveryResult{NP: np, Runs: runs, ColdStartS: median(cold), RecoveryS: median(rec), JoinS: median(join), StepsLost: median(lost), Flood: flood}
+	if flood > 0 {
+		res.StatusS = median(status)
+	}
 	if c.Bool("json") {
 		return json.NewEncoder(c.App.Writer).Encode(res)
 	}
 	fmt.Fprintf(c.App.Writer, "recovery: %d local workers, demo trainer, medians of %d runs\n  cold start  %s\n  recovery    %s\n  join        %s\n  steps lost  %.0f\n",
 		np, runs, fmtDur(res.ColdStartS), fmtDur(res.RecoveryS), fmtDur(res.JoinS), res.StepsLost)
+	if flood > 0 {
+		fmt.Fprintf(c.App.Writer, "  under a flood of %d idle connections to the driver's port; GET /v1/status took %s\n", flood, fmtDur(res.StatusS))
+	}
 	return nil
 }
 
@@ -125,7 +146,7 @@ func startChild(ctx context.Context, wg *sync.WaitGroup, self string, args ...st
 }
 
 // recoveryRun runs one job and measures it; the job is stopped (SIGTERM, then SIGKILL) at the end.
-func recoveryRun(ctx context.Context, self, trainer string, np int) (recoveryResult, error) {
+func recoveryRun(ctx context.Context, self, trainer string, np, flood int) (recoveryResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -147,10 +168,21 @@ func recoveryRun(ctx context.Context, self, trainer string, np int) (recoveryRes
 		victim, lastFull, resumed     int // lastFull: last step done by the full world
 		killedAt, rejoinAt            time.Time
 		gotCold, gotRecovery, gotJoin bool
+		driverAddr                    string
 	)
+	var held []net.Conn // the flood
+	statusCh := make(chan float64, 1)
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
 	sc := bufio.NewScanner(pr)
 	for sc.Scan() {
 		line := sc.Text()
+		if m := listeningRe.FindStringSubmatch(line); m != nil {
+			driverAddr = m[1]
+		}
 		if m := launchedRe.FindStringSubmatch(line); m != nil && m[2] == strconv.Itoa(np-1) {
 			victim, _ = strconv.Atoi(m[3])
 		}
@@ -178,14 +210,25 @@ func recoveryRun(ctx context.Context, self, trainer string, np int) (recoveryRes
 			if victim == 0 {
 				return r, fmt.Errorf("no pid logged for rank %d", np-1)
 			}
+			if flood > 0 {
+				if held, err = floodConns(driverAddr, flood); err != nil {
+					return r, err
+				}
+			}
 			killedAt = time.Now()
 			syscall.Kill(victim, syscall.SIGKILL)
+			if flood > 0 {
+				go func() { statusCh <- statusTime(driverAddr) }()
+			}
 		case killedAt.IsZero():
 		case !gotRecovery && world == np-1:
 			r.RecoveryS, gotRecovery = t.Sub(killedAt).Seconds(), true
 			r.StepsLost = float64(lastFull - resumed)
 		case gotRecovery && !gotJoin && world == np && !rejoinAt.IsZero():
 			r.JoinS, gotJoin = t.Sub(rejoinAt).Seconds(), true
+			if flood > 0 {
+				r.StatusS = <-statusCh // at most its client's 30 s timeout
+			}
 			return r, nil
 		}
 	}
@@ -193,3 +236,40 @@ func recoveryRun(ctx context.Context, self, trainer string, np int) (recoveryRes
 }
 
 var regexpHostsChanged = regexp.MustCompile(`msg="hosts changed`)
+
+// floodConns opens n idle TCP connections to addr (a connection flood), as fast as it can;
+// connections the driver closes meanwhile are not reopened.
+func floodConns(addr string, n int) ([]net.Conn, error) {
+	if addr == "" {
+		return nil, fmt.Errorf("--flood: the driver's address was not logged")
+	}
+	conns := make([]net.Conn, 0, n)
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			return nil, fmt.Errorf("--flood: connection %d of %d: %w (raise this process's open-file limit, ulimit -n)", len(conns)+1, n, err)
+		}
+		conns = append(conns, c)
+	}
+	return conns, nil
+}
+
+// statusTime is how long GET /v1/status takes at addr, in seconds; -1 when it fails or takes
+// more than 30 s.
+func statusTime(addr string) float64 {
+	start := time.Now()
+	cl := &http.Client{Timeout: 30 * time.Second}
+	resp, err := cl.Get("http://" + addr + "/v1/status")
+	if err != nil {
+		return -1
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return -1
+	}
+	return time.Since(start).Seconds()
+}
