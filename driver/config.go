@@ -28,6 +28,12 @@ type Config struct {
 	// 0: the defaults.
 	FlapWindow time.Duration
 	FlapLimit  int
+	// CheckpointDir (--checkpoint-dir) is where rank 0 writes its commit every
+	// CheckpointEvery (--checkpoint-every, 0: 10) commits. With it, losing every worker at
+	// once is not the end of an in-process job: the slots that come back within
+	// --elastic-timeout are launched again and resume from the newest valid checkpoint.
+	CheckpointDir   string
+	CheckpointEvery int
 	// Mode (--mode) is how workers recover from a change of membership; "" is ModeAuto.
 	Mode Mode
 	// ScaleUpInterval (--scale-up-interval): in restart mode, a whole-group restart to grow
@@ -138,6 +144,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--flap-window %v: must be positive", c.FlapWindow)
 	case c.FlapLimit < 0:
 		return fmt.Errorf("--flap-limit %d: must be at least 1", c.FlapLimit)
+	case c.CheckpointEvery < 0:
+		return fmt.Errorf("--checkpoint-every %d: must be at least 1", c.CheckpointEvery)
 	}
 	if _, err := ParseMode(string(c.Mode)); err != nil {
 		return err

@@ -421,6 +421,9 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 		"HOROVOD_CROSS_RANK="+strconv.Itoa(as.CrossRank), "HOROVOD_CROSS_SIZE="+strconv.Itoa(as.CrossSize),
 		"HOROVOD_HOSTNAME="+a.Addr, "HOROVOD_ELASTIC=1", "PYTHONUNBUFFERED=1",
 	)
+	if d.o.CheckpointDir != "" {
+		env = append(env, worker.EnvCheckpointDir+"="+d.o.CheckpointDir, worker.EnvCheckpointEvery+"="+strconv.Itoa(cmp.Or(d.o.CheckpointEvery, 10)))
+	}
 	// As torchrun: several processes on one host each get one OpenMP thread, unless the
 	// user chose a number.
 	if _, set := d.lookupEnv("OMP_NUM_THREADS"); !set && as.LocalSize > 1 {

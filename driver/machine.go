@@ -458,7 +458,17 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 	// In restart mode the state is the script's checkpoint, not in the workers: losing them
 	// all is one more restart.
 	if m.inProcess() && m.allFailed() {
-		return append(acts, m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed; last failure: %s", len(m.order), m.gen, m.lastFailure))...)
+		if m.cfg.CheckpointDir == "" {
+			return append(acts, m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed; last failure: %s (with --checkpoint-dir the job would start over from its last checkpoint)", len(m.order), m.gen, m.lastFailure))...)
+		}
+		// Total loss: the state in the workers is gone, but rank 0 wrote it to the
+		// checkpoint directory. Start over on the slots that come back; the new rank 0 has no
+		// commit of its own and resumes from the newest valid checkpoint.
+		msg := fmt.Sprintf("all %d workers of generation %d are lost: the job starts over from the newest checkpoint in %s on the slots that come back (within --elastic-timeout %v)", len(m.order), m.gen, m.cfg.CheckpointDir, m.cfg.ElasticTimeout)
+		m.j.event(now, EventReset, "%s", msg)
+		acts = append(acts, Note{msg, nil})
+		m.failed, m.counted = true, true
+		return append(acts, m.completeReset(now, "resets")...)
 	}
 	if m.phase == phaseRunning && !m.inProcess() {
 		return append(acts, m.awaitPeers(now, failedByItself(e) && now.Sub(m.started) < startupWindow)...)

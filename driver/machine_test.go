@@ -276,6 +276,38 @@ func TestFlappingSlotIsQuarantined(t *testing.T) {
 	}
 }
 
+// With --checkpoint-dir, losing every worker is not the end: the slots that come back are
+// launched again as a new generation (their rank 0 resumes from the checkpoint).
+func TestTotalLossStartsOverWithCheckpoints(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, CooldownMin: time.Second, CooldownMax: time.Second, CheckpointDir: "/ckpt"})
+	s.start(3)
+	var acts []Action
+	for _, h := range []string{"h0", "h1", "h2"} {
+		acts = append(acts, s.exit(h, 137)...)
+	}
+	if f := finish(acts); f != nil {
+		t.Fatalf("the job ended: %+v", f)
+	}
+	acts = s.after(2 * time.Second).tick()
+	s.expectPlan(acts, 2, "h0", "h1", "h2")
+	if got := launched(acts); !slices.Equal(got, []string{"h0", "h1", "h2"}) {
+		t.Fatalf("launched %v, want every slot again", got)
+	}
+	if !strings.Contains(eventsText(s.m.Snapshot()), "starts over from the newest checkpoint in /ckpt") {
+		t.Fatal("the journal does not say the job starts over")
+	}
+	// Without it, the same loss ends the job, and says what would have saved it.
+	s = newSim(t, Config{NP: 3, MinNP: 2})
+	s.start(3)
+	acts = nil
+	for _, h := range []string{"h0", "h1", "h2"} {
+		acts = append(acts, s.exit(h, 137)...)
+	}
+	if f := finish(acts); f == nil || f.Code != ExitFailed || !strings.Contains(f.Reason, "--checkpoint-dir") {
+		t.Fatalf("finish %+v", f)
+	}
+}
+
 // A slot that fails long after its return is not flapping: every failure counts.
 func TestLateFailuresAreNotFlapping(t *testing.T) {
 	s := newSim(t, Config{NP: 3, MinNP: 2, CooldownMin: time.Second, CooldownMax: time.Second, FlapWindow: time.Minute})

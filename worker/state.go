@@ -127,6 +127,40 @@ func (s *State) Save() error {
 	s.version++
 	s.holds = true
 	s.committedNow(time.Now())
+	s.checkpoint()
+	return nil
+}
+
+// checkpoint writes rank 0's commit to the checkpoint directory every ckptEvery commits. A
+// failed write is logged, not fatal: the in-memory commit stands.
+func (s *State) checkpoint() {
+	w := s.w
+	if w.ckptDir == "" || w.comm == nil || w.comm.Rank() != 0 || s.version%uint64(w.ckptEvery) != 0 {
+		return
+	}
+	if err := writeCheckpoint(w.ckptDir, s.version, s.total, s.blob()); err != nil {
+		w.log.Warn("could not write a checkpoint; training goes on from the in-memory commit", "err", err)
+	}
+}
+
+// resume loads the newest valid checkpoint as this rank's commit, when there is one. Rank 0
+// calls it when it holds no commit: every worker is new, the job having lost them all.
+func (s *State) resume() error {
+	c := newestCheckpoint(s.w.ckptDir, func(path string, err error) {
+		s.w.log.Warn("checkpoint skipped", "file", path, "reason", err.Error())
+	})
+	if c == nil {
+		return nil
+	}
+	if err := s.load(c.payload); err != nil {
+		return fmt.Errorf("checkpoint %s does not fit this job's state: %w", c.path, err)
+	}
+	if err := s.save(); err != nil {
+		return err
+	}
+	s.version, s.holds, s.total = c.version, true, c.total
+	s.committedNow(time.Now())
+	s.w.log.Warn("resumed from a checkpoint: the job had lost every worker", "file", c.path, "step", c.total)
 	return nil
 }
 

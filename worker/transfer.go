@@ -51,6 +51,13 @@ func (s *State) Sync(ctx context.Context) (err error) {
 	// joiner's count would otherwise start at 0 and a survivor's not).
 	s.step, s.lastStep = 0, time.Time{} // the reset is not a step
 	c := s.w.comm
+	// Rank 0 is the oldest worker: with no commit of its own, nobody has one, and the job
+	// starts over, from the checkpoint directory when there is one.
+	if c.Rank() == 0 && !s.holds && s.w.ckptDir != "" {
+		if err := s.resume(); err != nil {
+			return fmt.Errorf("sync: %w", err)
+		}
+	}
 	me := syncInfo{Holds: s.holds || c.Rank() == 0, Version: s.version, Size: uint64(s.size()), Total: s.total}
 	mode := transferMode()
 	if me.Holds && wantPeers(mode, me.Size) {

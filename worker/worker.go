@@ -4,6 +4,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -30,6 +31,11 @@ const (
 	EnvGeneration  = "ELASTICD_GENERATION"   // the generation the process was launched for
 	EnvHostAddr    = "ELASTICD_HOST_ADDR"    // the address peers reach this host at
 	EnvCommTimeout = "ELASTICD_COMM_TIMEOUT" // allreduce.Config.Timeout, a Go duration
+	// EnvCheckpointDir and EnvCheckpointEvery are --checkpoint-dir and --checkpoint-every:
+	// rank 0 writes its commit there every N commits, and a rank 0 with no commit of its own
+	// (every worker was lost) resumes from the newest valid one.
+	EnvCheckpointDir   = "ELASTICD_CHECKPOINT_DIR"
+	EnvCheckpointEvery = "ELASTICD_CHECKPOINT_EVERY"
 )
 
 var (
@@ -73,6 +79,9 @@ type Worker struct {
 	steps, committed uint64
 	// rollback is the work Restore threw away, told to the driver with the next READY.
 	rollback rendezvous.Rollback
+	// ckptDir and ckptEvery: Config.CheckpointDir and CheckpointEvery.
+	ckptDir   string
+	ckptEvery int
 }
 
 type progressReport struct{ gen, step, committed uint64 }
@@ -90,6 +99,10 @@ type Config struct {
 	Generation  uint64              // the generation the process was launched for (>= 1)
 	HostAddr    string              // the address peers reach this host at
 	CommTimeout time.Duration       // allreduce.Config.Timeout; default 30s
+	// CheckpointDir, when set, is where rank 0 writes its commit every CheckpointEvery
+	// commits (default 10), and where a job that lost every worker resumes from.
+	CheckpointDir   string
+	CheckpointEvery int
 }
 
 // Validate reports the first missing or invalid field.
@@ -141,6 +154,12 @@ func ConfigFromEnv() (Config, error) {
 			return Config{}, fmt.Errorf("worker: %s %q: want a positive duration like 30s", EnvCommTimeout, v)
 		}
 	}
+	cfg.CheckpointDir = os.Getenv(EnvCheckpointDir)
+	if v := os.Getenv(EnvCheckpointEvery); v != "" {
+		if cfg.CheckpointEvery, err = strconv.Atoi(v); err != nil || cfg.CheckpointEvery < 1 {
+			return Config{}, fmt.Errorf("worker: %s %q: want a number of commits, at least 1", EnvCheckpointEvery, v)
+		}
+	}
 	return cfg, nil
 }
 
@@ -167,6 +186,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 	}
 	w := &Worker{
 		id: cfg.ID, job: cfg.JobID, secret: cfg.Secret, hostAddr: cfg.HostAddr, commTimeout: cfg.CommTimeout,
+		ckptDir: cfg.CheckpointDir, ckptEvery: cmp.Or(cfg.CheckpointEvery, 10),
 		client:   rendezvous.NewClient(cfg.Rendezvous, cfg.Secret, cfg.ID, nil),
 		log:      log.With("worker", cfg.ID.String()),
 		progress: make(chan progressReport, 1),

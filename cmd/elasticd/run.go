@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -100,6 +101,8 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.DurationFlag{Name: "start-timeout", Value: driver.DefaultStartTimeout, Usage: "in-process mode: how long a launched worker may take to register (restart-mode scripts never register and are not failed for it)", EnvVars: []string{"ELASTICD_START_TIMEOUT"}},
 			&cli.DurationFlag{Name: "barrier-timeout", Value: driver.DefaultBarrierTimeout, Usage: "once a reset begins, how long a worker may take to reach it before it counts as hung and is killed (cut to 1s once a peer reports it silent inside a collective)", EnvVars: []string{"ELASTICD_BARRIER_TIMEOUT"}},
 			&cli.DurationFlag{Name: "comm-timeout", Value: 30 * time.Second, Usage: "how long a worker waits on a silent peer inside a collective", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
+			&cli.StringFlag{Name: "checkpoint-dir", Usage: "in-process mode: rank 0 writes its commit to `DIR` every --checkpoint-every commits (atomically, with a digest; the newest two kept), and a job that loses every worker at once starts over from the newest valid one on the slots that come back within --elastic-timeout. Use a volume every host mounts at the same path; one directory per job (a job started on a directory that holds checkpoints resumes from them). Python: elasticd.torch's TorchState writes and reads it too", EnvVars: []string{"ELASTICD_CHECKPOINT_DIR"}},
+			&cli.IntFlag{Name: "checkpoint-every", Value: 10, Usage: "with --checkpoint-dir: commits between two checkpoints", EnvVars: []string{"ELASTICD_CHECKPOINT_EVERY"}},
 			&cli.DurationFlag{Name: "flap-window", Value: driver.DefaultFlapWindow, Usage: "a slot that fails within this long of coming back after a failure of its own is flapping; its failures then do not count toward --reset-limit", EnvVars: []string{"ELASTICD_FLAP_WINDOW"}},
 			&cli.IntFlag{Name: "flap-limit", Value: driver.DefaultFlapLimit, Usage: "after this many returns in a row that failed within --flap-window, a flapping slot is quarantined: out of the job until 'elasticd ctl add-host HOST' takes it back", EnvVars: []string{"ELASTICD_FLAP_LIMIT"}},
 			&cli.StringFlag{Name: "blacklist-cooldown-range", Value: "10s,5m", Usage: "`MIN,MAX` cooldown of a failed slot: MIN after the first failure, doubling per failure up to MAX (seconds or durations; 'MIN MAX' as two arguments works too)", EnvVars: []string{"ELASTICD_BLACKLIST_COOLDOWN_RANGE"}},
@@ -173,6 +176,17 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 		return o, usageError("mode", "%q: use auto, restart or inprocess (see elasticd run --help)", c.String("mode"))
 	}
 	o.ScaleUpInterval, o.FlapWindow, o.FlapLimit = c.Duration("scale-up-interval"), c.Duration("flap-window"), c.Int("flap-limit")
+	if dir := c.String("checkpoint-dir"); dir != "" {
+		if o.CheckpointDir, err = filepath.Abs(dir); err != nil {
+			return o, usageError("checkpoint-dir", "%q: %v", dir, err)
+		}
+		if err := os.MkdirAll(o.CheckpointDir, 0o755); err != nil {
+			return o, usageError("checkpoint-dir", "%v: create it, or give a directory the driver can write", err)
+		}
+	}
+	if o.CheckpointEvery = c.Int("checkpoint-every"); o.CheckpointEvery < 1 {
+		return o, usageError("checkpoint-every", "%d: must be at least 1 (commits between two checkpoints)", o.CheckpointEvery)
+	}
 	if o.FlapLimit < 1 {
 		return o, usageError("flap-limit", "%d: must be at least 1 (returns in a row that failed before a slot is quarantined)", o.FlapLimit)
 	}

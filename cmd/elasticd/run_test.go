@@ -465,3 +465,38 @@ func TestRunJobIDIsNotFromTheSecret(t *testing.T) {
 		t.Fatal("two jobs got the same ID")
 	}
 }
+
+// Every worker SIGKILLed at once: with --checkpoint-dir the job is not over. Rank 0 wrote its
+// commit every 5 commits; the slots come back after their cooldown, the new rank 0 resumes
+// from the newest checkpoint, and the job finishes at its last step.
+func TestRunTotalLossResumesFromCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	args := append([]string{"run", "-np", "3", "--min-np", "2", "--checkpoint-dir", dir, "--checkpoint-every", "5",
+		"--blacklist-cooldown-range", "1s,1s"}, trainArgs("--steps", "1500", "--step-delay", "10ms", "--log-every", "100")...)
+	j := startJob(t, args...)
+	j.waitFor(`\[0\] step +300 `, time.Minute)
+	pids := j.workerPIDs()
+	if len(pids) != 3 {
+		t.Fatalf("pids %v", pids)
+	}
+	for _, p := range pids {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
+	j.waitFor(`starts over from the newest checkpoint`, 30*time.Second)
+	if code := j.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("exit %d: a total loss with checkpoints must not end the job", code)
+	}
+	out := j.output()
+	gens := generations(out)
+	// Killed after step 300 was printed; the newest checkpoint is at most 5 commits older.
+	if len(gens) < 2 || gens[1][1] < 250 {
+		t.Fatalf("generations (size, resumed at) %v: want the one after the loss to resume from a checkpoint near step 300", gens)
+	}
+	if !strings.Contains(out, "resumed from a checkpoint") || !strings.Contains(out, "test accuracy") {
+		t.Fatal("no resume from the checkpoint, or no end of training")
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "state-*.ckpt"))
+	if len(files) == 0 || len(files) > 2 {
+		t.Fatalf("checkpoint files %v: want the newest one or two", files)
+	}
+}
