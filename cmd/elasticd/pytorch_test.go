@@ -550,3 +550,33 @@ func TestPyTorchInProcessNoticeLosesNoStep(t *testing.T) {
 		t.Fatal("the notice should be one reset, not a failure")
 	}
 }
+
+// In-process mode, every worker SIGKILLed at once: with --checkpoint-dir, TorchState's rank 0
+// wrote its commit every 5 commits; the slots come back, the new rank 0 resumes from the
+// newest checkpoint, and the job finishes (exit 0) without starting over from step 0.
+func TestPyTorchInProcessTotalLossResumesFromCheckpoint(t *testing.T) {
+	py := torchPython(t)
+	dir := t.TempDir()
+	j := startJob(t, "run", "-np", "3", "--min-np", "2", "--checkpoint-dir", dir, "--checkpoint-every", "5",
+		"--blacklist-cooldown-range", "1s,1s", "--",
+		py, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "2", "--samples", "1536", "--batch-size", "16", "--hidden", "64", "--step-delay", "0.05")
+	j.waitFor(`\[0\] step 20 `, 90*time.Second)
+	pids := j.workerPIDs()
+	if len(pids) != 3 {
+		t.Fatalf("pids %v", pids)
+	}
+	for _, p := range pids {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
+	j.waitFor(`starts over from the newest checkpoint`, 30*time.Second)
+	m := j.waitFor(`resumed from checkpoint \S+ \(step (\d+)\)`, 90*time.Second)
+	if at := atoi(m[1]); at < 15 || at > 25 {
+		t.Fatalf("resumed at step %d; want the checkpoint near step 20 (one every 5 commits)", at)
+	}
+	if code := j.wait(3 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if !regexp.MustCompile(`\[0\] done step \d+`).MatchString(j.output()) {
+		t.Fatal("no done line")
+	}
+}

@@ -132,6 +132,68 @@ class PiggybackTest(unittest.TestCase):
         self.assertEqual(self.rt.applied, 5)
 
 
+class CheckpointTest(unittest.TestCase):
+    """--checkpoint-dir: rank 0's commits on disk, whole or not at all; a rank 0 without a
+    commit resumes from the newest valid one; torn and corrupt files are skipped."""
+
+    def setUp(self) -> None:
+        import tempfile
+        import threading
+        from elasticd.torch import _runtime
+        self.dir = tempfile.mkdtemp(prefix="elasticd-ckpt-test-")
+        rt = _runtime.Runtime.__new__(_runtime.Runtime)
+        rt.generation, rt.heard, rt.applied, rt._lock, rt._piggyback = 1, 0, 0, threading.Lock(), None
+        rt.ckpt_dir, rt.ckpt_every = self.dir, 2
+        _runtime._runtime = rt
+        self.addCleanup(setattr, _runtime, "_runtime", None)
+
+    def test_files(self) -> None:
+        from elasticd.torch import _checkpoint
+        for steps in (10, 20, 30):
+            _checkpoint.write(self.dir, steps // 10, steps, {"w": torch.full((3,), float(steps))})
+        self.assertEqual(len(os.listdir(self.dir)), 2, "the newest two are kept")
+        c = _checkpoint.newest(self.dir)
+        assert c is not None
+        self.assertEqual((c.steps, c.commits, c.state["w"].tolist()), (30, 3, [30.0] * 3))
+        with open(c.path, "r+b") as f:  # a flipped bit in the state
+            f.seek(-1, os.SEEK_END)
+            last = f.read(1)
+            f.seek(-1, os.SEEK_END)
+            f.write(bytes([last[0] ^ 0xFF]))
+        older = _checkpoint.newest(self.dir)
+        assert older is not None
+        self.assertEqual(older.steps, 20, "a corrupt newest file is skipped")
+        with self.assertRaisesRegex(ValueError, "corrupt"):
+            _checkpoint.read(c.path)
+        with open(c.path, "r+b") as f:  # torn, as by a crash in the middle of a copy
+            f.truncate(os.path.getsize(c.path) // 2)
+        with self.assertRaisesRegex(ValueError, "torn"):
+            _checkpoint.read(c.path)
+
+    def test_state_writes_and_resumes(self) -> None:
+        model = torch.nn.Linear(2, 1)
+        state = TorchState(model, epoch=0, step=0)
+        for i in range(4):
+            with torch.no_grad():
+                model.weight.add_(1.0)
+            state.step = i + 1
+            state.commit()  # commits 2 and 4 write (every 2)
+        want = model.weight.detach().clone()
+        # A new process (no commit of its own) at rank 0: it resumes from commit 4.
+        fresh = torch.nn.Linear(2, 1)
+        other = TorchState(fresh, epoch=0, step=0)
+        other.sync()
+        self.assertTrue(torch.equal(fresh.weight, want))
+        self.assertEqual((other.step, other._commits), (4, 4))
+        # One with commits of its own does not.
+        third = torch.nn.Linear(2, 1)
+        kept = third.weight.detach().clone()
+        st = TorchState(third, epoch=0, step=0)
+        st._commits = 1
+        st.sync()
+        self.assertTrue(torch.equal(third.weight, kept))
+
+
 class SamplerTest(unittest.TestCase):
     def test_every_sample_once_across_world_changes(self) -> None:
         """Ranks record what they process; at each commit what every rank processed is pooled

@@ -58,6 +58,10 @@ class Runtime:
         self.launched = int(env.get("ELASTICD_GENERATION", "1"))
         self.host_addr = env.get("ELASTICD_HOST_ADDR", "127.0.0.1")
         self.timeout = parse_duration(env.get("ELASTICD_COMM_TIMEOUT", "30s"))
+        # --checkpoint-dir and --checkpoint-every: TorchState writes rank 0's commit there,
+        # and a rank 0 without a commit (the job lost every worker) resumes from it.
+        self.ckpt_dir = env.get("ELASTICD_CHECKPOINT_DIR", "")
+        self.ckpt_every = max(1, int(env.get("ELASTICD_CHECKPOINT_EVERY", "10") or "10"))
         self.backend = "nccl" if torch.cuda.is_available() else "gloo"
         if self.backend == "nccl":
             # A collective with a lost peer must raise in the caller after the timeout (and

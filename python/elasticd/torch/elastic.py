@@ -15,6 +15,7 @@ import copy
 import functools
 import math
 import random
+import sys
 import time
 from typing import Any, Callable, Iterator, Optional
 
@@ -22,7 +23,7 @@ import torch
 
 import elasticd
 from elasticd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
-from elasticd.torch import _runtime
+from elasticd.torch import _checkpoint, _runtime
 
 __all__ = ["run", "TorchState", "ObjectState", "ElasticSampler", "HorovodInternalError", "HostsUpdatedInterrupt"]
 
@@ -111,7 +112,34 @@ class ObjectState:
         self.save()
         self._commits += 1
         self._report()
+        self._checkpoint()
         self.check_host_updates()
+
+    def _checkpoint(self) -> None:
+        """Rank 0 writes its commit to --checkpoint-dir every --checkpoint-every commits; a
+        failed write is reported, not fatal (the in-memory commit stands)."""
+        rt = _runtime.runtime()
+        if rt is None or not rt.ckpt_dir or self._commits % rt.ckpt_every != 0 or _hvd().rank() != 0:
+            return
+        try:
+            _checkpoint.write(rt.ckpt_dir, self._commits, self._steps_at_commit,
+                              {"values": self._saved, "commits": self._commits, "steps": self._steps_at_commit})
+        except OSError as e:
+            print(f"elasticd: could not write a checkpoint to {rt.ckpt_dir}: {e}; training goes on from the in-memory commit",
+                  file=sys.stderr, flush=True)
+
+    def _resume(self) -> None:
+        """Rank 0 with no commit of its own: every worker is new (the job lost them all), so
+        start from the newest valid checkpoint, if there is one."""
+        rt = _runtime.runtime()
+        if rt is None or not rt.ckpt_dir or self._commits != 0 or _hvd().rank() != 0:
+            return
+        c = _checkpoint.newest(rt.ckpt_dir)
+        if c is None:
+            return
+        self._load_full_state(c.state)
+        self.save()
+        print(f"elasticd: resumed from checkpoint {c.path} (step {c.steps}): the job had lost every worker", file=sys.stderr, flush=True)
 
     def _before_save(self) -> None:
         """Elastic samplers pool what every rank processed, so that a commit holds it all."""
@@ -152,6 +180,7 @@ class ObjectState:
         """Makes every rank's state rank 0's: survivors that hold rank 0's commit count and a
         joiner-free world move nothing but one small allgather."""
         hvd = _hvd()
+        self._resume()
         if hvd.size() == 1:
             return
         for v in self._values().values():
