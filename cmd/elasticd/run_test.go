@@ -500,3 +500,33 @@ func TestRunTotalLossResumesFromCheckpoint(t *testing.T) {
 		t.Fatalf("checkpoint files %v: want the newest one or two", files)
 	}
 }
+
+// The driver SIGKILLed mid-training (the local launcher's workers die with it), then started
+// again with the same --checkpoint-dir: the job resumes from the last checkpoint instead of
+// step 0 and finishes.
+func TestRunDriverRestartResumesFromCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	args := append([]string{"run", "-np", "2", "--checkpoint-dir", dir, "--checkpoint-every", "5"},
+		trainArgs("--steps", "1200", "--step-delay", "10ms", "--log-every", "100")...)
+	j := startJob(t, args...)
+	j.waitFor(`\[0\] step +300 `, time.Minute)
+	pids := j.workerPIDs()
+	syscall.Kill(j.cmd.Process.Pid, syscall.SIGKILL)
+	j.wait(10 * time.Second)
+	var list []int
+	for _, p := range pids {
+		list = append(list, p)
+	}
+	waitGone(t, list, 10*time.Second) // no orphan: they died with the driver
+	again := startJob(t, args...)
+	if code := again.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	gens := generations(again.output())
+	if len(gens) == 0 || gens[0][1] < 250 {
+		t.Fatalf("generations (size, resumed at) %v: want the restarted job to resume near step 300", gens)
+	}
+	if !strings.Contains(again.output(), "done: 1200 steps") {
+		t.Fatal("the restarted job did not finish its steps")
+	}
+}
