@@ -561,13 +561,7 @@ func TestPyTorchInProcessTotalLossResumesFromCheckpoint(t *testing.T) {
 		"--blacklist-cooldown-range", "1s,1s", "--",
 		py, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "2", "--samples", "1536", "--batch-size", "16", "--hidden", "64", "--step-delay", "0.05")
 	j.waitFor(`\[0\] step 20 `, 90*time.Second)
-	pids := j.workerPIDs()
-	if len(pids) != 3 {
-		t.Fatalf("pids %v", pids)
-	}
-	for _, p := range pids {
-		syscall.Kill(p, syscall.SIGKILL)
-	}
+	j.killAllWorkers(3)
 	j.waitFor(`starts over from the newest checkpoint`, 30*time.Second)
 	m := j.waitFor(`resumed from checkpoint \S+ \(step (\d+)\)`, 90*time.Second)
 	if at := atoi(m[1]); at < 15 || at > 25 {

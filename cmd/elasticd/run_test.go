@@ -114,6 +114,18 @@ func (j *job) workerPIDs() map[string]int {
 	return pids
 }
 
+// killAllWorkers SIGKILLs every worker the job has launched so far, all at once; there must be n.
+func (j *job) killAllWorkers(n int) {
+	j.t.Helper()
+	pids := j.workerPIDs()
+	if len(pids) != n {
+		j.t.Fatalf("worker pids %v, want %d", pids, n)
+	}
+	for _, p := range pids {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
+}
+
 func alive(pid int) bool {
 	if err := syscall.Kill(pid, 0); err != nil {
 		return false
@@ -475,13 +487,7 @@ func TestRunTotalLossResumesFromCheckpoint(t *testing.T) {
 		"--blacklist-cooldown-range", "1s,1s"}, trainArgs("--steps", "1500", "--step-delay", "10ms", "--log-every", "100")...)
 	j := startJob(t, args...)
 	j.waitFor(`\[0\] step +300 `, time.Minute)
-	pids := j.workerPIDs()
-	if len(pids) != 3 {
-		t.Fatalf("pids %v", pids)
-	}
-	for _, p := range pids {
-		syscall.Kill(p, syscall.SIGKILL)
-	}
+	j.killAllWorkers(3)
 	j.waitFor(`starts over from the newest checkpoint`, 30*time.Second)
 	if code := j.wait(2 * time.Minute); code != 0 {
 		t.Fatalf("exit %d: a total loss with checkpoints must not end the job", code)
