@@ -25,7 +25,7 @@ type recoveryResult struct {
 	NP         int     `json:"np"`
 	Runs       int     `json:"runs"`
 	ColdStartS float64 `json:"cold_start_s"` // elasticd run started → first training step done
-	RecoveryS  float64 `json:"recovery_s"`   // SIGKILL of a worker → first step done with the smaller world
+	RecoveryS  float64 `json:"recovery_s"`   // SIGKILL (or SIGSTOP, --fault stop) of a worker → first step done with the smaller world
 	JoinS      float64 `json:"join_s"`       // the slot listed again after its cooldown → first step done with the full world
 	StepsLost  float64 `json:"steps_lost"`   // last step done before the kill − step the smaller world resumed at
 	// Flood is --flood: idle connections held open to the driver's port from just before the
@@ -54,6 +54,8 @@ and prints the medians over the runs.`,
 			&cli.IntFlag{Name: "runs", Value: 5, Usage: "jobs to run; medians are over them", EnvVars: []string{"ELASTICD_RUNS"}},
 			&cli.StringFlag{Name: "trainer", Usage: "demo trainer binary (default: train beside elasticd, as make build puts it)", EnvVars: []string{"ELASTICD_TRAINER"}},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object", EnvVars: []string{"ELASTICD_JSON"}},
+			&cli.StringFlag{Name: "fault", Value: "kill", Usage: "what happens to the last-ranked worker: kill (SIGKILL) or stop (SIGSTOP: a hung worker, found by its peers after --comm-timeout)", EnvVars: []string{"ELASTICD_FAULT"}},
+			&cli.DurationFlag{Name: "comm-timeout", Value: time.Second, Usage: "the job's --comm-timeout (what a stopped worker costs at least)", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
 			&cli.IntFlag{Name: "flood", Usage: "open this many idle TCP connections to the driver's port just before the kill and hold them (a connection flood; mind this process's open-file limit)", EnvVars: []string{"ELASTICD_FLOOD"}},
 		},
 		Action: benchRecovery,
@@ -76,13 +78,20 @@ func benchRecovery(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	sig := map[string]syscall.Signal{"kill": syscall.SIGKILL, "stop": syscall.SIGSTOP}[c.String("fault")]
+	if sig == 0 {
+		return usageError("fault", "%q: want kill or stop", c.String("fault"))
+	}
+	if c.Duration("comm-timeout") <= 0 {
+		return usageError("comm-timeout", "%v: must be positive", c.Duration("comm-timeout"))
+	}
 	flood := c.Int("flood")
 	if flood < 0 || flood > 1_000_000 {
 		return usageError("flood", "%d: want 0 (none) up to 1000000 connections", flood)
 	}
 	var cold, rec, join, lost, status []float64
 	for i := range runs {
-		r, err := recoveryRun(c.Context, self, trainer, np, flood)
+		r, err := recoveryRun(c.Context, self, trainer, np, flood, sig, c.Duration("comm-timeout"))
 		if err != nil {
 			return fmt.Errorf("run %d: %w", i+1, err)
 		}
@@ -146,13 +155,13 @@ func startChild(ctx context.Context, wg *sync.WaitGroup, self string, args ...st
 }
 
 // recoveryRun runs one job and measures it; the job is stopped (SIGTERM, then SIGKILL) at the end.
-func recoveryRun(ctx context.Context, self, trainer string, np, flood int) (recoveryResult, error) {
+func recoveryRun(ctx context.Context, self, trainer string, np, flood int, sig syscall.Signal, commTimeout time.Duration) (recoveryResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
 	start := time.Now()
 	cmd, pr, err := startChild(ctx, &wg, self, "run", "-np", strconv.Itoa(np), "--min-np", strconv.Itoa(np-1),
-		"--blacklist-cooldown-range", "1s,1s", "--discovery-interval", "100ms", "--stop-grace", "1s",
+		"--blacklist-cooldown-range", "1s,1s", "--discovery-interval", "100ms", "--stop-grace", "1s", "--comm-timeout", commTimeout.String(),
 		"--", trainer, "--steps", "100000000", "--step-delay", "2ms", "--events", "--log-every", "100000000")
 	if err != nil {
 		return recoveryResult{}, err
@@ -216,7 +225,10 @@ func recoveryRun(ctx context.Context, self, trainer string, np, flood int) (reco
 				}
 			}
 			killedAt = time.Now()
-			syscall.Kill(victim, syscall.SIGKILL)
+			syscall.Kill(victim, sig)
+			if sig != syscall.SIGKILL {
+				defer syscall.Kill(victim, syscall.SIGKILL) // the driver kills it; if not, this run does
+			}
 			if flood > 0 {
 				go func() { statusCh <- statusTime(driverAddr) }()
 			}
