@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"encoding/gob"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -153,10 +155,17 @@ func transferMode() string {
 	switch m := os.Getenv(EnvStateTransfer); m {
 	case TransferBroadcast, TransferPeers:
 		return m
+	case "", TransferAuto:
+		return TransferAuto
 	default:
+		badTransferMode.Do(func() {
+			slog.Warn("unknown "+EnvStateTransfer+"; using auto", "value", m, "want", TransferAuto+", "+TransferBroadcast+" or "+TransferPeers)
+		})
 		return TransferAuto
 	}
 }
+
+var badTransferMode sync.Once
 
 // wantPeers reports whether a state of size bytes travels from peers in mode.
 func wantPeers(mode string, size uint64) bool {

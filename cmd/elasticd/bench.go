@@ -106,6 +106,11 @@ func parseBenchFlags(c *cli.Context) (benchOptions, error) {
 	case o.timeout <= 0:
 		return o, usageError("timeout", "%v: must be positive, e.g. 30s", o.timeout)
 	}
+	if o.profileDir != "" {
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			return o, usageError("cpuprofile", "%v", err)
+		}
+	}
 	if o.sizes, err = parseSizes(c.String("sizes")); err != nil {
 		return o, usageError("sizes", "%v", err)
 	}
