@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -231,5 +232,71 @@ func TestAgentHelp(t *testing.T) {
 		if code != 0 || !strings.Contains(stdout, want) {
 			t.Errorf("agent --help lacks %q (exit %d)", want, code)
 		}
+	}
+}
+
+// The driver SIGKILLed under the agent launcher, then started again on the same address and
+// --checkpoint-dir: the agents find it again and register anew (their old sessions, and the
+// workers of the lost job, are gone), and the new job's rank 0 resumes from the checkpoint.
+// A driver that re-adopts running workers is not built yet (docs/reliability.md).
+func TestAgentsDriverRestartResumesFromCheckpoint(t *testing.T) {
+	secret := writeSecret(t)
+	ckpt := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	args := append([]string{"run", "-np", "2", "--launcher", "agent", "--agent-secret-file", secret, "--listen", addr,
+		"--checkpoint-dir", ckpt, "--checkpoint-every", "5"}, trainArgs("--steps", "1200", "--step-delay", "10ms", "--log-every", "100")...)
+	drv := startJob(t, args...)
+	url := driverURL(drv)
+	var agents []agentProc
+	for _, a := range []string{"127.0.0.2", "127.0.0.3"} {
+		agents = append(agents, startAgent(t, "--driver", url, "--agent-secret-file", secret, "--addr", a, "--slots", "1", "--host-id", "host-"+a))
+	}
+	drv.waitFor(`\[0\] step +300 `, time.Minute)
+	syscall.Kill(drv.cmd.Process.Pid, syscall.SIGKILL)
+	drv.wait(10 * time.Second)
+	again := startJob(t, args...)
+	if code := again.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	gens := generations(again.output())
+	if len(gens) == 0 || gens[0][1] < 250 {
+		t.Fatalf("generations (size, resumed at) %v: want the new job to resume near step 300", gens)
+	}
+	if !strings.Contains(again.output(), "done: 1200 steps") {
+		t.Fatal("the new job did not finish its steps")
+	}
+	for _, a := range agents {
+		a.stop(t)
+	}
+}
+
+// Two agents claiming one host ID (here both default to this machine's hostname) take the
+// host's session from each other; they must pause between registrations and say why, not
+// register against each other as fast as the driver answers.
+func TestAgentsWithOneHostIDDoNotSpin(t *testing.T) {
+	secret := writeSecret(t)
+	drv := startJob(t, "run", "-np", "2", "--launcher", "agent", "--agent-secret-file", secret, "--listen", "127.0.0.1:0", "--", "sleep", "60")
+	url := driverURL(drv)
+	var agents []agentProc
+	for _, a := range []string{"127.0.0.2", "127.0.0.3"} {
+		agents = append(agents, startAgent(t, "--driver", url, "--agent-secret-file", secret, "--addr", a))
+	}
+	agents[0].waitFor(`is another agent running with the same --host-id`, 30*time.Second)
+	time.Sleep(3 * time.Second) // the scenario: let them fight for a while
+	n := 0
+	for _, a := range agents {
+		n += strings.Count(a.output(), "registered with the driver")
+	}
+	if n > 40 {
+		t.Fatalf("%d registrations in a few seconds: the agents spin", n)
+	}
+	t.Logf("%d registrations", n)
+	for _, a := range agents {
+		a.stop(t)
 	}
 }

@@ -163,22 +163,42 @@ func Run(ctx context.Context, cfg Config) error {
 		bg.Go(func() { a.reportLoad(bctx) })
 	}
 
+	// short counts sessions in a row that ended soon after they began: another agent claiming
+	// the same --host-id takes the session from us as we take it from it, and without a
+	// pause the two would register against each other as fast as the driver answers.
+	short := 0
 	for ctx.Err() == nil {
 		reg, err := a.register(ctx)
 		if err != nil {
 			break // ctx ended
 		}
+		began := time.Now()
 		err = a.session(ctx, reg)
+		if time.Since(began) < shortSession {
+			short++
+		} else {
+			short = 0
+		}
 		switch {
 		case ctx.Err() != nil:
+		case errors.Is(err, errSessionGone) && short > 1:
+			a.log.Warn("the driver keeps ending this agent's session right after it registers: is another agent running with the same --host-id? Give each host its own; registering again after a pause",
+				"host", a.cfg.HostID, "addr", a.cfg.Addr, "retry_in", a.pause(short))
 		case errors.Is(err, errSessionGone):
 			a.log.Warn("the driver ended this agent's session (it restarted, or lost contact with us); its workers were stopped; registering again")
 		default:
 			a.log.Warn("lost the driver; its workers were stopped; registering again", "err", err)
 		}
+		if short > 1 && !a.backoff(ctx, short) {
+			break
+		}
 	}
 	return nil
 }
+
+// shortSession: a session that ends sooner than this after its registration counts toward
+// the pause before registering again.
+const shortSession = 5 * time.Second
 
 // backoff sleeps for the attempt-th retry's pause, less up to a fifth of it at random; false
 // if ctx ended.
