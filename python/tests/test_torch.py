@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import unittest
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.dirname(HERE)
@@ -94,18 +95,27 @@ class SingleProcessTest(unittest.TestCase):
         self.assertIs(state.model, model)
 
 
+def fake_runtime(test: unittest.TestCase, **attrs: Any) -> Any:
+    """A Runtime with no driver behind it (a group of one), installed as the process's
+    runtime for the test's duration; attrs set its fields."""
+    import threading
+    from elasticd.torch import _runtime
+    rt = _runtime.Runtime.__new__(_runtime.Runtime)
+    rt.generation, rt.heard, rt.applied, rt._lock, rt._piggyback = 1, 0, 0, threading.Lock(), None
+    rt.ckpt_dir, rt.ckpt_every = "", 10
+    for k, v in attrs.items():
+        setattr(rt, k, v)
+    _runtime._runtime = rt
+    test.addCleanup(setattr, _runtime, "_runtime", None)
+    return rt
+
+
 class PiggybackTest(unittest.TestCase):
     """The host-update versions reduced with the gradients spare check_host_updates() its own
     collective when no rank heard of a change, and only then."""
 
     def setUp(self) -> None:
-        import threading
-        from elasticd.torch import _runtime
-        rt = _runtime.Runtime.__new__(_runtime.Runtime)
-        rt.generation, rt.heard, rt.applied, rt._lock, rt._piggyback = 3, 0, 0, threading.Lock(), None
-        self.rt, self.mod = rt, _runtime
-        _runtime._runtime = rt
-        self.addCleanup(setattr, _runtime, "_runtime", None)
+        self.rt = fake_runtime(self, generation=3)
 
     def test_taken_once_and_only_in_its_generation(self) -> None:
         self.rt.piggyback(0)
@@ -137,15 +147,11 @@ class CheckpointTest(unittest.TestCase):
     commit resumes from the newest valid one; torn and corrupt files are skipped."""
 
     def setUp(self) -> None:
+        import shutil
         import tempfile
-        import threading
-        from elasticd.torch import _runtime
         self.dir = tempfile.mkdtemp(prefix="elasticd-ckpt-test-")
-        rt = _runtime.Runtime.__new__(_runtime.Runtime)
-        rt.generation, rt.heard, rt.applied, rt._lock, rt._piggyback = 1, 0, 0, threading.Lock(), None
-        rt.ckpt_dir, rt.ckpt_every = self.dir, 2
-        _runtime._runtime = rt
-        self.addCleanup(setattr, _runtime, "_runtime", None)
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        fake_runtime(self, ckpt_dir=self.dir, ckpt_every=2)
 
     def test_files(self) -> None:
         from elasticd.torch import _checkpoint

@@ -124,8 +124,8 @@ class ObjectState:
         try:
             _checkpoint.write(rt.ckpt_dir, self._commits, self._steps_at_commit,
                               {"values": self._saved, "commits": self._commits, "steps": self._steps_at_commit})
-        except OSError as e:
-            print(f"elasticd: could not write a checkpoint to {rt.ckpt_dir}: {e}; training goes on from the in-memory commit",
+        except Exception as e:  # a full disk, or a kwarg torch.save cannot pickle: not a reason to stop training
+            print(f"elasticd: could not write a checkpoint to {rt.ckpt_dir}: {e!r}; training goes on from the in-memory commit",
                   file=sys.stderr, flush=True)
 
     def _resume(self) -> None:
@@ -344,7 +344,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         # repeats remaining samples, at most num_replicas - 1 of them, once per epoch tail.
         padded = remaining + remaining[: total - len(remaining)]
         self.indices = padded[self.rank: total: self.num_replicas]
-        self._padded, self._total, self._upto, self._pooled = padded, total, 0, 0
+        self._padded, self._upto, self._pooled = padded, 0, 0
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "processed_indices": set(self.processed_indices)}
