@@ -422,7 +422,7 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 		"HOROVOD_HOSTNAME="+a.Addr, "HOROVOD_ELASTIC=1", "PYTHONUNBUFFERED=1",
 	)
 	if d.o.CheckpointDir != "" {
-		env = append(env, worker.EnvCheckpointDir+"="+d.o.CheckpointDir, worker.EnvCheckpointEvery+"="+strconv.Itoa(cmp.Or(d.o.CheckpointEvery, 10)))
+		env = append(env, worker.EnvCheckpointDir+"="+d.o.CheckpointDir, worker.EnvCheckpointEvery+"="+strconv.Itoa(cmp.Or(d.o.CheckpointEvery, worker.DefaultCheckpointEvery)))
 	}
 	// As torchrun: several processes on one host each get one OpenMP thread, unless the
 	// user chose a number.

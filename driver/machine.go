@@ -599,18 +599,16 @@ func (m *Machine) slotFailed(now time.Time, id rendezvous.WorkerID) (string, []A
 	at, returned := m.returnedAt[id]
 	flap := returned && now.Sub(at) < m.cfg.FlapWindow
 	m.failedSince[id] = true
+	m.hosts.Blacklist(now, id.String())
 	if !flap {
 		m.flaps[id] = 0
 		m.counted = true
-		m.hosts.Blacklist(now, id.String())
 		return "blacklisted", nil
 	}
 	m.flaps[id]++
 	if m.flaps[id] < m.cfg.FlapLimit {
-		m.hosts.Blacklist(now, id.String())
 		return fmt.Sprintf("blacklisted (flapping: %d of %d returns in a row failed within --flap-window %v)", m.flaps[id], m.cfg.FlapLimit, m.cfg.FlapWindow), nil
 	}
-	m.hosts.Blacklist(now, id.String())
 	m.hosts.Quarantine(id.String())
 	msg := fmt.Sprintf("slot %s is flapping: it failed within --flap-window %v of each of its last %d returns; it is quarantined, out of the job until an operator takes it back with `elasticd ctl add-host %s`; the job goes on without it, and its failures did not count toward --reset-limit", id, m.cfg.FlapWindow, m.flaps[id], id.Host)
 	m.j.event(now, EventFailure, "%s", msg)

@@ -257,6 +257,9 @@ func TestFlappingSlotIsQuarantined(t *testing.T) {
 		if want := map[bool]int{true: 1, false: 0}[h.ID == "h1"]; h.Quarantined != want {
 			t.Fatalf("host %s: %d quarantined slots, want %d", h.ID, h.Quarantined, want)
 		}
+		if h.ID == "h1" && h.State != "quarantined" {
+			t.Fatalf("host h1 is %q, want quarantined (its one slot is)", h.State)
+		}
 	}
 	if !strings.Contains(eventsText(st), "slot h1/0 is flapping") {
 		t.Fatalf("the journal does not say h1 is flapping: %s", eventsText(st))

@@ -78,9 +78,9 @@ type HostStatus struct {
 	Blacklisted int    `json:"blacklisted_slots"` // slots cooling down after a failure
 	Quarantined int    `json:"quarantined_slots"` // flapping slots kept out until `elasticd ctl add-host`
 	Leaving     bool   `json:"leaving"`           // a notice says it goes away, or the cloud is taking it
-	// State is "active" (runs a worker of the current generation), "leaving", "blacklisted"
-	// (every slot cooling down) or "idle" (usable, unused: over --max-np, or between
-	// generations).
+	// State is "active" (runs a worker of the current generation), "leaving", "quarantined"
+	// (every slot kept out as flapping), "blacklisted" (every slot cooling down) or
+	// "idle" (usable, unused: over --max-np, or between generations).
 	State        string    `json:"state"`
 	Lifecycle    string    `json:"lifecycle"` // spot or on-demand
 	Type         string    `json:"type"`
@@ -210,6 +210,8 @@ func (m *Machine) Snapshot() Status {
 		switch {
 		case h.Leaving:
 			h.State = "leaving"
+		case h.Quarantined >= h.Slots:
+			h.State = "quarantined"
 		case h.Blacklisted >= h.Slots:
 			h.State = "blacklisted"
 		case active[h.ID]:

@@ -36,6 +36,8 @@ const (
 	// (every worker was lost) resumes from the newest valid one.
 	EnvCheckpointDir   = "ELASTICD_CHECKPOINT_DIR"
 	EnvCheckpointEvery = "ELASTICD_CHECKPOINT_EVERY"
+	// DefaultCheckpointEvery is --checkpoint-every when it is not given.
+	DefaultCheckpointEvery = 10
 )
 
 var (
@@ -100,7 +102,7 @@ type Config struct {
 	HostAddr    string              // the address peers reach this host at
 	CommTimeout time.Duration       // allreduce.Config.Timeout; default 30s
 	// CheckpointDir, when set, is where rank 0 writes its commit every CheckpointEvery
-	// commits (default 10), and where a job that lost every worker resumes from.
+	// commits (default DefaultCheckpointEvery), and where a job that lost every worker resumes from.
 	CheckpointDir   string
 	CheckpointEvery int
 }
@@ -186,7 +188,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 	}
 	w := &Worker{
 		id: cfg.ID, job: cfg.JobID, secret: cfg.Secret, hostAddr: cfg.HostAddr, commTimeout: cfg.CommTimeout,
-		ckptDir: cfg.CheckpointDir, ckptEvery: cmp.Or(cfg.CheckpointEvery, 10),
+		ckptDir: cfg.CheckpointDir, ckptEvery: cmp.Or(cfg.CheckpointEvery, DefaultCheckpointEvery),
 		client:   rendezvous.NewClient(cfg.Rendezvous, cfg.Secret, cfg.ID, nil),
 		log:      log.With("worker", cfg.ID.String()),
 		progress: make(chan progressReport, 1),

@@ -21,6 +21,7 @@ import (
 	"github.com/elasticd/elasticd/driver/launch"
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/python"
+	"github.com/elasticd/elasticd/worker"
 	"github.com/urfave/cli/v2"
 )
 
@@ -102,7 +103,7 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.DurationFlag{Name: "barrier-timeout", Value: driver.DefaultBarrierTimeout, Usage: "once a reset begins, how long a worker may take to reach it before it counts as hung and is killed (cut to 1s once a peer reports it silent inside a collective)", EnvVars: []string{"ELASTICD_BARRIER_TIMEOUT"}},
 			&cli.DurationFlag{Name: "comm-timeout", Value: 30 * time.Second, Usage: "how long a worker waits on a silent peer inside a collective", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
 			&cli.StringFlag{Name: "checkpoint-dir", Usage: "in-process mode: rank 0 writes its commit to `DIR` every --checkpoint-every commits (atomically, with a digest; the newest two kept), and a job that loses every worker at once starts over from the newest valid one on the slots that come back within --elastic-timeout. Use a volume every host mounts at the same path; one directory per job (a job started on a directory that holds checkpoints resumes from them). Python: elasticd.torch's TorchState writes and reads it too", EnvVars: []string{"ELASTICD_CHECKPOINT_DIR"}},
-			&cli.IntFlag{Name: "checkpoint-every", Value: 10, Usage: "with --checkpoint-dir: commits between two checkpoints", EnvVars: []string{"ELASTICD_CHECKPOINT_EVERY"}},
+			&cli.IntFlag{Name: "checkpoint-every", Value: worker.DefaultCheckpointEvery, Usage: "with --checkpoint-dir: commits between two checkpoints", EnvVars: []string{"ELASTICD_CHECKPOINT_EVERY"}},
 			&cli.DurationFlag{Name: "flap-window", Value: driver.DefaultFlapWindow, Usage: "a slot that fails within this long of coming back after a failure of its own is flapping; its failures then do not count toward --reset-limit", EnvVars: []string{"ELASTICD_FLAP_WINDOW"}},
 			&cli.IntFlag{Name: "flap-limit", Value: driver.DefaultFlapLimit, Usage: "after this many returns in a row that failed within --flap-window, a flapping slot is quarantined: out of the job until 'elasticd ctl add-host HOST' takes it back", EnvVars: []string{"ELASTICD_FLAP_LIMIT"}},
 			&cli.StringFlag{Name: "blacklist-cooldown-range", Value: "10s,5m", Usage: "`MIN,MAX` cooldown of a failed slot: MIN after the first failure, doubling per failure up to MAX (seconds or durations; 'MIN MAX' as two arguments works too)", EnvVars: []string{"ELASTICD_BLACKLIST_COOLDOWN_RANGE"}},
