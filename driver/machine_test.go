@@ -439,6 +439,9 @@ func TestBarrierTimeoutKillsWithoutGrace(t *testing.T) {
 		t.Fatal("a READY without a silent peer must not cut the barrier")
 	}
 	acts := s.after(25 * time.Second).tick()
+	if got := stopped(acts); !slices.Equal(got, []string{"h1"}) {
+		t.Fatalf("stopped %v at --barrier-timeout, want the hung h1", got)
+	}
 	for _, a := range acts {
 		if st, ok := a.(Stop); ok && !st.Deadline.Equal(s.now) {
 			t.Fatalf("stop %+v: a hung worker gets no grace", st)
