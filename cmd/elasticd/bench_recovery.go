@@ -70,6 +70,13 @@ func benchRecovery(c *cli.Context) error {
 	case runs < 1 || runs > 100:
 		return usageError("runs", "%d: must be between 1 and 100", runs)
 	}
+	sig := map[string]syscall.Signal{"kill": syscall.SIGKILL, "stop": syscall.SIGSTOP}[c.String("fault")]
+	if sig == 0 {
+		return usageError("fault", "%q: want kill or stop", c.String("fault"))
+	}
+	if c.Duration("comm-timeout") <= 0 {
+		return usageError("comm-timeout", "%v: must be positive", c.Duration("comm-timeout"))
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -77,13 +84,6 @@ func benchRecovery(c *cli.Context) error {
 	trainer, err := demoTrainer(c, self)
 	if err != nil {
 		return err
-	}
-	sig := map[string]syscall.Signal{"kill": syscall.SIGKILL, "stop": syscall.SIGSTOP}[c.String("fault")]
-	if sig == 0 {
-		return usageError("fault", "%q: want kill or stop", c.String("fault"))
-	}
-	if c.Duration("comm-timeout") <= 0 {
-		return usageError("comm-timeout", "%v: must be positive", c.Duration("comm-timeout"))
 	}
 	flood := c.Int("flood")
 	if flood < 0 || flood > 1_000_000 {

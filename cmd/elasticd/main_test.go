@@ -111,6 +111,10 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{args: []string{"bench", "allreduce", "--nope"}, want: "flag provided but not defined: --nope"},
 		{args: []string{"bogus"}, want: `unknown command "bogus"`},
 		{args: []string{"bench", "allreduce"}, env: []string{"ELASTICD_NP=100"}, want: "--np: 100 ranks"},
+		{args: []string{"run", "-np", "2", "--flap-limit", "0", "--", "true"}, want: "--flap-limit: 0: must be at least 1"},
+		{args: []string{"run", "-np", "2", "--checkpoint-every", "0", "--", "true"}, want: "--checkpoint-every: 0: must be at least 1"},
+		{args: []string{"run", "-np", "2", "--mode", "restart", "--checkpoint-dir", "ckpt", "--", "true"}, want: "--checkpoint-dir: only for in-process workers"},
+		{args: []string{"bench", "recovery", "--fault", "pause"}, want: `--fault: "pause": want kill or stop`},
 	} {
 		t.Run(strings.Join(append(tc.env, tc.args...), " "), func(t *testing.T) {
 			_, stderr, code := elasticd(t, tc.env, tc.args...)

@@ -178,6 +178,9 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 	}
 	o.ScaleUpInterval, o.FlapWindow, o.FlapLimit = c.Duration("scale-up-interval"), c.Duration("flap-window"), c.Int("flap-limit")
 	if dir := c.String("checkpoint-dir"); dir != "" {
+		if o.Mode == driver.ModeRestart {
+			return o, usageError("checkpoint-dir", "only for in-process workers (Go worker.State, Python elasticd.torch); a restart-mode script checkpoints itself")
+		}
 		if o.CheckpointDir, err = filepath.Abs(dir); err != nil {
 			return o, usageError("checkpoint-dir", "%q: %v", dir, err)
 		}
