@@ -81,7 +81,19 @@ type Options struct {
 	// without it crossing the network.
 	JobID  string
 	Secret []byte
+	// StateDir (--state-dir), when set, is where the job's state is kept (SavedState) so that
+	// a driver started again on it takes the job up; Restore is the state found there at
+	// start (LoadState), nil for a new job. With agents the workers keep running and are
+	// adopted (within AdoptTimeout, default 1m); with the local and ssh launchers they died
+	// with the driver, and in-process workers resume from --checkpoint-dir.
+	StateDir     string
+	Restore      *SavedState
+	AdoptTimeout time.Duration
 }
+
+// DefaultAdoptTimeout is how long a restarted driver waits for its agents to list the
+// workers they kept: longer than an agent's longest pause between registrations (30s).
+const DefaultAdoptTimeout = time.Minute
 
 // loadEvery is how often the workers' step times and the agents' GPU busy reach the machine
 // (--slot-policy loadaware).
@@ -121,6 +133,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Stderr == nil {
 		o.Stderr = io.Discard
 	}
+	if o.AdoptTimeout == 0 {
+		o.AdoptTimeout = DefaultAdoptTimeout
+	}
 	secret := o.Secret
 	if secret == nil {
 		secret = make([]byte, 32)
@@ -134,6 +149,24 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		id := make([]byte, 4)
 		rand.Read(id)
 		d.jobID = hex.EncodeToString(id)
+	}
+	if st := o.Restore; st != nil {
+		switch {
+		case o.StateDir == "":
+			return Result{}, errors.New("a saved state to restore needs its --state-dir")
+		case st.JobID != d.jobID:
+			return Result{}, fmt.Errorf("--state-dir holds job %s, not job %s", st.JobID, d.jobID)
+		case o.Agents != nil && st.SecretFrom == "agents" && st.SecretCheck != secretCheck(secret):
+			return Result{}, fmt.Errorf("--state-dir %s: job %s was started with another --agent-secret-file; its agents and workers would refuse this driver: use that file, or move the state away to start a new job", o.StateDir, st.JobID)
+		}
+	}
+	if o.StateDir != "" {
+		sd, err := openStateDir(o.StateDir)
+		if err != nil {
+			return Result{}, err
+		}
+		defer sd.close()
+		d.state = sd
 	}
 	return d.run(ctx)
 }
@@ -162,6 +195,10 @@ type runner struct {
 	// port is the MASTER_PORT of generation portGen, found on its rank 0's host.
 	port    int
 	portGen uint64
+	state   *stateDir // --state-dir; nil without
+	// published is the generation last published at the rendezvous (saved states of a newer
+	// one carry the host-update version it will be published with).
+	published uint64
 }
 
 type proc struct {
@@ -216,12 +253,15 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	d.log.Info("live page at "+d.url+"/ (also /v1/status and /metrics)", "job", d.jobID)
 
 	d.m = NewMachine(d.o.Config)
-	board.store(d.m.Snapshot())
 	wctx, stopWatch := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	if st := d.o.Restore; st != nil {
+		d.restore(wctx, st, &bg)
+	}
+	board.store(d.m.Snapshot())
 	watchErr := make(chan error, 1)
 	hostsCh := make(chan []providers.Host)
 	w := &discovery.Watcher{Provider: d.o.Provider, Interval: d.o.DiscoveryInterval, Timeout: d.o.DiscoveryTimeout, Logger: d.log, Poke: d.o.Rediscover}
-	var bg sync.WaitGroup
 	bg.Go(func() { watchErr <- w.Run(wctx, hostsCh) })
 	noticeCh := make(chan providers.Notice)
 	bg.Go(func() { w.RunNotices(wctx, noticeCh) })
@@ -299,6 +339,16 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 		// worked off: whenever the loop waits, the board holds the machine's current state.
 		if len(d.events) == 0 || d.m.Done() {
 			board.store(d.m.Snapshot())
+			if !d.m.Done() {
+				d.save(srv.HostsVersion(), false)
+			}
+		}
+	}
+	if d.state != nil {
+		if res.Code == ExitInterrupted { // its workers are being stopped: nothing to adopt
+			d.save(srv.HostsVersion(), true)
+		} else if err := d.state.remove(); err != nil {
+			d.log.Warn("could not remove the finished job's state", "dir", d.o.StateDir, "err", err)
 		}
 	}
 	res.Generations, res.Resets, res.FailureResets = d.m.Generation(), d.m.Resets, d.m.FailureResets
@@ -350,8 +400,11 @@ func (d *runner) do(ctx context.Context, a Action) {
 		for id, as := range a.Plan {
 			d.ranks.Store(id, as.Rank)
 		}
+		d.save(d.srv.HostsVersion(), false) // before any worker can see the generation
 		d.srv.Publish(a.Generation, a.Plan)
+		d.published = a.Generation
 	case NotifyHosts:
+		d.save(d.srv.HostsVersion()+1, false) // before any worker can see the version
 		d.srv.NotifyHostsUpdated()
 	case CompleteNotice:
 		if c, ok := d.o.Provider.(providers.NoticeCompleter); ok {
@@ -429,12 +482,7 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 	if _, set := d.lookupEnv("OMP_NUM_THREADS"); !set && as.LocalSize > 1 {
 		env = append(env, "OMP_NUM_THREADS=1")
 	}
-	prefix := func() string {
-		if r, ok := d.ranks.Load(a.Worker); ok {
-			return fmt.Sprintf("[%d] ", r.(int))
-		}
-		return "[" + a.Worker.String() + "] "
-	}
+	prefix := d.prefix(a.Worker)
 	stdout := launch.NewPrefixWriterFunc(d.o.Stdout, prefix)
 	stderr := launch.NewPrefixWriterFunc(d.o.Stderr, prefix)
 	p := &proc{outs: []io.Closer{stdout, stderr}}
@@ -461,22 +509,102 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 		return
 	}
 	p.p = lp
-	d.procs[a.Worker] = p
 	if pid := lp.PID(); pid != 0 {
 		d.log.Info("launched worker", "worker", a.Worker.String(), "rank", as.Rank, "generation", a.Generation, "pid", pid)
 	} else { // the agent launcher: the agent logs the PID on its host
 		d.log.Info("launched worker", "worker", a.Worker.String(), "rank", as.Rank, "generation", a.Generation, "host", a.Addr)
 	}
+	d.watch(a.Worker, p)
+}
+
+// watch makes p the process of worker id and reports its exit to the loop.
+func (d *runner) watch(id rendezvous.WorkerID, p *proc) {
+	d.procs[id] = p
 	d.wg.Go(func() {
-		st, err := lp.Wait()
+		st, err := p.p.Wait()
 		closeAll(p.outs)
-		ev := WorkerExited{Now: time.Now(), Worker: a.Worker, Code: st.Code, Signal: st.Signal, Progress: d.srv.Progress()}
+		ev := WorkerExited{Now: time.Now(), Worker: id, Code: st.Code, Signal: st.Signal, Progress: d.srv.Progress()}
 		if err != nil && st.Code == 0 && st.Signal == "" {
 			ev.Code = -1
 			ev.Signal = err.Error()
 		}
 		d.events <- ev // the loop or drain always reads
 	})
+}
+
+// prefix is the prefix of worker id's output lines: its current rank.
+func (d *runner) prefix(id rendezvous.WorkerID) func() string {
+	return func() string {
+		if r, ok := d.ranks.Load(id); ok {
+			return fmt.Sprintf("[%d] ", r.(int))
+		}
+		return "[" + id.String() + "] "
+	}
+}
+
+// restore takes the job up from its saved state (Options.Restore). With agents, the saved
+// generation's workers kept running: each becomes a process of this driver that its agent
+// hands over when it registers again (agents.Registry.Adopt), and the rendezvous takes up the
+// generation as the workers know it. Otherwise they are gone, and the machine starts anew.
+func (d *runner) restore(ctx context.Context, st *SavedState, bg *sync.WaitGroup) {
+	adopt := d.o.Agents != nil && !st.WorkersStopped && len(st.Workers) > 0
+	acts := d.m.Restore(time.Now(), st, adopt, d.o.AdoptTimeout)
+	if adopt {
+		plan := map[rendezvous.WorkerID]rendezvous.Assignment{}
+		for _, w := range st.Workers {
+			id, _ := rendezvous.ParseWorkerID(w.Worker)
+			plan[id] = w.Assignment
+			d.ranks.Store(id, w.Assignment.Rank)
+		}
+		d.srv.Restore(st.Generation, plan, st.PlanHosts, st.HostsVersion,
+			rendezvous.Progress{Generation: st.Generation, Step: st.Step, Committed: st.Committed, At: time.Now()})
+		d.published = st.Generation
+		if st.URL != d.url {
+			d.log.Warn("the workers to adopt reach the driver at another address: they cannot report to this one; start it with the --listen (and --driver-addr) of the last", "workers_use", st.URL, "this_driver", d.url)
+		}
+		for _, w := range st.Workers {
+			id, _ := rendezvous.ParseWorkerID(w.Worker)
+			prefix := d.prefix(id)
+			stdout := launch.NewPrefixWriterFunc(d.o.Stdout, prefix)
+			stderr := launch.NewPrefixWriterFunc(d.o.Stderr, prefix)
+			spec := launch.Spec{Name: fmt.Sprintf("rank %d (%s)", w.Assignment.Rank, id), Host: w.Addr, Slot: id.Slot, Stdout: stdout, Stderr: stderr}
+			lp, adopted := d.o.Agents.Adopt(w.Worker, spec, d.o.AdoptTimeout)
+			d.watch(id, &proc{p: lp, outs: []io.Closer{stdout, stderr}})
+			bg.Go(func() {
+				select {
+				case <-adopted:
+					d.send(ctx, WorkerAdopted{Now: time.Now(), Worker: id})
+				case <-ctx.Done():
+				}
+			})
+		}
+	}
+	for _, a := range acts {
+		d.do(ctx, a)
+	}
+}
+
+// save writes the job's state to --state-dir (when set) if it changed; hostsVersion is the
+// host-update version to record (the next one, when it is about to be announced).
+func (d *runner) save(hostsVersion uint64, stopped bool) {
+	if d.state == nil {
+		return
+	}
+	st := d.m.Save(time.Now())
+	st.JobID, st.URL, st.SecretFrom, st.SecretCheck = d.jobID, d.url, "random", secretCheck(d.secret)
+	if d.o.Agents != nil {
+		st.SecretFrom = "agents"
+	}
+	st.HostsVersion, st.WorkersStopped = hostsVersion, stopped
+	st.PlanHosts = d.srv.PlanHostsVersion()
+	if st.Generation != d.published { // about to be published, with the current version
+		st.PlanHosts = d.srv.HostsVersion()
+	}
+	p := d.srv.Progress()
+	st.Step, st.Committed = p.Step, p.Committed
+	if err := d.state.save(st); err != nil {
+		d.log.Error("could not save the job's state; a restarted driver would not find it", "dir", d.o.StateDir, "err", err)
+	}
 }
 
 // masterPort is the MASTER_PORT of a's generation: a port free on rank 0's host, found there

@@ -76,6 +76,13 @@ type LoadsMeasured struct {
 	GPUBusy   map[string]float64 // by host ID
 }
 
+// WorkerAdopted is a worker of the generation a restarted driver took up (Machine.Restore)
+// found running again: its agent listed it.
+type WorkerAdopted struct {
+	Now    time.Time
+	Worker rendezvous.WorkerID
+}
+
 // Tick is the clock reaching Machine.NextDeadline.
 type Tick struct{ Now time.Time }
 
@@ -93,6 +100,7 @@ func (e NoticeReceived) at() time.Time  { return e.Now }
 func (e SlotsFailed) at() time.Time     { return e.Now }
 func (e LoadsMeasured) at() time.Time   { return e.Now }
 func (e Interrupted) at() time.Time     { return e.Now }
+func (e WorkerAdopted) at() time.Time   { return e.Now }
 
 // Action is something the driver must do.
 type Action interface{ action() }
@@ -237,6 +245,14 @@ type Machine struct {
 	flaps         map[rendezvous.WorkerID]int       // returns in a row that failed within --flap-window
 	lastFailure   string
 	j             journal
+
+	addrs map[rendezvous.WorkerID]string // the address each member of the generation was launched on
+	// adoptUntil, while set, is when a restarted driver stops waiting for the workers of the
+	// generation it took up (adoptWait) to be found running, and for discovery to list their
+	// slots: until then discovery is not applied, so that hosts whose agents have not come
+	// back yet do not count as gone.
+	adoptUntil time.Time
+	adoptWait  map[rendezvous.WorkerID]bool
 }
 
 // NewMachine returns a machine for cfg, which must be valid (Config.Validate).
@@ -269,8 +285,10 @@ func (m *Machine) Done() bool { return m.phase == phaseDone }
 // NextDeadline is when the machine wants a Tick, or zero.
 func (m *Machine) NextDeadline(now time.Time) time.Time {
 	t := m.deadline
-	if !m.growAt.IsZero() && (t.IsZero() || m.growAt.Before(t)) {
-		t = m.growAt
+	for _, at := range []time.Time{m.growAt, m.adoptUntil} {
+		if !at.IsZero() && (t.IsZero() || at.Before(t)) {
+			t = at
+		}
 	}
 	for _, due := range m.regDue {
 		if t.IsZero() || due.Before(t) {
@@ -329,7 +347,14 @@ func (m *Machine) Step(ev Event) []Action {
 	case HostsDiscovered:
 		m.discovered, m.raw = slotHosts(e.Hosts), e.Hosts
 		m.j.discovered(now, e.Hosts)
-		acts = m.refreshHosts(now)
+		if m.adopting() {
+			acts = m.settleAdoption(now)
+		} else {
+			acts = m.refreshHosts(now)
+		}
+	case WorkerAdopted:
+		delete(m.adoptWait, e.Worker)
+		acts = m.settleAdoption(now)
 	case WorkerReported:
 		acts = m.reported(now, e)
 	case WorkerExited:
@@ -417,6 +442,7 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 	}
 	w.exited = true
 	delete(m.regDue, e.Worker)
+	delete(m.adoptWait, e.Worker)
 	if p := e.Progress; p.Generation > m.progress.Generation || p.Generation == m.progress.Generation && p.At.After(m.progress.At) {
 		m.progress = p
 	}
@@ -639,6 +665,9 @@ func (m *Machine) completeNotices() []Action {
 // refreshHosts applies the latest discovery result. Discovery reports only changes, so when
 // a cooldown expires the last result, which still lists the slot, is applied again.
 func (m *Machine) refreshHosts(now time.Time) []Action {
+	if m.adopting() {
+		return nil // settleAdoption applies discovery once the adopted workers' hosts are back
+	}
 	var before []string
 	if m.phase == phaseRunning && m.j.hostsCause == "" {
 		before = m.hosts.Current()
@@ -656,7 +685,8 @@ func (m *Machine) refreshHosts(now time.Time) []Action {
 }
 
 func (m *Machine) tick(now time.Time) []Action {
-	acts := m.refreshHosts(now)
+	acts := m.settleAdoption(now)
+	acts = append(acts, m.refreshHosts(now)...)
 	// Workers that did not register in time are failed, where workers register: a script
 	// that never talks to elasticd (restart mode) is not failed for it.
 	for id, due := range m.regDue {
@@ -737,6 +767,9 @@ func (m *Machine) advance(now time.Time) []Action {
 			m.deadline = now.Add(m.cfg.ElasticTimeout)
 		}
 	case phaseResetting:
+		if m.adopting() { // a restarted driver plans the next generation once it found the members
+			return nil
+		}
 		live := 0
 		for _, id := range m.order {
 			w := m.workers[id]
@@ -803,6 +836,10 @@ func (m *Machine) completeReset(now time.Time, what string) []Action {
 // order (the oldest worker is rank 0, holding the newest state); new slots follow in the
 // host manager's deterministic order; at most --max-np.
 func (m *Machine) nextGeneration(now time.Time) []Action {
+	if m.adopting() { // a reset during the adoption: plan on what discovery says now
+		m.adoptUntil, m.adoptWait = time.Time{}, nil
+		m.hosts.Update(now, m.discovered)
+	}
 	usable := m.hosts.Usable(now)
 	if len(usable) < m.cfg.MinNP {
 		if m.phase != phaseWaiting {
@@ -848,6 +885,10 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 	m.gen++
 	m.order = order
 	m.plan = assign(order, addrOf, m.gen)
+	m.addrs = map[rendezvous.WorkerID]string{}
+	for _, id := range order {
+		m.addrs[id] = addrOf[id]
+	}
 	m.phase, m.failed, m.silent, m.counted, m.deadline = phaseRunning, false, false, false, time.Time{}
 	m.started, m.growAt, m.ownExits, m.atStart = now, time.Time{}, 0, false
 	acts := []Action{Publish{Generation: m.gen, Plan: m.plan}}
@@ -1054,4 +1095,107 @@ func detailSuffix(n providers.Notice) string {
 		s += ": " + n.Detail
 	}
 	return s
+}
+
+// --- a driver restarted with --state-dir ---
+
+// Save returns the machine's part of the job's state (SavedState): the generation and its
+// members, the latest discovery, the slots held out and the reset counts.
+func (m *Machine) Save(now time.Time) SavedState {
+	st := SavedState{
+		Generation: m.gen, InProcess: m.inProcess(), Hosts: m.raw,
+		Blacklist: m.hosts.Blacklisted(now), Quarantined: m.hosts.Quarantined(),
+		Resets: m.Resets, FailureResets: m.FailureResets, CountedResets: m.CountedResets,
+	}
+	st.Resetting = m.phase == phaseResetting
+	if m.phase == phaseRunning || m.phase == phaseResetting || m.phase == phaseFinishing {
+		for _, id := range m.order {
+			if w := m.workers[id]; w != nil && !w.exited && !w.stopping {
+				st.Workers = append(st.Workers, SavedWorker{Worker: id.String(), Addr: m.addrs[id], Assignment: m.plan[id]})
+			}
+		}
+	}
+	return st
+}
+
+// Restore takes up a job from its saved state, before the first Step. With adopt (the workers
+// kept running through their agents), the saved generation is current again with its members
+// as they were, and the machine waits up to wait for each to be found (WorkerAdopted) and for
+// discovery to list their slots; a member never found fails as a lost worker would. Without,
+// the members are gone: the next generation starts on the usable slots, and in-process
+// workers resume from the checkpoint. Blacklist, quarantine and reset counts carry over.
+func (m *Machine) Restore(now time.Time, st *SavedState, adopt bool, wait time.Duration) []Action {
+	m.j.started, m.j.rdvStart, m.j.now = now, now, now
+	m.gen = st.Generation
+	m.Resets, m.FailureResets, m.CountedResets = st.Resets, st.FailureResets, st.CountedResets
+	m.registered = st.InProcess
+	m.raw, m.discovered = st.Hosts, slotHosts(st.Hosts)
+	m.hosts.Restore(now, st.Blacklist, st.Quarantined)
+	m.hosts.Update(now, m.discovered)
+	m.hosts.Usable(now) // what the workers' plan reflects: the baseline of the next change
+	if !adopt || len(st.Workers) == 0 {
+		msg := fmt.Sprintf("the driver restarted; the workers of generation %d are gone: the job starts again", m.gen)
+		if st.InProcess && m.cfg.CheckpointDir != "" {
+			msg += " from the newest checkpoint in " + m.cfg.CheckpointDir
+		}
+		m.j.event(now, EventReset, "%s", msg)
+		return []Action{Note{msg, nil}}
+	}
+	m.order, m.plan, m.addrs = nil, map[rendezvous.WorkerID]rendezvous.Assignment{}, map[rendezvous.WorkerID]string{}
+	m.adoptWait = map[rendezvous.WorkerID]bool{}
+	for _, w := range st.Workers {
+		id, _ := rendezvous.ParseWorkerID(w.Worker) // LoadState checked them
+		m.order = append(m.order, id)
+		m.plan[id], m.addrs[id] = w.Assignment, w.Addr
+		m.workers[id] = &workerInfo{ready: m.gen}
+		m.adoptWait[id] = true
+	}
+	m.phase, m.adoptUntil = phaseRunning, now.Add(wait)
+	if st.Resetting {
+		// They reported READY to the last driver, which had not yet planned the next
+		// generation: count them at the barrier, and plan it once they are found. One that had
+		// not reached it yet is still in a collective whose peers left; it fails there and asks
+		// for the next generation too.
+		m.phase = phaseResetting
+		for _, w := range m.workers {
+			w.ready = m.gen + 1
+		}
+	}
+	// Not a start: a restart-mode failure now is not a failure at start-up.
+	m.started = now.Add(-startupWindow)
+	m.j.point(now, m.gen, len(m.order))
+	msg := fmt.Sprintf("the driver restarted: taking up generation %d with its %d workers, which have %v to be found running", m.gen, len(m.order), wait)
+	m.j.event(now, EventGeneration, "%s", msg)
+	return []Action{Note{msg, nil}}
+}
+
+func (m *Machine) adopting() bool { return !m.adoptUntil.IsZero() }
+
+// settleAdoption ends the adoption once every member was found and discovery lists their
+// slots, or at its deadline; then discovery applies again.
+func (m *Machine) settleAdoption(now time.Time) []Action {
+	if !m.adopting() {
+		return nil
+	}
+	if now.Before(m.adoptUntil) && (len(m.adoptWait) > 0 || !m.discoveryLists(m.order)) {
+		return nil
+	}
+	m.adoptUntil, m.adoptWait = time.Time{}, nil
+	m.j.event(now, EventJoin, "generation %d taken up: the restarted driver goes on with it", m.gen)
+	acts := []Action{Note{"adoption over: the job goes on", []any{"generation", m.gen, "workers", len(m.barrierMissing())}}}
+	return append(acts, m.refreshHosts(now)...)
+}
+
+// discoveryLists reports whether the latest discovery lists every slot of ids.
+func (m *Machine) discoveryLists(ids []rendezvous.WorkerID) bool {
+	listed := map[string]bool{}
+	for _, h := range m.discovered {
+		listed[h.ID] = true
+	}
+	for _, id := range ids {
+		if w := m.workers[id]; w != nil && !w.exited && !listed[id.String()] {
+			return false
+		}
+	}
+	return true
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/elasticd/elasticd/internal/atomicfile"
 )
 
 // Checkpoints: rank 0's commit on disk (Config.CheckpointDir), so that a job whose workers
@@ -54,28 +56,9 @@ func writeCheckpoint(dir string, version, total uint64, payload []byte) error {
 	sum := sha256.Sum256(payload)
 	b.Write(sum[:])
 	b.Write(payload)
-	tmp, err := os.CreateTemp(dir, ".tmp-"+ckptPrefix+"*")
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	_, err = tmp.Write(b.Bytes())
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
 	final := filepath.Join(dir, ckptName(total, version))
-	if err == nil {
-		err = os.Rename(tmp.Name(), final)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("checkpoint %s: %w", final, err)
-	}
-	if d, err := os.Open(dir); err == nil { // the rename itself must survive a crash
-		d.Sync()
-		d.Close()
+	if err := atomicfile.WriteFile(final, b.Bytes(), 0o644, ckptPrefix); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
 	}
 	names := ckptFiles(dir)
 	for _, n := range names[min(len(names), ckptKeep):] {

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -269,6 +270,78 @@ func TestAgentsDriverRestartResumesFromCheckpoint(t *testing.T) {
 	}
 	if !strings.Contains(again.output(), "done: 1200 steps") {
 		t.Fatal("the new job did not finish its steps")
+	}
+	for _, a := range agents {
+		a.stop(t)
+	}
+}
+
+// The driver is SIGKILLed mid-training and started again on its --state-dir: the agents keep
+// their workers training through the outage and hand them to the new driver, which takes the
+// generation up. No worker restarts, and the steps run on without a gap to the end.
+func TestAgentsDriverRestartAdoptsWorkers(t *testing.T) {
+	secret := writeSecret(t)
+	state := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	const steps = 1500
+	args := append([]string{"run", "-np", "2", "--launcher", "agent", "--agent-secret-file", secret, "--listen", addr, "--state-dir", state},
+		trainArgs("--steps", strconv.Itoa(steps), "--step-delay", "10ms", "--events")...)
+	drv := startJob(t, args...)
+	url := driverURL(drv)
+	var agents []agentProc
+	for _, a := range []string{"127.0.0.2", "127.0.0.3"} {
+		agents = append(agents, startAgent(t, "--driver", url, "--agent-secret-file", secret, "--addr", a, "--slots", "1", "--host-id", "host-"+a))
+	}
+	drv.waitFor(`event step=300 `, time.Minute)
+	syscall.Kill(drv.cmd.Process.Pid, syscall.SIGKILL)
+	drv.wait(10 * time.Second)
+	if _, err := os.Stat(filepath.Join(state, "state.json")); err != nil {
+		t.Fatalf("no state after the kill: %v", err)
+	}
+	time.Sleep(time.Second) // the workers train on without a driver
+	again := startJob(t, args...)
+	if code := again.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	out := again.output()
+	if !strings.Contains(out, fmt.Sprintf("done: %d steps", steps)) {
+		t.Fatal("the job did not finish its steps")
+	}
+	if g := generations(out); len(g) != 0 {
+		t.Fatalf("the restarted driver started generations %v: it should have taken up the running one", g)
+	}
+	for _, a := range agents {
+		if n := len(a.workerPIDs()); n != 1 {
+			t.Fatalf("agent started %d workers: want 1, kept through the driver's restart\n%s", n, a.output())
+		}
+	}
+	// Every step ran, once, in order, across the two drivers' output.
+	seen := map[int]bool{}
+	first := 0
+	for i, o := range []string{drv.output(), out} {
+		for _, m := range regexp.MustCompile(`event step=(\d+) `).FindAllStringSubmatch(o, -1) {
+			n, _ := strconv.Atoi(m[1])
+			seen[n] = true
+			if i == 1 && first == 0 {
+				first = n
+			}
+		}
+	}
+	if first <= 300 {
+		t.Fatalf("the restarted driver first heard of step %d: the workers did not train on", first)
+	}
+	for n := 1; n <= steps; n++ {
+		if !seen[n] {
+			t.Fatalf("step %d is missing from the output", n)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(state, "state.json")); !os.IsNotExist(err) {
+		t.Fatalf("the finished job left its state behind: %v", err)
 	}
 	for _, a := range agents {
 		a.stop(t)

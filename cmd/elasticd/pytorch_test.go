@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -574,5 +575,75 @@ func TestPyTorchInProcessTotalLossResumesFromCheckpoint(t *testing.T) {
 	}
 	if !regexp.MustCompile(`\[0\] done step \d+`).MatchString(j.output()) {
 		t.Fatal("no done line")
+	}
+}
+
+// In-process PyTorch through agents, and the driver SIGKILLed mid-training and started again
+// on its --state-dir: the agents keep the workers (examples/pytorch/elastic_hvd.py) training
+// through the outage and hand them to the new driver. No worker process is replaced, and
+// rank 0's committed steps run on without a step lost or redone.
+func TestPyTorchInProcessDriverRestartAdoptsWorkers(t *testing.T) {
+	py := torchPython(t)
+	secret := writeSecret(t)
+	state := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	args := []string{"run", "-np", "2", "--launcher", "agent", "--agent-secret-file", secret, "--listen", addr, "--state-dir", state, "--comm-timeout", "10s", "--",
+		py, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "3", "--samples", "2048", "--batch-size", "16", "--hidden", "64", "--step-delay", "0.05"}
+	drv := startJob(t, args...)
+	url := driverURL(drv)
+	var agents []agentProc
+	for _, a := range []string{"127.0.0.2", "127.0.0.3"} {
+		agents = append(agents, startAgent(t, "--driver", url, "--agent-secret-file", secret, "--addr", a, "--slots", "1", "--host-id", "host-"+a))
+	}
+	drv.waitFor(`\[0\] step 30 `, 90*time.Second)
+	syscall.Kill(drv.cmd.Process.Pid, syscall.SIGKILL)
+	drv.wait(10 * time.Second)
+	time.Sleep(time.Second) // the workers train on without a driver
+	again := startJob(t, args...)
+	if code := again.wait(3 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	out := again.output()
+	for _, a := range agents {
+		if n := len(a.workerPIDs()); n != 1 {
+			t.Fatalf("agent started %d workers: want 1, kept through the driver's restart\n%s", n, a.output())
+		}
+	}
+	var steps []int
+	pids := map[string]bool{}
+	after := 0 // steps the restarted driver heard of
+	for i, o := range []string{drv.output(), out} {
+		for _, m := range hvdStepRe.FindAllStringSubmatch(o, -1) {
+			steps = append(steps, atoi(m[1]))
+			pids[m[3]] = true
+			after += i
+		}
+	}
+	t.Logf("%d steps, %d of them heard by the restarted driver", len(steps), after)
+	if after == 0 || after == len(steps) {
+		t.Fatal("the steps should be heard by both drivers")
+	}
+	if len(pids) != 1 {
+		t.Fatalf("rank 0 ran as processes %v: want one, kept through the restart", pids)
+	}
+	for i := 1; i < len(steps); i++ {
+		if steps[i] != steps[i-1]+1 {
+			t.Fatalf("rank 0's steps go %d → %d across the driver's restart: want every step once, in order", steps[i-1], steps[i])
+		}
+	}
+	m := regexp.MustCompile(`\[0\] done step (\d+)`).FindStringSubmatch(out)
+	if m == nil || steps[len(steps)-1] != atoi(m[1]) {
+		t.Fatalf("no done line from the restarted driver, or it disagrees with the last step %d", steps[len(steps)-1])
+	}
+	if !strings.Contains(out, "resets 0 of which 0") {
+		t.Fatal("the restart should cost no reset")
+	}
+	for _, a := range agents {
+		a.stop(t)
 	}
 }

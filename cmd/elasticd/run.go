@@ -103,6 +103,7 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.DurationFlag{Name: "barrier-timeout", Value: driver.DefaultBarrierTimeout, Usage: "once a reset begins, how long a worker may take to reach it before it counts as hung and is killed (cut to 1s once a peer reports it silent inside a collective)", EnvVars: []string{"ELASTICD_BARRIER_TIMEOUT"}},
 			&cli.DurationFlag{Name: "comm-timeout", Value: 30 * time.Second, Usage: "how long a worker waits on a silent peer inside a collective", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
 			&cli.StringFlag{Name: "checkpoint-dir", Usage: "in-process mode: rank 0 writes its commit to `DIR` every --checkpoint-every commits (atomically, with a digest; the newest two kept), and a job that loses every worker at once starts over from the newest valid one on the slots that come back within --elastic-timeout. Use a volume every host mounts at the same path; one directory per job (a job started on a directory that holds checkpoints resumes from them). Python: elasticd.torch's TorchState writes and reads it too", EnvVars: []string{"ELASTICD_CHECKPOINT_DIR"}},
+			&cli.StringFlag{Name: "state-dir", Usage: "keep the job's state in `DIR` (generation, members, blacklist, reset counts, job ID) so that a driver started again with the same DIR takes the job up after a crash, a SIGKILL or a reboot of its machine. With --launcher agent the workers keep training meanwhile (up to the agents' --driver-timeout) and are adopted, no step lost: start it again with the same --listen. With local and ssh they died with the driver: the job starts again, from --checkpoint-dir. One driver per DIR; a job that ends removes its state", EnvVars: []string{"ELASTICD_STATE_DIR"}},
 			&cli.IntFlag{Name: "checkpoint-every", Value: worker.DefaultCheckpointEvery, Usage: "with --checkpoint-dir: commits between two checkpoints", EnvVars: []string{"ELASTICD_CHECKPOINT_EVERY"}},
 			&cli.DurationFlag{Name: "flap-window", Value: driver.DefaultFlapWindow, Usage: "a slot that fails within this long of coming back after a failure of its own is flapping; its failures then do not count toward --reset-limit", EnvVars: []string{"ELASTICD_FLAP_WINDOW"}},
 			&cli.IntFlag{Name: "flap-limit", Value: driver.DefaultFlapLimit, Usage: "after this many returns in a row that failed within --flap-window, a flapping slot is quarantined: out of the job until 'elasticd ctl add-host HOST' takes it back", EnvVars: []string{"ELASTICD_FLAP_LIMIT"}},
@@ -186,6 +187,21 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 		}
 		if err := os.MkdirAll(o.CheckpointDir, 0o755); err != nil {
 			return o, usageError("checkpoint-dir", "%v: create it, or give a directory the driver can write", err)
+		}
+	}
+	if dir := c.String("state-dir"); dir != "" {
+		if o.StateDir, err = filepath.Abs(dir); err != nil {
+			return o, usageError("state-dir", "%q: %v", dir, err)
+		}
+		if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+			return o, usageError("state-dir", "%v: create it, or give a directory the driver can write", err)
+		}
+		if o.Restore, err = driver.LoadState(o.StateDir); err != nil {
+			return o, usageError("state-dir", "%v", err)
+		}
+		if o.Restore != nil {
+			o.JobID = o.Restore.JobID
+			log.Info("taking up the job saved in --state-dir", "job", o.JobID, "generation", o.Restore.Generation, "workers", len(o.Restore.Workers), "saved_at", o.Restore.SavedAt)
 		}
 	}
 	if o.CheckpointEvery = c.Int("checkpoint-every"); o.CheckpointEvery < 1 {
@@ -362,9 +378,11 @@ func agentLauncher(c *cli.Context, o *driver.Options) error {
 	if err != nil {
 		return err
 	}
-	var id [8]byte
-	rand.Read(id[:])
-	o.JobID = hex.EncodeToString(id[:])
+	if o.JobID == "" { // else the job taken up from --state-dir
+		var id [8]byte
+		rand.Read(id[:])
+		o.JobID = hex.EncodeToString(id[:])
+	}
 	o.Secret = agents.JobSecret(secret, o.JobID)
 	reg, err := agents.New(agents.Config{Secret: secret, JobID: o.JobID, Logger: o.Logger})
 	if err != nil {

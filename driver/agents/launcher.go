@@ -2,6 +2,7 @@ package agents
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -140,6 +141,12 @@ type process struct {
 	err        error
 	stopOnce   sync.Once
 	outMu      sync.Mutex
+
+	// Adopt's: closed when an agent took the worker back; until then s is nil, and the
+	// worker fails at deadline (wait after the driver's start).
+	adopted  chan struct{}
+	deadline time.Time
+	wait     time.Duration
 }
 
 // PID is the worker's process ID on its host, 0 until the agent has started it.
@@ -156,7 +163,15 @@ func (p *process) Wait() (launch.ExitStatus, error) {
 func (p *process) Stop(grace time.Duration) {
 	p.stopOnce.Do(func() {
 		p.r.mu.Lock()
-		if _, live := p.r.sessions[p.s.id]; live {
+		switch {
+		case p.s == nil: // an Adopt's worker no agent has listed yet: give it up
+			for id, e := range p.r.expected {
+				if e == p {
+					delete(p.r.expected, id)
+				}
+			}
+			p.finish(launch.ExitStatus{Code: -1}, errors.New("stopped before its agent listed it"))
+		case p.r.sessions[p.s.id] != nil:
 			p.s.queueLocked(Command{Op: OpStop, Proc: p.id, GraceMS: grace.Milliseconds()})
 		}
 		p.r.mu.Unlock()

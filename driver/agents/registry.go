@@ -95,6 +95,9 @@ type Registry struct {
 	seen     map[string]time.Time
 	nextProc uint64
 	ports    map[uint64]chan Event // OpFindPort requests awaiting their KindPort answer
+	// expected are the workers of an earlier driver of this job that wait for their agent to
+	// list them again (Adopt), by worker ID.
+	expected map[string]*process
 }
 
 // session is one registration of one agent process.
@@ -139,6 +142,7 @@ func New(cfg Config) (*Registry, error) {
 		closing:  make(chan struct{}),
 		sessions: map[string]*session{},
 		seen:     map[string]time.Time{},
+		expected: map[string]*process{},
 	}
 	r.janitor.Go(r.expire)
 	return r, nil
@@ -160,6 +164,10 @@ func (r *Registry) Close() {
 		r.mu.Lock()
 		for _, s := range r.sessions {
 			r.loseLocked(s, "the driver is shutting down")
+		}
+		for id, p := range r.expected {
+			delete(r.expected, id)
+			p.finish(launch.ExitStatus{Code: -1}, errors.New("the driver is shutting down"))
 		}
 		r.mu.Unlock()
 	})
@@ -241,6 +249,13 @@ func (r *Registry) expire() {
 			for _, s := range r.sessions {
 				if s.polling == 0 && now.Sub(s.lastSeen) > r.cfg.Lease {
 					r.loseLocked(s, fmt.Sprintf("no word from the agent for %v", r.cfg.Lease))
+				}
+			}
+			for id, p := range r.expected {
+				if !now.Before(p.deadline) {
+					delete(r.expected, id)
+					r.log.Warn("worker not adopted: its agent did not list it in time", "worker", id, "host", p.spec.Host)
+					p.finish(launch.ExitStatus{Code: -1}, fmt.Errorf("not adopted: no agent listed worker %s as running within %v of the driver's restart", id, p.wait))
 				}
 			}
 			r.mu.Unlock()
@@ -331,6 +346,9 @@ func (r *Registry) register(a rendezvous.Answer, req *http.Request, body []byte,
 	case len(in.GPUs) > 4096:
 		a.Error(http.StatusBadRequest, fmt.Sprintf("%d GPUs: at most 4096", len(in.GPUs)))
 		return
+	case len(in.Procs) > 4096:
+		a.Error(http.StatusBadRequest, fmt.Sprintf("%d held processes: at most 4096", len(in.Procs)))
+		return
 	}
 	s := &session{
 		id: randomID(), info: in, registered: now, lastSeen: now,
@@ -352,9 +370,10 @@ func (r *Registry) register(a rendezvous.Answer, req *http.Request, body []byte,
 		}
 	}
 	r.sessions[s.id] = s
+	adopted := r.adoptLocked(s, in)
 	r.mu.Unlock()
-	r.log.Info("agent registered", "host", in.HostID, "addr", in.Addr, "gpus", len(in.GPUs), "slots", s.slots(0), "metadata", in.Metadata, "session", s.id, "remote", req.RemoteAddr)
-	a.JSON(RegisterAnswer{Session: s.id, JobID: r.cfg.JobID, PollWaitMS: r.cfg.PollWait.Milliseconds(), LeaseMS: r.cfg.Lease.Milliseconds()})
+	r.log.Info("agent registered", "host", in.HostID, "addr", in.Addr, "gpus", len(in.GPUs), "slots", s.slots(0), "metadata", in.Metadata, "session", s.id, "remote", req.RemoteAddr, "held", len(in.Procs), "adopted", len(adopted))
+	a.JSON(RegisterAnswer{Session: s.id, JobID: r.cfg.JobID, PollWaitMS: r.cfg.PollWait.Milliseconds(), LeaseMS: r.cfg.Lease.Milliseconds(), Adopted: adopted})
 }
 
 // session returns the live session id, or answers 404.
@@ -603,4 +622,55 @@ func randomID() string {
 	var b [16]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// --- adoption (a driver restarted with --state-dir) ---
+
+// Adopt expects worker id, which an earlier driver of this job started through an agent, to
+// be listed as held by its agent when that agent registers again (RegisterRequest.Procs). It
+// returns the worker as a process of this driver, and a channel closed once it is adopted.
+// A worker no agent lists within wait fails: Wait answers code -1 and why. Stopping it before
+// it is adopted gives it up (its agent then stops it). spec's Name, Host (the address it was
+// launched on), Stdout and Stderr are used.
+func (r *Registry) Adopt(id string, spec launch.Spec, wait time.Duration) (launch.Process, <-chan struct{}) {
+	p := &process{r: r, spec: spec, done: make(chan struct{}), adopted: make(chan struct{}), deadline: time.Now().Add(wait), wait: wait}
+	r.mu.Lock()
+	if old := r.expected[id]; old != nil {
+		old.finish(launch.ExitStatus{Code: -1}, errors.New("expected again"))
+	}
+	r.expected[id] = p
+	r.mu.Unlock()
+	return p, p.adopted
+}
+
+// adoptLocked takes over the held workers of a registering agent that this driver expects:
+// those of its job, named by a worker ID it waits for, on the agent's host. A held worker
+// that exited meanwhile is adopted and ends at once with its status.
+func (r *Registry) adoptLocked(s *session, in RegisterRequest) []Adoption {
+	var out []Adoption
+	for _, h := range in.Procs {
+		p := r.expected[h.Worker]
+		if p == nil || h.JobID != r.cfg.JobID {
+			continue
+		}
+		id, err := rendezvous.ParseWorkerID(h.Worker)
+		if err != nil || (p.spec.Host != in.Addr && id.Host != in.HostID && id.Host != in.Addr) {
+			r.log.Warn("an agent lists a worker of another host; not adopting it", "worker", h.Worker, "agent_host", in.HostID, "agent_addr", in.Addr)
+			continue
+		}
+		delete(r.expected, h.Worker)
+		r.nextProc++
+		p.id, p.s = r.nextProc, s
+		p.pid.Store(int64(h.PID))
+		close(p.adopted)
+		out = append(out, Adoption{Old: h.Proc, New: p.id})
+		if h.Exited {
+			r.log.Info("adopted a worker that exited while the driver was away", "worker", h.Worker, "code", h.Code, "signal", h.Signal)
+			p.finish(launch.ExitStatus{Code: h.Code, Signal: h.Signal}, nil)
+			continue
+		}
+		s.procs[p.id] = p
+		r.log.Info("adopted a running worker", "worker", h.Worker, "host", in.HostID, "pid", h.PID, "proc", p.id)
+	}
+	return out
 }

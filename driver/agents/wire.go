@@ -72,6 +72,28 @@ type RegisterRequest struct {
 	Version  string `json:"version,omitempty"`
 	// Metadata names the interruption watcher the agent runs: aws, gcp, azure or none.
 	Metadata string `json:"metadata,omitempty"`
+	// Procs are the workers an earlier session of this agent started and still holds (the
+	// driver went away, or restarted): a driver that took up their job (--state-dir) adopts
+	// them, and the agent stops those it does not adopt.
+	Procs []HeldProc `json:"procs,omitempty"`
+}
+
+// HeldProc is a worker an agent kept through the end of its session.
+type HeldProc struct {
+	Proc   uint64 `json:"proc"`   // its number in the earlier session
+	Worker string `json:"worker"` // its worker ID (ELASTICD_WORKER_ID)
+	JobID  string `json:"job_id"` // the job that started it
+	PID    int    `json:"pid,omitempty"`
+	// Exited is set when it ended while no driver was there to hear it, with its status.
+	Exited bool   `json:"exited,omitempty"`
+	Code   int    `json:"code,omitempty"`
+	Signal string `json:"signal,omitempty"`
+}
+
+// Adoption is a held worker the driver took over, under its number in the new session.
+type Adoption struct {
+	Old uint64 `json:"old"`
+	New uint64 `json:"new"`
 }
 
 // RegisterAnswer is the 200 answer to a registration.
@@ -82,6 +104,9 @@ type RegisterAnswer struct {
 	// waits without hearing from the agent before it counts the agent lost.
 	PollWaitMS int64 `json:"poll_wait_ms"`
 	LeaseMS    int64 `json:"lease_ms"`
+	// Adopted are the held workers (RegisterRequest.Procs) the driver took over; the agent
+	// stops the others.
+	Adopted []Adoption `json:"adopted,omitempty"`
 }
 
 // Command is one thing the driver asks of an agent. Seq increases by one per command of a

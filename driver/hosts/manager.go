@@ -459,3 +459,24 @@ func trimZeros(s string) string {
 	}
 	return s
 }
+
+// Restore brings back what another manager of the same job knew of failures (a driver
+// restarted with --state-dir): each entry's failure count and cooldown, and the quarantined
+// hosts. Cooldowns already over at now are ignored. Call it before the first Update.
+func (m *Manager) Restore(now time.Time, blacklist []BlacklistEntry, quarantined []string) {
+	now = m.advance(now)
+	for _, e := range blacklist {
+		if e.ID == "" || !e.Until.After(now) {
+			continue
+		}
+		r := m.record(e.ID)
+		r.failures, r.until, r.decayFrom = max(e.Failures, 1), e.Until, e.Until
+		m.order = slices.DeleteFunc(m.order, func(id string) bool { return id == e.ID })
+	}
+	for _, id := range quarantined {
+		if id != "" {
+			m.record(id).held = true
+			m.order = slices.DeleteFunc(m.order, func(o string) bool { return o == id })
+		}
+	}
+}

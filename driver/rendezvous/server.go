@@ -280,6 +280,39 @@ func (s *Server) Publish(gen uint64, plan map[WorkerID]Assignment) {
 	s.log.Info("generation published", "generation", gen, "workers", len(p))
 }
 
+// Restore makes the server take up a job where an earlier driver's server left it (a driver
+// restarted with --state-dir, whose workers kept running): gen is current with plan (each
+// Assignment as the workers got it), the host-update version is hostsVersion and progress
+// the last saved. Call it once, before serving and before any Publish.
+func (s *Server) Restore(gen uint64, plan map[WorkerID]Assignment, planHosts, hostsVersion uint64, progress Progress) {
+	p := make(map[WorkerID]Assignment, len(plan))
+	for id, a := range plan {
+		a.Generation, a.HostsVersion = gen, planHosts
+		p[id] = a
+	}
+	s.mu.Lock()
+	s.gen, s.plan, s.planHosts, s.kvFloor = gen, p, planHosts, gen
+	s.hostsVer = max(hostsVersion, planHosts)
+	s.progress = progress
+	s.mu.Unlock()
+	s.log.Info("generation restored", "generation", gen, "workers", len(plan), "hosts_version", s.hostsVer)
+}
+
+// PlanHostsVersion returns the host-update version the current generation's assignments
+// carry.
+func (s *Server) PlanHostsVersion() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.planHosts
+}
+
+// HostsVersion returns the current host-update version.
+func (s *Server) HostsVersion() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hostsVer
+}
+
 // NotifyHostsUpdated bumps the host-update version that workers long-poll; returns the new
 // version.
 func (s *Server) NotifyHostsUpdated() uint64 {

@@ -120,6 +120,11 @@ type agent struct {
 	cur     *outbox         // the session's outbox; nil between sessions
 	notices []agents.Notice // active notices, sent again to every new session
 	faults  []agents.Event  // GPU faults seen between sessions
+	// held are the workers of a session the driver ended (it restarted, or lost us): kept
+	// running for the next registration, where a driver that took up their job adopts them.
+	held []*wproc
+
+	procWG sync.WaitGroup // every worker's exit watcher, and the stops of held workers
 }
 
 // Run runs the agent until ctx ends. Every worker it started has exited when it returns.
@@ -153,6 +158,8 @@ func Run(ctx context.Context, cfg Config) error {
 
 	var bg sync.WaitGroup
 	defer bg.Wait()
+	defer a.procWG.Wait()
+	defer a.stopHeld("the agent is stopping")
 	bctx, stop := context.WithCancel(ctx)
 	defer stop()
 	if cfg.Notices != nil {
@@ -184,8 +191,10 @@ func Run(ctx context.Context, cfg Config) error {
 		case errors.Is(err, errSessionGone) && short > 1:
 			a.log.Warn("the driver keeps ending this agent's session right after it registers: is another agent running with the same --host-id? Give each host its own; registering again after a pause",
 				"host", a.cfg.HostID, "addr", a.cfg.Addr, "retry_in", a.pause(short))
+		case errors.Is(err, errSessionGone) && a.holding() > 0:
+			a.log.Warn("the driver ended this agent's session (it restarted, or lost contact with us); registering again and keeping its workers running for a driver that takes up their job (those it does not adopt are stopped)", "workers", a.holding())
 		case errors.Is(err, errSessionGone):
-			a.log.Warn("the driver ended this agent's session (it restarted, or lost contact with us); its workers were stopped; registering again")
+			a.log.Warn("the driver ended this agent's session (it restarted, or lost contact with us); registering again")
 		default:
 			a.log.Warn("lost the driver; its workers were stopped; registering again", "err", err)
 		}
@@ -233,6 +242,7 @@ func (a *agent) register(ctx context.Context) (agents.RegisterAnswer, error) {
 	}
 	var ans agents.RegisterAnswer
 	for attempt := 0; ; attempt++ {
+		req.Procs = a.heldProcs()
 		err := a.c.do(ctx, http.MethodPost, agents.PathRegister, req, &ans, 0)
 		if err == nil && ans.Session != "" && ans.JobID != "" {
 			a.touch()
@@ -244,6 +254,9 @@ func (a *agent) register(ctx context.Context) (agents.RegisterAnswer, error) {
 		}
 		if err == nil {
 			err = errors.New("the driver's answer has no session or job ID")
+		}
+		if a.holding() > 0 && a.driverGone() {
+			a.stopHeld(fmt.Sprintf("no driver for %v (--driver-timeout)", a.cfg.DriverTimeout))
 		}
 		a.log.Warn("cannot register with the driver; retrying", "driver", a.cfg.DriverURL, "err", describe(err), "retry_in", a.pause(attempt))
 		if !a.backoff(ctx, attempt) {
@@ -280,30 +293,74 @@ func (a *agent) session(ctx context.Context, reg agents.RegisterAnswer) error {
 	}
 	a.faults = nil
 	a.cur = ob
+	held := a.held
+	a.held = nil
 	a.mu.Unlock()
 
 	sctx, cancel := context.WithCancelCause(ctx)
-	s := &sess{a: a, id: reg.Session, ob: ob, procs: map[uint64]launch.Process{}, jobSecret: hex.EncodeToString(agents.JobSecret(a.cfg.Secret, reg.JobID))}
+	s := &sess{a: a, id: reg.Session, jobID: reg.JobID, ob: ob, procs: map[uint64]*wproc{}, jobSecret: hex.EncodeToString(agents.JobSecret(a.cfg.Secret, reg.JobID))}
+	s.adopt(held, reg.Adopted)
 	wait := time.Duration(reg.PollWaitMS) * time.Millisecond
 	var loops sync.WaitGroup
 	loops.Go(func() { cancel(s.pollCommands(sctx, wait)) })
 	loops.Go(func() { cancel(s.sendEvents(sctx)) })
 	<-sctx.Done()
 	err := context.Cause(sctx)
-
-	// Stop this session's workers; their exits go to the driver if it is still there.
 	loops.Wait()
-	s.stopAll(a.cfg.StopGrace)
-	s.watchers.Wait()
-	if !errors.Is(err, errSessionGone) {
-		fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Second)
-		s.flush(fctx)
-		fcancel()
+
+	if errors.Is(err, errSessionGone) && ctx.Err() == nil {
+		// The driver may have restarted with its state (--state-dir): keep the workers
+		// training, and offer them to the next registration.
+		a.mu.Lock()
+		a.held = s.release()
+		a.cur = nil
+		a.mu.Unlock()
+		s.stops.Wait()
+		return err
 	}
+	// Stop this session's workers; their exits go to the driver if it is still there.
+	s.stopAll(a.cfg.StopGrace)
+	s.stops.Wait()
+	fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	s.flush(fctx)
+	fcancel()
 	a.mu.Lock()
 	a.cur = nil
 	a.mu.Unlock()
 	return err
+}
+
+// holding is how many workers wait for a driver to adopt them.
+func (a *agent) holding() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.held)
+}
+
+// heldProcs describes the held workers for a registration.
+func (a *agent) heldProcs() []agents.HeldProc {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []agents.HeldProc
+	for _, w := range a.held {
+		out = append(out, w.held())
+	}
+	return out
+}
+
+// stopHeld stops the workers no driver adopted (in the background: Run waits for them).
+func (a *agent) stopHeld(why string) {
+	a.mu.Lock()
+	held := a.held
+	a.held = nil
+	a.mu.Unlock()
+	if len(held) == 0 {
+		return
+	}
+	a.log.Warn("stopping workers no driver took up", "workers", len(held), "reason", why)
+	for _, w := range held {
+		a.procWG.Go(func() { w.p.Stop(a.cfg.StopGrace) })
+	}
 }
 
 // emit queues an event for the current session, or keeps a GPU fault for the next one. Other
@@ -322,12 +379,115 @@ func (a *agent) emit(ev agents.Event) {
 type sess struct {
 	a         *agent
 	id        string
+	jobID     string
 	ob        *outbox
 	jobSecret string
-	watchers  sync.WaitGroup
+	stops     sync.WaitGroup // OpStop's
 
 	mu    sync.Mutex
-	procs map[uint64]launch.Process
+	procs map[uint64]*wproc // running workers, by their number in this session
+}
+
+// wproc is a worker process the agent started. It belongs to one session at a time: when the
+// driver ends a session, its workers may be held and adopted by the next one (a driver
+// restarted with --state-dir), which numbers them anew.
+type wproc struct {
+	p      launch.Process
+	worker string
+	jobID  string
+
+	mu    sync.Mutex
+	s     *sess  // its session
+	id    uint64 // its number there
+	ended bool   // it has exited: st is how
+	st    launch.ExitStatus
+	gone  chan struct{} // closed once its exit has been queued
+}
+
+// emit queues an event of the worker for its session.
+func (w *wproc) emit(ev agents.Event) {
+	w.mu.Lock()
+	ev.Proc = w.id
+	w.s.ob.add(ev)
+	w.mu.Unlock()
+}
+
+func (w *wproc) output(stream string, p []byte) {
+	w.mu.Lock()
+	w.s.ob.output(w.id, stream, p)
+	w.mu.Unlock()
+}
+
+// held describes the worker for a registration's Procs.
+func (w *wproc) held() agents.HeldProc {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := agents.HeldProc{Proc: w.id, Worker: w.worker, JobID: w.jobID, PID: w.p.PID()}
+	if w.ended {
+		h.Exited, h.Code, h.Signal = true, w.st.Code, w.st.Signal
+	}
+	return h
+}
+
+// wprocOutput writes a worker's stdout or stderr into its session's outbox.
+type wprocOutput struct {
+	w      *wproc
+	stream string
+}
+
+func (o wprocOutput) Write(p []byte) (int, error) {
+	o.w.output(o.stream, p)
+	return len(p), nil
+}
+
+// adopt moves the held workers the driver adopted into s, with the output they wrote while no
+// driver heard it; it stops the others.
+func (s *sess) adopt(held []*wproc, adopted []agents.Adoption) {
+	renumber := map[uint64]uint64{}
+	for _, a := range adopted {
+		renumber[a.Old] = a.New
+	}
+	var stop []*wproc
+	for _, w := range held {
+		w.mu.Lock()
+		nid, ok := renumber[w.id]
+		if !ok || w.jobID != s.jobID {
+			w.mu.Unlock()
+			stop = append(stop, w)
+			continue
+		}
+		for _, ev := range w.s.ob.takeOutput(w.id) {
+			s.ob.output(nid, ev.Stream, ev.Data)
+		}
+		w.s, w.id = s, nid
+		if w.ended { // it exited after the registration listed it running
+			s.ob.add(agents.Event{Kind: agents.KindExited, Proc: nid, Code: w.st.Code, Signal: w.st.Signal})
+		} else {
+			s.mu.Lock()
+			s.procs[nid] = w
+			s.mu.Unlock()
+		}
+		w.mu.Unlock()
+		s.a.log.Info("the driver adopted a worker", "worker", w.worker, "pid", w.p.PID(), "proc", nid)
+	}
+	if len(stop) > 0 {
+		s.a.log.Warn("stopping workers the driver did not adopt (another job, or it counted them lost)", "workers", len(stop))
+		for _, w := range stop {
+			s.a.procWG.Go(func() { w.p.Stop(s.a.cfg.StopGrace) })
+		}
+	}
+}
+
+// release hands the session's running workers over, to be held for the next session.
+func (s *sess) release() []*wproc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*wproc, 0, len(s.procs))
+	for _, w := range s.procs {
+		out = append(out, w)
+	}
+	s.procs = map[uint64]*wproc{}
+	return out
 }
 
 func (s *sess) path(what string) string { return agents.PathPrefix + url.PathEscape(s.id) + "/" + what }
@@ -428,12 +588,12 @@ func (s *sess) exec(ctx context.Context, c agents.Command) {
 		s.start(ctx, c)
 	case agents.OpStop:
 		s.mu.Lock()
-		p := s.procs[c.Proc]
+		w := s.procs[c.Proc]
 		s.mu.Unlock()
-		if p != nil {
+		if w != nil {
 			grace := time.Duration(c.GraceMS) * time.Millisecond
-			s.a.log.Info("stopping worker", "proc", c.Proc, "pid", p.PID(), "grace", grace)
-			s.watchers.Go(func() { p.Stop(grace) })
+			s.a.log.Info("stopping worker", "proc", c.Proc, "pid", w.p.PID(), "grace", grace)
+			s.stops.Go(func() { w.p.Stop(grace) })
 		}
 	case agents.OpCompleteNotice:
 		s.a.completeNotice(c.Notice)
@@ -468,49 +628,61 @@ func (s *sess) start(ctx context.Context, c agents.Command) {
 		dev := g[c.Slot%len(g)]
 		env = append(env, "CUDA_VISIBLE_DEVICES="+cmp.Or(dev.UUID, strconv.Itoa(dev.Index)))
 	}
+	w := &wproc{worker: c.Worker, jobID: s.jobID, s: s, id: c.Proc, gone: make(chan struct{})}
 	spec := launch.Spec{
 		Name: c.Worker, Command: c.Argv, Env: env, Dir: c.Dir, Slot: c.Slot,
-		Stdout: outWriter{s.ob, c.Proc, "stdout"}, Stderr: outWriter{s.ob, c.Proc, "stderr"},
+		Stdout: wprocOutput{w, "stdout"}, Stderr: wprocOutput{w, "stderr"},
 	}
-	p, err := s.a.cfg.Launcher.Start(ctx, spec)
+	// The worker lives as long as the agent, not as the request: a session may end and the
+	// next adopt it.
+	p, err := s.a.cfg.Launcher.Start(context.WithoutCancel(ctx), spec)
 	if err != nil {
 		s.a.log.Warn("cannot start worker", "worker", c.Worker, "err", err)
 		s.ob.add(agents.Event{Kind: agents.KindExited, Proc: c.Proc, Code: 127, Error: err.Error()})
 		return
 	}
+	w.p = p
 	s.a.log.Info("started worker", "worker", c.Worker, "proc", c.Proc, "pid", p.PID())
 	s.mu.Lock()
-	s.procs[c.Proc] = p
+	s.procs[c.Proc] = w
 	s.mu.Unlock()
 	s.ob.add(agents.Event{Kind: agents.KindStarted, Proc: c.Proc, PID: p.PID()})
-	s.watchers.Go(func() {
+	s.a.procWG.Go(func() {
 		st, err := p.Wait()
-		s.mu.Lock()
-		delete(s.procs, c.Proc)
-		s.mu.Unlock()
-		ev := agents.Event{Kind: agents.KindExited, Proc: c.Proc, Code: st.Code, Signal: st.Signal}
+		w.mu.Lock()
+		w.ended, w.st = true, st
+		cur, id := w.s, w.id
+		w.mu.Unlock()
+		cur.mu.Lock()
+		delete(cur.procs, id)
+		cur.mu.Unlock()
+		ev := agents.Event{Kind: agents.KindExited, Code: st.Code, Signal: st.Signal}
 		if err != nil {
 			ev.Error = err.Error()
 		}
-		s.a.log.Info("worker exited", "worker", c.Worker, "proc", c.Proc, "status", st.String())
-		s.ob.add(ev)
+		s.a.log.Info("worker exited", "worker", c.Worker, "proc", id, "status", st.String())
+		w.emit(ev)
+		close(w.gone)
 	})
 }
 
-// stopAll stops every worker of the session.
+// stopAll stops every worker of the session and waits until their exits are queued.
 func (s *sess) stopAll(grace time.Duration) {
 	s.mu.Lock()
-	ps := make([]launch.Process, 0, len(s.procs))
-	for _, p := range s.procs {
-		ps = append(ps, p)
+	ws := make([]*wproc, 0, len(s.procs))
+	for _, w := range s.procs {
+		ws = append(ws, w)
 	}
 	s.mu.Unlock()
-	if len(ps) > 0 {
-		s.a.log.Info("stopping this session's workers", "workers", len(ps))
+	if len(ws) > 0 {
+		s.a.log.Info("stopping this session's workers", "workers", len(ws))
 	}
 	var wg sync.WaitGroup
-	for _, p := range ps {
-		wg.Go(func() { p.Stop(grace) })
+	for _, w := range ws {
+		wg.Go(func() {
+			w.p.Stop(grace)
+			<-w.gone
+		})
 	}
 	wg.Wait()
 }
@@ -522,16 +694,4 @@ func hasEnv(env []string, name string) bool {
 		}
 	}
 	return false
-}
-
-// outWriter queues a process's output.
-type outWriter struct {
-	ob     *outbox
-	proc   uint64
-	stream string
-}
-
-func (w outWriter) Write(p []byte) (int, error) {
-	w.ob.output(w.proc, w.stream, p)
-	return len(p), nil
 }

@@ -146,3 +146,22 @@ func (o *outbox) pending() bool {
 	defer o.mu.Unlock()
 	return len(o.events) > 0
 }
+
+// takeOutput removes and returns the output events of proc not yet taken by the driver (a
+// session's end hands a held worker's output to the next session).
+func (o *outbox) takeOutput(proc uint64) []agents.Event {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []agents.Event
+	kept := o.events[:0]
+	for _, it := range o.events {
+		if it.ev.Kind == agents.KindOutput && it.ev.Proc == proc {
+			out = append(out, it.ev)
+			o.outSize -= len(it.ev.Data)
+			continue
+		}
+		kept = append(kept, it)
+	}
+	o.events = kept
+	return out
+}
