@@ -1129,11 +1129,11 @@ func (m *Machine) Restore(now time.Time, st *SavedState, adopt bool, wait time.D
 	m.gen = st.Generation
 	m.Resets, m.FailureResets, m.CountedResets = st.Resets, st.FailureResets, st.CountedResets
 	m.registered = st.InProcess
-	m.raw, m.discovered = st.Hosts, slotHosts(st.Hosts)
 	m.hosts.Restore(now, st.Blacklist, st.Quarantined)
-	m.hosts.Update(now, m.discovered)
-	m.hosts.Usable(now) // what the workers' plan reflects: the baseline of the next change
 	if !adopt || len(st.Workers) == 0 {
+		// As after losing every worker: the next generation starts on the slots the first
+		// discovery offers, as soon as there are --min-np of them.
+		m.phase, m.deadline = phaseWaiting, now.Add(m.cfg.ElasticTimeout)
 		msg := fmt.Sprintf("the driver restarted; the workers of generation %d are gone: the job starts again", m.gen)
 		if st.InProcess && m.cfg.CheckpointDir != "" {
 			msg += " from the newest checkpoint in " + m.cfg.CheckpointDir
@@ -1141,6 +1141,9 @@ func (m *Machine) Restore(now time.Time, st *SavedState, adopt bool, wait time.D
 		m.j.event(now, EventReset, "%s", msg)
 		return []Action{Note{msg, nil}}
 	}
+	m.raw, m.discovered = st.Hosts, slotHosts(st.Hosts)
+	m.hosts.Update(now, m.discovered)
+	m.hosts.Usable(now) // what the workers' plan reflects: the baseline of the next change
 	m.order, m.plan, m.addrs = nil, map[rendezvous.WorkerID]rendezvous.Assignment{}, map[rendezvous.WorkerID]string{}
 	m.adoptWait = map[rendezvous.WorkerID]bool{}
 	for _, w := range st.Workers {

@@ -249,17 +249,25 @@ func (w *Worker) join(ctx context.Context, after uint64, why rendezvous.ReadyRep
 func (w *Worker) watchHosts(ctx context.Context) {
 	defer close(w.watchDone)
 	var v uint64
+	failing := false // said once per outage: the driver may be away for a while (a restart)
 	for ctx.Err() == nil {
 		nv, err := w.client.HostsUpdated(ctx, v)
 		if err != nil {
 			if ctx.Err() == nil {
-				w.log.Warn("host-update watch failed; retrying", "err", err)
+				if !failing {
+					w.log.Warn("cannot reach the driver for host updates; training goes on, retrying every second", "err", err)
+				}
+				failing = true
 				select {
 				case <-ctx.Done():
 				case <-time.After(time.Second):
 				}
 			}
 			continue
+		}
+		if failing {
+			w.log.Info("the driver answers again")
+			failing = false
 		}
 		v = nv
 		w.latest.Store(nv)

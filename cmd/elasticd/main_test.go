@@ -114,6 +114,8 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{args: []string{"run", "-np", "2", "--flap-limit", "0", "--", "true"}, want: "--flap-limit: 0: must be at least 1"},
 		{args: []string{"run", "-np", "2", "--checkpoint-every", "0", "--", "true"}, want: "--checkpoint-every: 0: must be at least 1"},
 		{args: []string{"run", "-np", "2", "--mode", "restart", "--checkpoint-dir", "ckpt", "--", "true"}, want: "--checkpoint-dir: only for in-process workers"},
+		{args: []string{"run", "-np", "2", "--state-dir", "/dev/null/state", "--", "true"}, want: "--state-dir: mkdir /dev/null: not a directory"},
+		{args: []string{"run", "-np", "2", "--state-dir", "testdata/badstate", "--", "true"}, want: "is not a job state this elasticd can read"},
 		{args: []string{"bench", "recovery", "--fault", "pause"}, want: `--fault: "pause": want kill or stop`},
 	} {
 		t.Run(strings.Join(append(tc.env, tc.args...), " "), func(t *testing.T) {

@@ -511,8 +511,8 @@ func TestRunTotalLossResumesFromCheckpoint(t *testing.T) {
 // again with the same --checkpoint-dir: the job resumes from the last checkpoint instead of
 // step 0 and finishes.
 func TestRunDriverRestartResumesFromCheckpoint(t *testing.T) {
-	dir := t.TempDir()
-	args := append([]string{"run", "-np", "2", "--checkpoint-dir", dir, "--checkpoint-every", "5"},
+	dir, state := t.TempDir(), t.TempDir()
+	args := append([]string{"run", "-np", "2", "--checkpoint-dir", dir, "--checkpoint-every", "5", "--state-dir", state},
 		trainArgs("--steps", "1200", "--step-delay", "10ms", "--log-every", "100")...)
 	j := startJob(t, args...)
 	j.waitFor(`\[0\] step +300 `, time.Minute)
@@ -534,5 +534,14 @@ func TestRunDriverRestartResumesFromCheckpoint(t *testing.T) {
 	}
 	if !strings.Contains(again.output(), "done: 1200 steps") {
 		t.Fatal("the restarted job did not finish its steps")
+	}
+	// The same job, taken up from --state-dir: its ID, and generations counted on.
+	jobRe := regexp.MustCompile(`live page at \S+ \(also /v1/status and /metrics\)" job=(\w+)`)
+	id1, id2 := jobRe.FindStringSubmatch(j.output()), jobRe.FindStringSubmatch(again.output())
+	if id1 == nil || id2 == nil || id1[1] != id2[1] {
+		t.Fatalf("job IDs %v and %v: want the same job", id1, id2)
+	}
+	if m := resumeRe.FindStringSubmatch(again.output()); m == nil || m[1] != "2" {
+		t.Fatalf("the restarted driver's first generation: %v, want generation 2", m)
 	}
 }

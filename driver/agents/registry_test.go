@@ -1101,3 +1101,60 @@ func TestCloseEndsPolls(t *testing.T) {
 		t.Errorf("Agents() after Close = %+v, want none", got)
 	}
 }
+
+// A driver restarted with --state-dir adopts the workers an agent kept: those it expects, of
+// its job, on the agent's host. One that exited meanwhile ends with its status; one no agent
+// lists fails at the deadline; one stopped before it was listed is given up.
+func TestAdopt(t *testing.T) {
+	e := newEnv(t, nil)
+	var out0 syncBuffer
+	p0, adopted0 := e.reg.Adopt("i-1/0", launch.Spec{Name: "rank 0", Host: "10.0.0.1", Stdout: &out0, Stderr: &out0}, 5*time.Second)
+	p1, adopted1 := e.reg.Adopt("i-1/1", launch.Spec{Name: "rank 1", Host: "10.0.0.1"}, 5*time.Second)
+	p2, adopted2 := e.reg.Adopt("i-2/0", launch.Spec{Name: "rank 2", Host: "10.0.0.2"}, 300*time.Millisecond)
+	p3, _ := e.reg.Adopt("i-3/0", launch.Spec{Name: "rank 3", Host: "10.0.0.3"}, 5*time.Second)
+
+	p3.Stop(time.Second)
+	if x := waitExit(t, p3, time.Second); x.st.Code != -1 || x.err == nil {
+		t.Errorf("stopped before adoption: %+v %v", x.st, x.err)
+	}
+	var ans agents.RegisterAnswer
+	c := e.client(t, secret)
+	c.call(t, http.MethodPost, agents.PathRegister, agents.RegisterRequest{AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1", Procs: []agents.HeldProc{
+		{Proc: 7, Worker: "i-1/0", JobID: jobID, PID: 99},
+		{Proc: 8, Worker: "i-1/1", JobID: jobID, Exited: true, Code: 0},
+		{Proc: 9, Worker: "i-1/2", JobID: jobID},        // not expected
+		{Proc: 10, Worker: "i-1/0", JobID: "other-job"}, // another job's
+		{Proc: 11, Worker: "i-2/0", JobID: jobID},       // another host's
+		{Proc: 12, Worker: "i-3/0", JobID: jobID},       // given up
+	}}, http.StatusOK, &ans)
+	if len(ans.Adopted) != 2 || ans.Adopted[0].Old != 7 || ans.Adopted[1].Old != 8 || ans.Adopted[0].New == ans.Adopted[1].New {
+		t.Fatalf("adopted %+v: want procs 7 and 8, renumbered", ans.Adopted)
+	}
+	for i, ch := range []<-chan struct{}{adopted0, adopted1} {
+		select {
+		case <-ch:
+		default:
+			t.Errorf("worker %d not marked adopted", i)
+		}
+	}
+	select {
+	case <-adopted2:
+		t.Error("a worker listed by another host's agent was adopted")
+	default:
+	}
+	if p0.PID() != 99 {
+		t.Errorf("PID %d, want the agent's 99", p0.PID())
+	}
+	if x := waitExit(t, p1, time.Second); x.st.Code != 0 || x.err != nil {
+		t.Errorf("held worker that exited 0: %+v %v", x.st, x.err)
+	}
+	a := &fakeAgent{c: c, session: ans.Session}
+	a.emit(t, agents.Event{Kind: agents.KindOutput, Proc: ans.Adopted[0].New, Stream: "stdout", Data: []byte("step 301\n")},
+		agents.Event{Kind: agents.KindExited, Proc: ans.Adopted[0].New, Code: 0})
+	if x := waitExit(t, p0, time.Second); x.st.Code != 0 || out0.String() != "step 301\n" {
+		t.Errorf("adopted worker: %+v, output %q", x.st, out0.String())
+	}
+	if x := waitExit(t, p2, 3*time.Second); x.st.Code != -1 || x.err == nil || !strings.Contains(x.err.Error(), "not adopted") {
+		t.Errorf("never listed: %+v %v", x.st, x.err)
+	}
+}

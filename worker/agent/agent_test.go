@@ -65,12 +65,16 @@ type driverSide struct {
 	log  *logBuf
 }
 
-func startDriver(t *testing.T, addr, jobID string) *driverSide {
+// startDriver serves a registry for jobID on addr; setup runs before it serves.
+func startDriver(t *testing.T, addr, jobID string, setup ...func(*agents.Registry)) *driverSide {
 	t.Helper()
 	lg, lb := logger(t, "driver "+jobID)
 	reg, err := agents.New(agents.Config{Secret: secret, JobID: jobID, PollWait: 300 * time.Millisecond, Lease: 2 * time.Second, Logger: lg})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range setup {
+		f(reg)
 	}
 	var ln net.Listener
 	for range 50 { // the address of a stopped driver may take a moment to be free again
@@ -345,6 +349,64 @@ func TestDriverRestart(t *testing.T) {
 	p2.Wait()
 	if want := hex.EncodeToString(agents.JobSecret(secret, "job-2")) + "\n"; out.String() != want {
 		t.Fatalf("new job's worker got secret %q, want %q", out.String(), want)
+	}
+}
+
+// A driver restarted on its --state-dir takes the job up: the agent keeps its workers running
+// while the driver is away, lists them when it registers again, and the new driver adopts the
+// one it expects, with the output it wrote meanwhile; the agent stops the one it did not.
+func TestRestartedDriverAdoptsWorkers(t *testing.T) {
+	d1 := startDriver(t, "127.0.0.1:0", "job-1")
+	_, log := runAgent(t, agent.Config{DriverURL: d1.url(), DriverTimeout: time.Minute})
+	d1.waitAgents(1)
+	var out1 logBuf
+	ticker := []string{"sh", "-c", `i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.02; done`}
+	kept, err := d1.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "127.0.0.2", Command: ticker, Env: []string{"ELASTICD_WORKER_ID=host-a/0"}, Stdout: &out1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped, err := d1.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 1", Host: "127.0.0.2", Slot: 1, Command: []string{"sleep", "60"}, Env: []string{"ELASTICD_WORKER_ID=host-a/1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the workers' PIDs", 10*time.Second, func() bool { return kept.PID() != 0 && dropped.PID() != 0 })
+	pid, pid2 := kept.PID(), dropped.PID()
+	waitFor(t, "output", 10*time.Second, func() bool { return strings.Contains(out1.String(), "tick 5\n") })
+	d1.stop()
+	time.Sleep(300 * time.Millisecond) // the worker writes on with no driver
+	if !alive(pid) || !alive(pid2) {
+		t.Fatal("the agent stopped its workers when the driver went away")
+	}
+	var out2 logBuf
+	var adopted <-chan struct{}
+	var p launch.Process
+	d2 := startDriver(t, d1.addr, "job-1", func(reg *agents.Registry) {
+		p, adopted = reg.Adopt("host-a/0", launch.Spec{Name: "rank 0", Host: "127.0.0.2", Stdout: &out2}, 10*time.Second)
+	})
+	d2.waitAgents(1)
+	select {
+	case <-adopted:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not adopted\n%s", log.String())
+	}
+	if p.PID() != pid {
+		t.Fatalf("adopted PID %d, want the running worker's %d", p.PID(), pid)
+	}
+	waitFor(t, "the worker the new driver did not adopt stopped", 10*time.Second, func() bool { return !alive(pid2) })
+	// Not a tick lost: the new driver's output goes on from the old one's.
+	waitFor(t, "output to the new driver", 10*time.Second, func() bool { return strings.Count(out2.String(), "tick") > 20 })
+	last1 := strings.Count(out1.String(), "tick ") - 1
+	first2 := -1
+	fmt.Sscanf(out2.String(), "tick %d", &first2)
+	if first2 < 0 || first2 > last1+1 {
+		t.Fatalf("the old driver heard ticks up to %d, the new one from %d: output was lost\n%q", last1, first2, out2.String()[:min(200, len(out2.String()))])
+	}
+	p.Stop(2 * time.Second)
+	if st, _ := p.Wait(); st.Signal == "" && st.Code == 0 {
+		t.Fatalf("stopped worker: %v", st)
+	}
+	if alive(pid) {
+		t.Fatal("the adopted worker still runs after Stop")
 	}
 }
 
