@@ -15,25 +15,25 @@ var clouds = []cloud{
 		name: "aws", pkg: "providers/aws", sdks: []string{"github.com/aws/aws-sdk-go-v2/service/"},
 		perms: awsPerms, policy: awsPolicy,
 		wantArgs: []string{"/usr/local/bin/elasticd", "run", "--provider", "aws", "--asg", "--region", "--sqs-queue-url",
-			"--launcher", "agent", "--listen", "--agent-secret-file", "/etc/elasticd/agent-secret", "-np", "--min-np", "--max-np", "--"},
+			"--launcher", "agent", "--listen", "--agent-secret-file", "/etc/elasticd/agent-secret", "--state-dir", "/var/lib/elasticd/state", "-np", "--min-np", "--max-np", "--"},
 	},
 	{
 		name: "gcp", pkg: "providers/gcp", sdks: []string{"cloud.google.com/go/compute/apiv1"},
 		perms: gcpPerms, policy: gcpPolicy,
 		wantArgs: []string{"/usr/local/bin/elasticd", "run", "--provider", "gcp", "--project", "--mig",
-			"--launcher", "agent", "--listen", "--agent-secret-file", "/etc/elasticd/agent-secret", "-np", "--min-np", "--max-np", "--"},
+			"--launcher", "agent", "--listen", "--agent-secret-file", "/etc/elasticd/agent-secret", "--state-dir", "/var/lib/elasticd/state", "-np", "--min-np", "--max-np", "--"},
 	},
 	{
 		name: "azure", pkg: "providers/azure", sdks: []string{"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/"},
 		perms: azurePerms, policy: azurePolicy,
 		wantArgs: []string{"/usr/local/bin/elasticd", "run", "--provider", "azure", "--subscription", "--resource-group", "--vmss",
-			"--launcher", "agent", "--listen", "--agent-secret-file", "/etc/elasticd/agent-secret", "-np", "--min-np", "--max-np", "--"},
+			"--launcher", "agent", "--listen", "--agent-secret-file", "/etc/elasticd/agent-secret", "--state-dir", "/var/lib/elasticd/state", "-np", "--min-np", "--max-np", "--"},
 	},
 	{
 		name: "ibm", pkg: "providers/ibm", sdks: []string{"github.com/IBM/vpc-go-sdk/vpcv1"},
 		perms: ibmPerms, policy: ibmPolicy,
 		wantArgs: []string{"/usr/local/bin/elasticd", "run", "--provider", "ibm", "--region", "--instance-group",
-			"--launcher", "agent", "--listen", "--agent-secret-file", "/etc/elasticd/agent-secret", "-np", "--min-np", "--max-np", "--"},
+			"--launcher", "agent", "--listen", "--agent-secret-file", "/etc/elasticd/agent-secret", "--state-dir", "/var/lib/elasticd/state", "-np", "--min-np", "--max-np", "--"},
 	},
 }
 

@@ -647,3 +647,48 @@ func TestPyTorchInProcessDriverRestartAdoptsWorkers(t *testing.T) {
 		a.stop(t)
 	}
 }
+
+// Restart mode (an unmodified torchrun-style script) through agents, and the driver SIGKILLed
+// and started again on its --state-dir: the script never talks to elasticd, so nothing in it
+// notices; the new driver adopts its processes and the group is not restarted (no step
+// redone from the checkpoint, which is only written at the end here).
+func TestPyTorchRestartDriverRestartAdoptsWorkers(t *testing.T) {
+	py := torchPython(t)
+	secret := writeSecret(t)
+	state := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd, _ := ddpArgs(t, py, "--steps", "120", "--checkpoint-every", "1000", "--step-delay", "0.05")
+	args := append([]string{"run", "-np", "2", "--mode", "restart", "--launcher", "agent", "--agent-secret-file", secret, "--listen", addr, "--state-dir", state}, cmd...)
+	drv := startJob(t, args...)
+	url := driverURL(drv)
+	var agents []agentProc
+	for _, a := range []string{"127.0.0.2", "127.0.0.3"} {
+		agents = append(agents, startAgent(t, "--driver", url, "--agent-secret-file", secret, "--addr", a, "--slots", "1", "--host-id", "host-"+a))
+	}
+	drv.waitFor(`\[0\] step 30 `, 90*time.Second)
+	syscall.Kill(drv.cmd.Process.Pid, syscall.SIGKILL)
+	drv.wait(10 * time.Second)
+	time.Sleep(time.Second)
+	again := startJob(t, args...)
+	if code := again.wait(3 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	both := drv.output() + again.output()
+	checkSteps(t, both, 120)
+	if r := resumes(both); len(r) != 0 {
+		t.Fatalf("the group resumed from its checkpoint at %v: it should have been adopted, not restarted", r)
+	}
+	for _, a := range agents {
+		if n := len(a.workerPIDs()); n != 1 {
+			t.Fatalf("agent started %d workers: want 1, kept through the driver's restart\n%s", n, a.output())
+		}
+	}
+	for _, a := range agents {
+		a.stop(t)
+	}
+}

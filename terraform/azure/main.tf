@@ -22,6 +22,9 @@ locals {
     "--launcher", "agent",
     "--listen", "0.0.0.0:${local.driver_port}",
     "--agent-secret-file", "/etc/elasticd/agent-secret",
+    # A driver that crashes is started again by systemd and takes the job up: the agents
+    # keep the workers training meanwhile.
+    "--state-dir", "/var/lib/elasticd/state",
     "-np", tostring(var.np),
     "--min-np", tostring(var.min_np),
     "--max-np", tostring(var.max_np),
