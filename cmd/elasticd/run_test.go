@@ -3,6 +3,7 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -543,5 +544,45 @@ func TestRunDriverRestartResumesFromCheckpoint(t *testing.T) {
 	}
 	if m := resumeRe.FindStringSubmatch(again.output()); m == nil || m[1] != "2" {
 		t.Fatalf("the restarted driver's first generation: %v, want generation 2", m)
+	}
+}
+
+// SIGTERM stops the job's workers and keeps its state, marked so; the job started again on
+// the directory is the same job (its ID), and once it ends its state is gone.
+func TestRunStateDirKeptWhenInterrupted(t *testing.T) {
+	state := t.TempDir()
+	j := startJob(t, append([]string{"run", "-np", "2", "--state-dir", state}, trainArgs("--steps", "100000", "--step-delay", "10ms", "--log-every", "100")...)...)
+	j.waitFor(`\[0\] step +100 `, time.Minute)
+	var pids []int
+	for _, p := range j.workerPIDs() {
+		pids = append(pids, p)
+	}
+	syscall.Kill(j.cmd.Process.Pid, syscall.SIGTERM)
+	if code := j.wait(30 * time.Second); code != 130 {
+		t.Fatalf("exit %d after SIGTERM, want 130", code)
+	}
+	waitGone(t, pids, 10*time.Second)
+	b, err := os.ReadFile(filepath.Join(state, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		JobID          string `json:"job_id"`
+		Generation     int    `json:"generation"`
+		WorkersStopped bool   `json:"workers_stopped"`
+		Workers        []any  `json:"workers"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil || !st.WorkersStopped || len(st.Workers) != 0 || st.Generation != 1 || st.JobID == "" {
+		t.Fatalf("state after SIGTERM %s (%v)", b, err)
+	}
+	again := startJob(t, append([]string{"run", "-np", "2", "--state-dir", state}, trainArgs("--steps", "50")...)...)
+	if code := again.wait(time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(again.output(), "job="+st.JobID) {
+		t.Fatalf("the job started again is not job %s", st.JobID)
+	}
+	if _, err := os.Stat(filepath.Join(state, "state.json")); !os.IsNotExist(err) {
+		t.Fatalf("the finished job left its state: %v", err)
 	}
 }
