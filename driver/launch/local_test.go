@@ -89,7 +89,9 @@ func TestLocalEnvNotInArgv(t *testing.T) {
 	secret := randomSecret(t)
 	var out buffer
 	p := startLocal(t, t.Context(), launch.Spec{
-		Command: sh(`printf 'secret=%s\n' "$ELASTICD_SECRET"; echo ready; exec sleep 60`),
+		// No exec after "ready": while the shell is becoming sleep, the kernel
+		// reads its /proc/PID/environ as empty.
+		Command: sh(`printf 'secret=%s\n' "$ELASTICD_SECRET"; echo ready; sleep 60`),
 		Env:     []string{"ELASTICD_SECRET=" + secret, "HOME=/elasticd-overridden"},
 		Stdout:  &out,
 	})
