@@ -86,7 +86,7 @@ bench-pytorch: build
 FUZZTIME ?= 30s
 FUZZ_TARGETS = \
 	allreduce:FuzzParseHeader allreduce:FuzzRecv \
-	driver/rendezvous:FuzzParseWorkerID driver/rendezvous:FuzzServerRequest \
+	protocol:FuzzParseWorkerID driver/rendezvous:FuzzServerRequest \
 	driver/agents:FuzzAgentRequest \
 	providers:FuzzParseHosts providers:FuzzDiscoveryScriptOutput \
 	providers/aws:FuzzParseMessage \

@@ -29,7 +29,7 @@ type Config struct {
 	FlapWindow time.Duration
 	FlapLimit  int
 	// CheckpointDir (--checkpoint-dir) is where rank 0 writes its commit every
-	// CheckpointEvery (--checkpoint-every, 0: worker.DefaultCheckpointEvery) commits. With it, losing every worker at
+	// CheckpointEvery (--checkpoint-every, 0: protocol.DefaultCheckpointEvery) commits. With it, losing every worker at
 	// once is not the end of an in-process job: the slots that come back within
 	// --elastic-timeout are launched again and resume from the newest valid checkpoint.
 	CheckpointDir   string

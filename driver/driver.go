@@ -30,8 +30,8 @@ import (
 	"github.com/elasticd/elasticd/driver/rendezvous"
 	"github.com/elasticd/elasticd/driver/webui"
 	"github.com/elasticd/elasticd/internal/netguard"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
-	"github.com/elasticd/elasticd/worker"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -141,7 +141,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		secret = make([]byte, 32)
 		rand.Read(secret)
 	}
-	d := &runner{o: o, log: o.Logger, secret: secret, procs: map[rendezvous.WorkerID]*proc{}, events: make(chan Event, 256)}
+	d := &runner{o: o, log: o.Logger, secret: secret, procs: map[protocol.WorkerID]*proc{}, events: make(chan Event, 256)}
 	// A random ID, independent of the secret: it is shown on the unauthenticated status page,
 	// in /metrics and in every log line.
 	d.jobID = o.JobID
@@ -189,7 +189,7 @@ type runner struct {
 	metrics *Metrics
 	m       *Machine
 	events  chan Event
-	procs   map[rendezvous.WorkerID]*proc
+	procs   map[protocol.WorkerID]*proc
 	ranks   sync.Map       // WorkerID -> current rank (int), for output prefixes
 	wg      sync.WaitGroup // process watchers and stoppers
 	// port is the MASTER_PORT of generation portGen, found on its rank 0's host.
@@ -234,7 +234,7 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	var agentNotices <-chan providers.Notice
 	var agentFaults <-chan agents.Fault
 	if d.o.Agents != nil {
-		mux.Handle(agents.PathPrefix, d.o.Agents)
+		mux.Handle(protocol.AgentPathPrefix, d.o.Agents)
 		agentNotices, agentFaults = d.o.Agents.Notices(), d.o.Agents.Faults()
 		defer d.o.Agents.Close()
 	}
@@ -442,7 +442,7 @@ func (d *runner) do(ctx context.Context, a Action) {
 	}
 }
 
-func (d *runner) stop(id rendezvous.WorkerID, p *proc, grace time.Duration) {
+func (d *runner) stop(id protocol.WorkerID, p *proc, grace time.Duration) {
 	delete(d.procs, id)
 	d.wg.Go(func() { p.p.Stop(grace) })
 }
@@ -450,13 +450,13 @@ func (d *runner) stop(id rendezvous.WorkerID, p *proc, grace time.Duration) {
 func (d *runner) launch(ctx context.Context, a Launch) {
 	as := a.Assignment
 	env := append(append([]string{}, d.o.Env...),
-		worker.EnvRendezvous+"="+d.url,
-		worker.EnvSecret+"="+hex.EncodeToString(d.secret),
-		worker.EnvJobID+"="+d.jobID,
-		worker.EnvWorkerID+"="+a.Worker.String(),
-		worker.EnvGeneration+"="+strconv.FormatUint(a.Generation, 10),
-		worker.EnvHostAddr+"="+a.Addr,
-		worker.EnvCommTimeout+"="+d.o.CommTimeout.String(),
+		protocol.EnvRendezvous+"="+d.url,
+		protocol.EnvSecret+"="+hex.EncodeToString(d.secret),
+		protocol.EnvJobID+"="+d.jobID,
+		protocol.EnvWorkerID+"="+a.Worker.String(),
+		protocol.EnvGeneration+"="+strconv.FormatUint(a.Generation, 10),
+		protocol.EnvHostAddr+"="+a.Addr,
+		protocol.EnvCommTimeout+"="+d.o.CommTimeout.String(),
 		// The conventional names, so unmodified scripts find their place (at launch).
 		"RANK="+strconv.Itoa(as.Rank), "WORLD_SIZE="+strconv.Itoa(as.Size),
 		"LOCAL_RANK="+strconv.Itoa(as.LocalRank), "LOCAL_WORLD_SIZE="+strconv.Itoa(as.LocalSize),
@@ -475,7 +475,7 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 		"HOROVOD_HOSTNAME="+a.Addr, "HOROVOD_ELASTIC=1", "PYTHONUNBUFFERED=1",
 	)
 	if d.o.CheckpointDir != "" {
-		env = append(env, worker.EnvCheckpointDir+"="+d.o.CheckpointDir, worker.EnvCheckpointEvery+"="+strconv.Itoa(cmp.Or(d.o.CheckpointEvery, worker.DefaultCheckpointEvery)))
+		env = append(env, protocol.EnvCheckpointDir+"="+d.o.CheckpointDir, protocol.EnvCheckpointEvery+"="+strconv.Itoa(cmp.Or(d.o.CheckpointEvery, protocol.DefaultCheckpointEvery)))
 	}
 	// As torchrun: several processes on one host each get one OpenMP thread, unless the
 	// user chose a number.
@@ -518,7 +518,7 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 }
 
 // watch makes p the process of worker id and reports its exit to the loop.
-func (d *runner) watch(id rendezvous.WorkerID, p *proc) {
+func (d *runner) watch(id protocol.WorkerID, p *proc) {
 	d.procs[id] = p
 	d.wg.Go(func() {
 		st, err := p.p.Wait()
@@ -533,7 +533,7 @@ func (d *runner) watch(id rendezvous.WorkerID, p *proc) {
 }
 
 // prefix is the prefix of worker id's output lines: its current rank.
-func (d *runner) prefix(id rendezvous.WorkerID) func() string {
+func (d *runner) prefix(id protocol.WorkerID) func() string {
 	return func() string {
 		if r, ok := d.ranks.Load(id); ok {
 			return fmt.Sprintf("[%d] ", r.(int))
@@ -550,9 +550,9 @@ func (d *runner) restore(ctx context.Context, st *SavedState, bg *sync.WaitGroup
 	adopt := d.o.Agents != nil && !st.WorkersStopped && len(st.Workers) > 0
 	acts := d.m.Restore(time.Now(), st, adopt, d.o.AdoptTimeout)
 	if adopt {
-		plan := map[rendezvous.WorkerID]rendezvous.Assignment{}
+		plan := map[protocol.WorkerID]protocol.Assignment{}
 		for _, w := range st.Workers {
-			id, _ := rendezvous.ParseWorkerID(w.Worker)
+			id, _ := protocol.ParseWorkerID(w.Worker)
 			plan[id] = w.Assignment
 			d.ranks.Store(id, w.Assignment.Rank)
 		}
@@ -563,7 +563,7 @@ func (d *runner) restore(ctx context.Context, st *SavedState, bg *sync.WaitGroup
 			d.log.Warn("the workers to adopt reach the driver at another address: they cannot report to this one; start it with the --listen (and --driver-addr) of the last", "workers_use", st.URL, "this_driver", d.url)
 		}
 		for _, w := range st.Workers {
-			id, _ := rendezvous.ParseWorkerID(w.Worker)
+			id, _ := protocol.ParseWorkerID(w.Worker)
 			prefix := d.prefix(id)
 			stdout := launch.NewPrefixWriterFunc(d.o.Stdout, prefix)
 			stderr := launch.NewPrefixWriterFunc(d.o.Stderr, prefix)

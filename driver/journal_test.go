@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/cost"
-	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
 
 func causes(s Status) map[string]int { return s.ResetsByCause }
 
-func readyFor(gen uint64, rb rendezvous.Rollback, host string) WorkerReported {
-	return WorkerReported{Worker: wid(host), Generation: gen, State: rendezvous.Ready, Rollback: rb}
+func readyFor(gen uint64, rb protocol.Rollback, host string) WorkerReported {
+	return WorkerReported{Worker: wid(host), Generation: gen, State: protocol.Ready, Rollback: rb}
 }
 
 func eventKinds(s Status) []string {
@@ -83,11 +83,11 @@ func TestRollbackAccounting(t *testing.T) {
 	s := newSim(t, Config{NP: 3, MinNP: 1})
 	s.start(3)
 	s.after(time.Second).exit("h2", 1)
-	s.m.Step(readyFor(1, rendezvous.Rollback{Steps: 7, Seconds: 1.5}, "h0"))
+	s.m.Step(readyFor(1, protocol.Rollback{Steps: 7, Seconds: 1.5}, "h0"))
 	if p := s.m.Snapshot(); p.rbSteps != 0 {
 		t.Fatal("rollback counted before the reset completed")
 	}
-	acts := s.m.Step(readyFor(1, rendezvous.Rollback{Steps: 9, Seconds: 2}, "h1"))
+	acts := s.m.Step(readyFor(1, protocol.Rollback{Steps: 9, Seconds: 2}, "h1"))
 	s.expectPlan(acts, 2, "h0", "h1")
 	st := s.m.Snapshot()
 	if st.rbSteps != 9 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/elasticd/elasticd/driver/hosts"
 	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
 
@@ -30,18 +31,18 @@ type HostsDiscovered struct {
 // it was launched for; a worker of the current generation that reports it wants a reset.
 type WorkerReported struct {
 	Now        time.Time
-	Worker     rendezvous.WorkerID
+	Worker     protocol.WorkerID
 	Generation uint64
-	State      rendezvous.State
+	State      protocol.State
 	Message    string
-	Rollback   rendezvous.Rollback // with READY: the work it threw away since the last commit
-	SilentPeer bool                // with READY: it left because a peer stopped answering
+	Rollback   protocol.Rollback // with READY: the work it threw away since the last commit
+	SilentPeer bool              // with READY: it left because a peer stopped answering
 }
 
 // WorkerExited is a worker process ending.
 type WorkerExited struct {
 	Now    time.Time
-	Worker rendezvous.WorkerID
+	Worker protocol.WorkerID
 	Code   int    // exit code; -1 when killed by a signal
 	Signal string // non-empty when killed by a signal
 	// Progress is the job's progress as last reported when the exit was seen (after the
@@ -72,7 +73,7 @@ type SlotsFailed struct {
 // loadaware: each worker's mean step time, and each agent host's mean GPU busy fraction.
 type LoadsMeasured struct {
 	Now       time.Time
-	StepTimes map[rendezvous.WorkerID]time.Duration
+	StepTimes map[protocol.WorkerID]time.Duration
 	GPUBusy   map[string]float64 // by host ID
 }
 
@@ -80,7 +81,7 @@ type LoadsMeasured struct {
 // found running again: its agent listed it.
 type WorkerAdopted struct {
 	Now    time.Time
-	Worker rendezvous.WorkerID
+	Worker protocol.WorkerID
 }
 
 // Tick is the clock reaching Machine.NextDeadline.
@@ -107,10 +108,10 @@ type Action interface{ action() }
 
 // Launch starts a worker process for generation Generation.
 type Launch struct {
-	Worker     rendezvous.WorkerID
+	Worker     protocol.WorkerID
 	Addr       string // host address to launch on
 	Generation uint64
-	Assignment rendezvous.Assignment
+	Assignment protocol.Assignment
 	MasterAddr string // address of rank 0's host
 	// Group and Groups are the worker's host's index among the generation's hosts (in rank
 	// order) and their count: torchrun's GROUP_RANK and GROUP_WORLD_SIZE.
@@ -125,7 +126,7 @@ type Launch struct {
 
 // Stop ends a worker process (SIGTERM, then SIGKILL after the grace period).
 type Stop struct {
-	Worker rendezvous.WorkerID
+	Worker protocol.WorkerID
 	Reason string
 	// Deadline, when set, is when the worker must be gone (a notice's): the grace before
 	// SIGKILL ends by then, however long --stop-grace is.
@@ -135,7 +136,7 @@ type Stop struct {
 // Publish makes a generation current at the rendezvous.
 type Publish struct {
 	Generation uint64
-	Plan       map[rendezvous.WorkerID]rendezvous.Assignment
+	Plan       map[protocol.WorkerID]protocol.Assignment
 }
 
 // NotifyHosts tells workers that the hosts changed, so they agree on a reset at a commit.
@@ -216,17 +217,17 @@ type Machine struct {
 
 	gen        uint64
 	phase      phase
-	order      []rendezvous.WorkerID // rank order of the current generation
-	plan       map[rendezvous.WorkerID]rendezvous.Assignment
-	workers    map[rendezvous.WorkerID]*workerInfo // processes not yet exited
-	failed     bool                                // the reset under way was caused by a failure
-	silent     bool                                // a READY of the reset under way found a peer silent: the barrier is cut to HungWindow
-	deadline   time.Time                           // barrier / start / elastic deadline of the phase
-	regDue     map[rendezvous.WorkerID]time.Time   // workers that must register by then
-	discovered []providers.Host                    // the latest discovery result, one pseudo-host per slot
-	raw        []providers.Host                    // the latest discovery result as the provider gave it
-	pending    map[string][]providers.Notice       // host ID -> notices to complete once its workers are gone
-	loads      map[string]hosts.Load               // host ID -> load, for --slot-policy loadaware
+	order      []protocol.WorkerID // rank order of the current generation
+	plan       map[protocol.WorkerID]protocol.Assignment
+	workers    map[protocol.WorkerID]*workerInfo // processes not yet exited
+	failed     bool                              // the reset under way was caused by a failure
+	silent     bool                              // a READY of the reset under way found a peer silent: the barrier is cut to HungWindow
+	deadline   time.Time                         // barrier / start / elastic deadline of the phase
+	regDue     map[protocol.WorkerID]time.Time   // workers that must register by then
+	discovered []providers.Host                  // the latest discovery result, one pseudo-host per slot
+	raw        []providers.Host                  // the latest discovery result as the provider gave it
+	pending    map[string][]providers.Notice     // host ID -> notices to complete once its workers are gone
+	loads      map[string]hosts.Load             // host ID -> load, for --slot-policy loadaware
 
 	registered bool                // a worker has registered with the rendezvous: in-process under ModeAuto
 	started    time.Time           // when the current generation was published
@@ -239,20 +240,20 @@ type Machine struct {
 	// CountedResets are the failure resets that count toward --reset-limit: not those caused
 	// only by flapping slots, which quarantine handles.
 	CountedResets int
-	counted       bool                              // the reset under way has a failure that counts toward --reset-limit
-	returnedAt    map[rendezvous.WorkerID]time.Time // a slot's latest launch after a failure of its own
-	failedSince   map[rendezvous.WorkerID]bool      // the slot failed and was not launched since: its next launch is a return
-	flaps         map[rendezvous.WorkerID]int       // returns in a row that failed within --flap-window
+	counted       bool                            // the reset under way has a failure that counts toward --reset-limit
+	returnedAt    map[protocol.WorkerID]time.Time // a slot's latest launch after a failure of its own
+	failedSince   map[protocol.WorkerID]bool      // the slot failed and was not launched since: its next launch is a return
+	flaps         map[protocol.WorkerID]int       // returns in a row that failed within --flap-window
 	lastFailure   string
 	j             journal
 
-	addrs map[rendezvous.WorkerID]string // the address each member of the generation was launched on
+	addrs map[protocol.WorkerID]string // the address each member of the generation was launched on
 	// adoptUntil, while set, is when a restarted driver stops waiting for the workers of the
 	// generation it took up (adoptWait) to be found running, and for discovery to list their
 	// slots: until then discovery is not applied, so that hosts whose agents have not come
 	// back yet do not count as gone.
 	adoptUntil time.Time
-	adoptWait  map[rendezvous.WorkerID]bool
+	adoptWait  map[protocol.WorkerID]bool
 }
 
 // NewMachine returns a machine for cfg, which must be valid (Config.Validate).
@@ -261,15 +262,15 @@ func NewMachine(cfg Config) *Machine {
 	return &Machine{
 		cfg:     cfg,
 		hosts:   hosts.New(cfg.hostsConfig()),
-		workers: map[rendezvous.WorkerID]*workerInfo{},
-		regDue:  map[rendezvous.WorkerID]time.Time{},
+		workers: map[protocol.WorkerID]*workerInfo{},
+		regDue:  map[protocol.WorkerID]time.Time{},
 		pending: map[string][]providers.Notice{},
 		loads:   map[string]hosts.Load{},
 		j:       newJournal(),
 
-		returnedAt:  map[rendezvous.WorkerID]time.Time{},
-		failedSince: map[rendezvous.WorkerID]bool{},
-		flaps:       map[rendezvous.WorkerID]int{},
+		returnedAt:  map[protocol.WorkerID]time.Time{},
+		failedSince: map[protocol.WorkerID]bool{},
+		flaps:       map[protocol.WorkerID]int{},
 	}
 }
 
@@ -311,7 +312,7 @@ func slotHosts(hs []providers.Host) []providers.Host {
 		}
 		for s := range h.Slots {
 			sh := h
-			sh.ID = rendezvous.WorkerID{Host: h.ID, Slot: s}.String()
+			sh.ID = protocol.WorkerID{Host: h.ID, Slot: s}.String()
 			sh.Slots = 1
 			out = append(out, sh)
 		}
@@ -319,8 +320,8 @@ func slotHosts(hs []providers.Host) []providers.Host {
 	return out
 }
 
-func slotWorker(h providers.Host) rendezvous.WorkerID {
-	id, err := rendezvous.ParseWorkerID(h.ID)
+func slotWorker(h providers.Host) protocol.WorkerID {
+	id, err := protocol.ParseWorkerID(h.ID)
 	if err != nil { // slotHosts made it; cannot happen
 		panic(err)
 	}
@@ -378,7 +379,7 @@ func (m *Machine) reported(now time.Time, e WorkerReported) []Action {
 	if w == nil || w.exited {
 		return []Action{Note{"report from an unknown or exited worker ignored", []any{"worker", e.Worker.String(), "state", string(e.State)}}}
 	}
-	if e.State != rendezvous.Ready {
+	if e.State != protocol.Ready {
 		return nil // SUCCESS/FAILURE are confirmed by the exit status
 	}
 	w.ready = max(w.ready, e.Generation+1)
@@ -425,8 +426,8 @@ func (m *Machine) reported(now time.Time, e WorkerReported) []Action {
 
 // barrierMissing lists the live members of the current generation that have not reported
 // READY for it.
-func (m *Machine) barrierMissing() []rendezvous.WorkerID {
-	var out []rendezvous.WorkerID
+func (m *Machine) barrierMissing() []protocol.WorkerID {
+	var out []protocol.WorkerID
 	for _, id := range m.order {
 		if w := m.workers[id]; w != nil && !w.exited && !w.stopping && w.ready == m.gen {
 			out = append(out, id)
@@ -565,7 +566,7 @@ func (m *Machine) notice(now time.Time, n providers.Notice, source string) []Act
 
 // slotsFailed takes the failed slots out of the job as failures.
 func (m *Machine) slotsFailed(now time.Time, e SlotsFailed) []Action {
-	var ids []rendezvous.WorkerID
+	var ids []protocol.WorkerID
 	if e.Slots == nil {
 		for _, h := range m.discovered {
 			if id := slotWorker(h); id.Host == e.Host {
@@ -577,10 +578,10 @@ func (m *Machine) slotsFailed(now time.Time, e SlotsFailed) []Action {
 				ids = append(ids, id)
 			}
 		}
-		slices.SortFunc(ids, func(a, b rendezvous.WorkerID) int { return a.Slot - b.Slot })
+		slices.SortFunc(ids, func(a, b protocol.WorkerID) int { return a.Slot - b.Slot })
 	} else {
 		for _, s := range e.Slots {
-			ids = append(ids, rendezvous.WorkerID{Host: e.Host, Slot: s})
+			ids = append(ids, protocol.WorkerID{Host: e.Host, Slot: s})
 		}
 	}
 	acts := []Action{Note{"hardware fault: its slots leave the job as failed", []any{"host", e.Host, "slots", len(ids), "reason", e.Reason}}}
@@ -601,7 +602,7 @@ func (m *Machine) slotsFailed(now time.Time, e SlotsFailed) []Action {
 func (m *Machine) Release(now time.Time, host string) (int, []Action) {
 	n := 0
 	for _, q := range m.hosts.Quarantined() {
-		if id, err := rendezvous.ParseWorkerID(q); err == nil && id.Host == host && m.hosts.Release(q) {
+		if id, err := protocol.ParseWorkerID(q); err == nil && id.Host == host && m.hosts.Release(q) {
 			n++
 			delete(m.flaps, id)
 			delete(m.returnedAt, id)
@@ -621,7 +622,7 @@ func (m *Machine) Release(now time.Time, host string) (int, []Action) {
 // "quarantined"), and notes whether the reset under way counts toward --reset-limit: a
 // flapping slot's failures do not, so one bad slot cannot end a healthy job. A quarantine is
 // said once, plainly, in the log (the returned action) and the journal.
-func (m *Machine) slotFailed(now time.Time, id rendezvous.WorkerID) (string, []Action) {
+func (m *Machine) slotFailed(now time.Time, id protocol.WorkerID) (string, []Action) {
 	at, returned := m.returnedAt[id]
 	flap := returned && now.Sub(at) < m.cfg.FlapWindow
 	m.failedSince[id] = true
@@ -732,7 +733,7 @@ func (m *Machine) tick(now time.Time) []Action {
 // failWorker stops a worker that is hung or late and blacklists its slot. A hung worker is
 // killed at once: a process that does not answer its peers will not answer SIGTERM either
 // (a stopped one cannot), and the grace would only hold up the job.
-func (m *Machine) failWorker(now time.Time, id rendezvous.WorkerID, why string, hung bool) []Action {
+func (m *Machine) failWorker(now time.Time, id protocol.WorkerID, why string, hung bool) []Action {
 	w := m.workers[id]
 	if w == nil || w.exited {
 		return nil
@@ -848,11 +849,11 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 		}
 		return []Action{Note{"waiting for slots", []any{"usable", len(usable), "min_np", m.cfg.MinNP, "elastic_timeout", m.cfg.ElasticTimeout}}}
 	}
-	addrOf := map[rendezvous.WorkerID]string{}
+	addrOf := map[protocol.WorkerID]string{}
 	for _, h := range usable {
 		addrOf[slotWorker(h)] = h.Addr
 	}
-	var order []rendezvous.WorkerID
+	var order []protocol.WorkerID
 	for _, id := range m.order { // survivors first, in their old order
 		w := m.workers[id]
 		alive := w != nil && !w.exited && !w.stopping
@@ -863,7 +864,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 			order = append(order, id)
 		}
 	}
-	var fresh []rendezvous.WorkerID // usable slots not in the order yet, in the manager's order
+	var fresh []protocol.WorkerID // usable slots not in the order yet, in the manager's order
 	for _, h := range usable {
 		id := slotWorker(h)
 		if slices.Contains(order, id) {
@@ -885,7 +886,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 	m.gen++
 	m.order = order
 	m.plan = assign(order, addrOf, m.gen)
-	m.addrs = map[rendezvous.WorkerID]string{}
+	m.addrs = map[protocol.WorkerID]string{}
 	for _, id := range order {
 		m.addrs[id] = addrOf[id]
 	}
@@ -927,7 +928,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 
 // chooseSlots picks n of the fresh slots (all when there are no more): with --slot-policy,
 // by the policy over the hosts the slots are on; else the first n.
-func (m *Machine) chooseSlots(fresh []rendezvous.WorkerID, n int) []rendezvous.WorkerID {
+func (m *Machine) chooseSlots(fresh []protocol.WorkerID, n int) []protocol.WorkerID {
 	if n <= 0 {
 		return nil
 	}
@@ -938,8 +939,8 @@ func (m *Machine) chooseSlots(fresh []rendezvous.WorkerID, n int) []rendezvous.W
 		return fresh[:n]
 	}
 	var offers []hosts.Offer
-	var slots [][]rendezvous.WorkerID // per offer, its fresh slots in order
-	index := map[string]int{}         // host -> its offer
+	var slots [][]protocol.WorkerID // per offer, its fresh slots in order
+	index := map[string]int{}       // host -> its offer
 	for _, id := range fresh {
 		i, ok := index[id.Host]
 		if !ok {
@@ -961,7 +962,7 @@ func (m *Machine) chooseSlots(fresh []rendezvous.WorkerID, n int) []rendezvous.W
 	if err != nil { // Config.Validate checked the policy; cannot happen
 		panic(err)
 	}
-	var out []rendezvous.WorkerID
+	var out []protocol.WorkerID
 	for i, idx := range picked {
 		for _, k := range idx {
 			out = append(out, slots[i][k])
@@ -996,8 +997,8 @@ func (m *Machine) measured(e LoadsMeasured) {
 
 // assign gives dense ranks in order; local ranks count workers on the same address, cross
 // ranks count addresses among the workers of the same local rank.
-func assign(order []rendezvous.WorkerID, addrOf map[rendezvous.WorkerID]string, gen uint64) map[rendezvous.WorkerID]rendezvous.Assignment {
-	plan := make(map[rendezvous.WorkerID]rendezvous.Assignment, len(order))
+func assign(order []protocol.WorkerID, addrOf map[protocol.WorkerID]string, gen uint64) map[protocol.WorkerID]protocol.Assignment {
+	plan := make(map[protocol.WorkerID]protocol.Assignment, len(order))
 	localCount := map[string]int{}
 	localRank := make([]int, len(order))
 	for i, id := range order {
@@ -1006,7 +1007,7 @@ func assign(order []rendezvous.WorkerID, addrOf map[rendezvous.WorkerID]string, 
 	}
 	crossCount := map[int]int{}
 	for i, id := range order {
-		a := rendezvous.Assignment{
+		a := protocol.Assignment{
 			Generation: gen, Rank: i, Size: len(order),
 			LocalRank: localRank[i], LocalSize: localCount[addrOf[id]],
 			CrossRank: crossCount[localRank[i]],
@@ -1026,13 +1027,13 @@ func (m *Machine) finish(code int, reason string) []Action {
 	m.j.finished = &Finished{Code: code, Reason: reason}
 	m.j.event(m.j.now, EventFinish, "%s", reason)
 	acts := []Action{}
-	ids := make([]rendezvous.WorkerID, 0, len(m.workers))
+	ids := make([]protocol.WorkerID, 0, len(m.workers))
 	for id, w := range m.workers {
 		if !w.exited && !w.succeeded {
 			ids = append(ids, id)
 		}
 	}
-	slices.SortFunc(ids, func(a, b rendezvous.WorkerID) int { return strings.Compare(a.String(), b.String()) })
+	slices.SortFunc(ids, func(a, b protocol.WorkerID) int { return strings.Compare(a.String(), b.String()) })
 	for _, id := range ids {
 		acts = append(acts, Stop{Worker: id, Reason: "job finished"})
 	}
@@ -1144,10 +1145,10 @@ func (m *Machine) Restore(now time.Time, st *SavedState, adopt bool, wait time.D
 	m.raw, m.discovered = st.Hosts, slotHosts(st.Hosts)
 	m.hosts.Update(now, m.discovered)
 	m.hosts.Usable(now) // what the workers' plan reflects: the baseline of the next change
-	m.order, m.plan, m.addrs = nil, map[rendezvous.WorkerID]rendezvous.Assignment{}, map[rendezvous.WorkerID]string{}
-	m.adoptWait = map[rendezvous.WorkerID]bool{}
+	m.order, m.plan, m.addrs = nil, map[protocol.WorkerID]protocol.Assignment{}, map[protocol.WorkerID]string{}
+	m.adoptWait = map[protocol.WorkerID]bool{}
 	for _, w := range st.Workers {
-		id, _ := rendezvous.ParseWorkerID(w.Worker) // LoadState checked them
+		id, _ := protocol.ParseWorkerID(w.Worker) // LoadState checked them
 		m.order = append(m.order, id)
 		m.plan[id], m.addrs[id] = w.Assignment, w.Addr
 		m.workers[id] = &workerInfo{ready: m.gen}
@@ -1190,7 +1191,7 @@ func (m *Machine) settleAdoption(now time.Time) []Action {
 }
 
 // discoveryLists reports whether the latest discovery lists every slot of ids.
-func (m *Machine) discoveryLists(ids []rendezvous.WorkerID) bool {
+func (m *Machine) discoveryLists(ids []protocol.WorkerID) bool {
 	listed := map[string]bool{}
 	for _, h := range m.discovered {
 		listed[h.ID] = true

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/hosts"
-	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
 
@@ -39,12 +39,12 @@ func (s *sim) hosts(ids ...string) []Action {
 	return s.m.Step(HostsDiscovered{Now: s.now, Hosts: hs})
 }
 
-func wid(host string) rendezvous.WorkerID { return rendezvous.WorkerID{Host: host, Slot: 0} }
+func wid(host string) protocol.WorkerID { return protocol.WorkerID{Host: host, Slot: 0} }
 
 func (s *sim) ready(gen uint64, hosts ...string) []Action {
 	var acts []Action
 	for _, h := range hosts {
-		acts = append(acts, s.m.Step(WorkerReported{Now: s.now, Worker: wid(h), Generation: gen, State: rendezvous.Ready})...)
+		acts = append(acts, s.m.Step(WorkerReported{Now: s.now, Worker: wid(h), Generation: gen, State: protocol.Ready})...)
 	}
 	return acts
 }
@@ -387,7 +387,7 @@ func TestHungWorkerFailsAtBarrierTimeout(t *testing.T) {
 func TestSilentPeerCutsTheBarrierShort(t *testing.T) {
 	s := newSim(t, Config{NP: 4, MinNP: 2, BarrierTimeout: time.Minute})
 	s.start(4)
-	acts := s.m.Step(WorkerReported{Now: s.now, Worker: wid("h0"), Generation: 1, State: rendezvous.Ready, Message: "timed out", SilentPeer: true})
+	acts := s.m.Step(WorkerReported{Now: s.now, Worker: wid("h0"), Generation: 1, State: protocol.Ready, Message: "timed out", SilentPeer: true})
 	if !has[Abandon](acts) {
 		t.Fatalf("a silent peer should begin a reset: %+v", acts)
 	}
@@ -421,7 +421,7 @@ func TestSilentPeerCutsTheBarrierShort(t *testing.T) {
 func TestSilentPeerLastOneMissingIsFailedAtOnce(t *testing.T) {
 	s := newSim(t, Config{NP: 3, MinNP: 2, BarrierTimeout: time.Minute})
 	s.start(3)
-	s.m.Step(WorkerReported{Now: s.now, Worker: wid("h0"), Generation: 1, State: rendezvous.Ready, SilentPeer: true})
+	s.m.Step(WorkerReported{Now: s.now, Worker: wid("h0"), Generation: 1, State: protocol.Ready, SilentPeer: true})
 	acts := s.after(10*time.Millisecond).ready(1, "h2")
 	if got := stopped(acts); !slices.Equal(got, []string{"h1"}) {
 		t.Fatalf("stopped %v, want h1, the only one missing", got)
@@ -528,10 +528,10 @@ func TestMaxNPCapsAndExtraSlotsWait(t *testing.T) {
 }
 
 func TestAssignLocalAndCrossRanks(t *testing.T) {
-	order := []rendezvous.WorkerID{{Host: "x", Slot: 0}, {Host: "y", Slot: 0}, {Host: "x", Slot: 1}, {Host: "z", Slot: 0}}
-	addr := map[rendezvous.WorkerID]string{order[0]: "10.0.0.1", order[1]: "10.0.0.2", order[2]: "10.0.0.1", order[3]: "10.0.0.3"}
+	order := []protocol.WorkerID{{Host: "x", Slot: 0}, {Host: "y", Slot: 0}, {Host: "x", Slot: 1}, {Host: "z", Slot: 0}}
+	addr := map[protocol.WorkerID]string{order[0]: "10.0.0.1", order[1]: "10.0.0.2", order[2]: "10.0.0.1", order[3]: "10.0.0.3"}
 	p := assign(order, addr, 5)
-	want := []rendezvous.Assignment{
+	want := []protocol.Assignment{
 		{Generation: 5, Rank: 0, Size: 4, LocalRank: 0, LocalSize: 2, CrossRank: 0, CrossSize: 3},
 		{Generation: 5, Rank: 1, Size: 4, LocalRank: 0, LocalSize: 1, CrossRank: 1, CrossSize: 3},
 		{Generation: 5, Rank: 2, Size: 4, LocalRank: 1, LocalSize: 2, CrossRank: 0, CrossSize: 1},
@@ -617,21 +617,21 @@ func TestGPUFaultFailsTheSlot(t *testing.T) {
 	if len(order) != 2 {
 		t.Fatalf("plan %v, want two slots of g", order)
 	}
-	s.m.Step(WorkerReported{Now: s.now, Worker: rendezvous.WorkerID{Host: "g", Slot: 0}, Generation: 0, State: rendezvous.Ready})
-	s.m.Step(WorkerReported{Now: s.now, Worker: rendezvous.WorkerID{Host: "g", Slot: 1}, Generation: 0, State: rendezvous.Ready})
+	s.m.Step(WorkerReported{Now: s.now, Worker: protocol.WorkerID{Host: "g", Slot: 0}, Generation: 0, State: protocol.Ready})
+	s.m.Step(WorkerReported{Now: s.now, Worker: protocol.WorkerID{Host: "g", Slot: 1}, Generation: 0, State: protocol.Ready})
 
 	acts = s.m.Step(SlotsFailed{Now: s.now, Host: "g", Slots: []int{1}, Reason: "XID 79"})
-	var stops []rendezvous.WorkerID
+	var stops []protocol.WorkerID
 	for _, a := range acts {
 		if st, ok := a.(Stop); ok {
 			stops = append(stops, st.Worker)
 		}
 	}
-	if !slices.Equal(stops, []rendezvous.WorkerID{{Host: "g", Slot: 1}}) || !has[Abandon](acts) {
+	if !slices.Equal(stops, []protocol.WorkerID{{Host: "g", Slot: 1}}) || !has[Abandon](acts) {
 		t.Fatalf("fault under slot 1: %v, want its worker stopped and the generation abandoned", acts)
 	}
 	// The survivor reaches the barrier: the spare slot 2 replaces 1.
-	acts = s.m.Step(WorkerReported{Now: s.now, Worker: rendezvous.WorkerID{Host: "g", Slot: 0}, Generation: 1, State: rendezvous.Ready})
+	acts = s.m.Step(WorkerReported{Now: s.now, Worker: protocol.WorkerID{Host: "g", Slot: 0}, Generation: 1, State: protocol.Ready})
 	var p *Publish
 	for _, a := range acts {
 		if pp, ok := a.(Publish); ok {
@@ -641,7 +641,7 @@ func TestGPUFaultFailsTheSlot(t *testing.T) {
 	if p == nil {
 		t.Fatalf("no new generation after the faulty slot's worker exited: %v", acts)
 	}
-	if _, ok := p.Plan[rendezvous.WorkerID{Host: "g", Slot: 1}]; ok || len(p.Plan) != 2 {
+	if _, ok := p.Plan[protocol.WorkerID{Host: "g", Slot: 1}]; ok || len(p.Plan) != 2 {
 		t.Fatalf("generation 2 plan %v: want slots 0 and 2, not the faulty 1", p.Plan)
 	}
 	if s.m.FailureResets != 1 {
@@ -702,9 +702,9 @@ func TestSlotPolicyLoadAwareUsesMeasuredLoad(t *testing.T) {
 	hs := []providers.Host{{ID: "slow", Addr: "10.0.0.1", Slots: 1}, {ID: "fast", Addr: "10.0.0.2", Slots: 1}}
 	s.m.Step(HostsDiscovered{Now: s.now, Hosts: hs})
 	for _, h := range []string{"slow", "fast"} {
-		s.m.Step(WorkerReported{Now: s.now, Worker: rendezvous.WorkerID{Host: h}, Generation: 0, State: rendezvous.Ready})
+		s.m.Step(WorkerReported{Now: s.now, Worker: protocol.WorkerID{Host: h}, Generation: 0, State: protocol.Ready})
 	}
-	s.m.Step(LoadsMeasured{Now: s.now, StepTimes: map[rendezvous.WorkerID]time.Duration{
+	s.m.Step(LoadsMeasured{Now: s.now, StepTimes: map[protocol.WorkerID]time.Duration{
 		{Host: "slow"}: 2 * time.Second, {Host: "fast"}: 500 * time.Millisecond}, GPUBusy: map[string]float64{"slow": 0.9}})
 	if l := s.m.loads["slow"]; l.StepTime != 2*time.Second || l.GPUBusy != 0.9 {
 		t.Fatalf("load of slow = %+v, want its worker's step time and its agent's GPU busy", l)
@@ -717,7 +717,7 @@ func TestSlotPolicyLoadAwareUsesMeasuredLoad(t *testing.T) {
 	}
 	var acts2 []Action
 	for _, h := range []string{"slow", "fast"} {
-		acts2 = append(acts2, s.m.Step(WorkerReported{Now: s.now, Worker: rendezvous.WorkerID{Host: h}, Generation: 1, State: rendezvous.Ready})...)
+		acts2 = append(acts2, s.m.Step(WorkerReported{Now: s.now, Worker: protocol.WorkerID{Host: h}, Generation: 1, State: protocol.Ready})...)
 	}
 	_, order := plan(acts2)
 	if order == nil {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 )
 
 // Restart mode: the driver is the elastic agent of scripts that never talk to it (torchrun's
@@ -87,13 +87,13 @@ func (m *Machine) awaitPeers(now time.Time, atStart bool) []Action {
 // stopAll stops every live worker of the generation at once.
 func (m *Machine) stopAll(deadline time.Time, why string) []Action {
 	var acts []Action
-	var ids []rendezvous.WorkerID
+	var ids []protocol.WorkerID
 	for id, w := range m.workers {
 		if !w.exited && !w.stopping {
 			ids = append(ids, id)
 		}
 	}
-	slices.SortFunc(ids, func(a, b rendezvous.WorkerID) int { return strings.Compare(a.String(), b.String()) })
+	slices.SortFunc(ids, func(a, b protocol.WorkerID) int { return strings.Compare(a.String(), b.String()) })
 	for _, id := range ids {
 		m.workers[id].stopping = true
 		acts = append(acts, Stop{Worker: id, Reason: why, Deadline: deadline})

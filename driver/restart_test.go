@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
 
@@ -227,9 +228,9 @@ func TestRestartKeepsRankOrderAndGroups(t *testing.T) {
 			}
 		}
 	}
-	a0, a1, b0, b1 := rendezvous.WorkerID{Host: "a", Slot: 0}, rendezvous.WorkerID{Host: "a", Slot: 1}, rendezvous.WorkerID{Host: "b", Slot: 0}, rendezvous.WorkerID{Host: "b", Slot: 1}
+	a0, a1, b0, b1 := protocol.WorkerID{Host: "a", Slot: 0}, protocol.WorkerID{Host: "a", Slot: 1}, protocol.WorkerID{Host: "b", Slot: 0}, protocol.WorkerID{Host: "b", Slot: 1}
 	s.after(time.Second).m.Step(WorkerExited{Now: s.now, Worker: a1, Code: 1})
-	for _, id := range []rendezvous.WorkerID{a0, b0} {
+	for _, id := range []protocol.WorkerID{a0, b0} {
 		s.m.Step(WorkerExited{Now: s.now, Worker: id, Code: -1, Signal: "SIGTERM"})
 	}
 	acts = s.m.Step(WorkerExited{Now: s.now, Worker: b1, Code: -1, Signal: "SIGTERM"})

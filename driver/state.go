@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/hosts"
-	"github.com/elasticd/elasticd/driver/rendezvous"
 	"github.com/elasticd/elasticd/internal/atomicfile"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
 
@@ -79,9 +79,9 @@ type SavedState struct {
 
 // SavedWorker is a member of the saved generation.
 type SavedWorker struct {
-	Worker     string                `json:"worker"`
-	Addr       string                `json:"addr"` // the address it was launched on
-	Assignment rendezvous.Assignment `json:"assignment"`
+	Worker     string              `json:"worker"`
+	Addr       string              `json:"addr"` // the address it was launched on
+	Assignment protocol.Assignment `json:"assignment"`
 }
 
 // LoadState reads the job's state from dir; nil, nil when there is none (a new job).
@@ -107,7 +107,7 @@ func LoadState(dir string) (*SavedState, error) {
 		return nil, fmt.Errorf("%s has no job ID: move it away to start a new job", path)
 	}
 	for _, w := range st.Workers {
-		if _, err := rendezvous.ParseWorkerID(w.Worker); err != nil {
+		if _, err := protocol.ParseWorkerID(w.Worker); err != nil {
 			return nil, fmt.Errorf("%s: worker %q: %v: move it away to start a new job", path, w.Worker, err)
 		}
 	}

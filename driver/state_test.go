@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 )
 
 // saved runs a 3-worker in-process job to its first generation, fails h2 once (blacklisted),
@@ -85,7 +85,7 @@ func TestRestoreMemberNotAdoptedFails(t *testing.T) {
 func TestRestoreMidResetPlansTheNextGeneration(t *testing.T) {
 	s := newSim(t, Config{NP: 3, MinNP: 2, Mode: ModeInProcess})
 	s.start(3)
-	s.m.Step(WorkerReported{Now: s.now, Worker: wid("h0"), Generation: 1, State: rendezvous.Ready, Message: "peer lost"})
+	s.m.Step(WorkerReported{Now: s.now, Worker: wid("h0"), Generation: 1, State: protocol.Ready, Message: "peer lost"})
 	st := s.m.Save(s.now)
 	if !st.Resetting || len(st.Workers) != 3 {
 		t.Fatalf("saved %+v", st)

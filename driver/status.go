@@ -10,6 +10,7 @@ import (
 
 	"github.com/elasticd/elasticd/driver/cost"
 	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
 
@@ -184,14 +185,14 @@ func (m *Machine) Snapshot() Status {
 	// The zero time never moves the manager's clock: this lists the cooldowns as of the
 	// latest time the machine has seen.
 	for _, b := range m.hosts.Blacklisted(time.Time{}) {
-		if id, err := rendezvous.ParseWorkerID(b.ID); err == nil {
+		if id, err := protocol.ParseWorkerID(b.ID); err == nil {
 			if i, ok := byID[id.Host]; ok {
 				s.Hosts[i].Blacklisted++
 			}
 		}
 	}
 	for _, q := range m.hosts.Quarantined() {
-		if id, err := rendezvous.ParseWorkerID(q); err == nil {
+		if id, err := protocol.ParseWorkerID(q); err == nil {
 			if i, ok := byID[id.Host]; ok {
 				s.Hosts[i].Quarantined++
 			}

@@ -18,26 +18,9 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/allreduce"
-	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/worker/peerstate"
-)
-
-// Environment the driver gives every worker process (docs/protocol.md §3).
-const (
-	EnvRendezvous  = "ELASTICD_RENDEZVOUS"   // base URL of the driver's rendezvous
-	EnvSecret      = "ELASTICD_SECRET"       // per-job secret, hex; never crosses the network
-	EnvJobID       = "ELASTICD_JOB_ID"       // for logs
-	EnvWorkerID    = "ELASTICD_WORKER_ID"    // stable "<host>/<slot>"
-	EnvGeneration  = "ELASTICD_GENERATION"   // the generation the process was launched for
-	EnvHostAddr    = "ELASTICD_HOST_ADDR"    // the address peers reach this host at
-	EnvCommTimeout = "ELASTICD_COMM_TIMEOUT" // allreduce.Config.Timeout, a Go duration
-	// EnvCheckpointDir and EnvCheckpointEvery are --checkpoint-dir and --checkpoint-every:
-	// rank 0 writes its commit there every N commits, and a rank 0 with no commit of its own
-	// (every worker was lost) resumes from the newest valid one.
-	EnvCheckpointDir   = "ELASTICD_CHECKPOINT_DIR"
-	EnvCheckpointEvery = "ELASTICD_CHECKPOINT_EVERY"
-	// DefaultCheckpointEvery is --checkpoint-every when it is not given.
-	DefaultCheckpointEvery = 10
+	"github.com/elasticd/elasticd/worker/rendezvous"
 )
 
 var (
@@ -51,7 +34,7 @@ var (
 
 // Worker is one training process's membership in the job.
 type Worker struct {
-	id          rendezvous.WorkerID
+	id          protocol.WorkerID
 	job         string
 	client      *rendezvous.Client
 	secret      []byte
@@ -59,7 +42,7 @@ type Worker struct {
 	commTimeout time.Duration
 	log         *slog.Logger
 
-	assign rendezvous.Assignment
+	assign protocol.Assignment
 	comm   *allreduce.Comm
 	seen   uint64        // host-update version this generation already reflects
 	latest atomic.Uint64 // newest host-update version the watcher has heard of
@@ -80,7 +63,7 @@ type Worker struct {
 	lastProgress     time.Time
 	steps, committed uint64
 	// rollback is the work Restore threw away, told to the driver with the next READY.
-	rollback rendezvous.Rollback
+	rollback protocol.Rollback
 	// ckptDir and ckptEvery: Config.CheckpointDir and CheckpointEvery.
 	ckptDir   string
 	ckptEvery int
@@ -94,15 +77,15 @@ var progressEvery = time.Second
 // Config is what a worker needs to join its job; the driver passes it in the environment
 // (ConfigFromEnv).
 type Config struct {
-	Rendezvous  string              // base URL of the driver's rendezvous
-	Secret      []byte              // per-job secret
-	JobID       string              // for logs
-	ID          rendezvous.WorkerID // stable worker ID
-	Generation  uint64              // the generation the process was launched for (>= 1)
-	HostAddr    string              // the address peers reach this host at
-	CommTimeout time.Duration       // allreduce.Config.Timeout; default 30s
+	Rendezvous  string            // base URL of the driver's rendezvous
+	Secret      []byte            // per-job secret
+	JobID       string            // for logs
+	ID          protocol.WorkerID // stable worker ID
+	Generation  uint64            // the generation the process was launched for (>= 1)
+	HostAddr    string            // the address peers reach this host at
+	CommTimeout time.Duration     // allreduce.Config.Timeout; default 30s
 	// CheckpointDir, when set, is where rank 0 writes its commit every CheckpointEvery
-	// commits (default DefaultCheckpointEvery), and where a job that lost every worker resumes from.
+	// commits (default protocol.DefaultCheckpointEvery), and where a job that lost every worker resumes from.
 	CheckpointDir   string
 	CheckpointEvery int
 }
@@ -136,30 +119,30 @@ func ConfigFromEnv() (Config, error) {
 		}
 		return v
 	}
-	url, secretHex, idText, genText, hostAddr := get(EnvRendezvous), get(EnvSecret), get(EnvWorkerID), get(EnvGeneration), get(EnvHostAddr)
+	url, secretHex, idText, genText, hostAddr := get(protocol.EnvRendezvous), get(protocol.EnvSecret), get(protocol.EnvWorkerID), get(protocol.EnvGeneration), get(protocol.EnvHostAddr)
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
 	}
-	cfg := Config{Rendezvous: url, JobID: os.Getenv(EnvJobID), HostAddr: hostAddr, CommTimeout: 30 * time.Second}
+	cfg := Config{Rendezvous: url, JobID: os.Getenv(protocol.EnvJobID), HostAddr: hostAddr, CommTimeout: 30 * time.Second}
 	var err error
 	if cfg.Secret, err = hex.DecodeString(secretHex); err != nil {
-		return Config{}, fmt.Errorf("worker: %s is not hex: %w", EnvSecret, err)
+		return Config{}, fmt.Errorf("worker: %s is not hex: %w", protocol.EnvSecret, err)
 	}
-	if cfg.ID, err = rendezvous.ParseWorkerID(idText); err != nil {
-		return Config{}, fmt.Errorf("worker: %s: %w", EnvWorkerID, err)
+	if cfg.ID, err = protocol.ParseWorkerID(idText); err != nil {
+		return Config{}, fmt.Errorf("worker: %s: %w", protocol.EnvWorkerID, err)
 	}
 	if cfg.Generation, err = strconv.ParseUint(genText, 10, 64); err != nil || cfg.Generation == 0 {
-		return Config{}, fmt.Errorf("worker: %s %q: want a generation number >= 1", EnvGeneration, genText)
+		return Config{}, fmt.Errorf("worker: %s %q: want a generation number >= 1", protocol.EnvGeneration, genText)
 	}
-	if v := os.Getenv(EnvCommTimeout); v != "" {
+	if v := os.Getenv(protocol.EnvCommTimeout); v != "" {
 		if cfg.CommTimeout, err = time.ParseDuration(v); err != nil || cfg.CommTimeout <= 0 {
-			return Config{}, fmt.Errorf("worker: %s %q: want a positive duration like 30s", EnvCommTimeout, v)
+			return Config{}, fmt.Errorf("worker: %s %q: want a positive duration like 30s", protocol.EnvCommTimeout, v)
 		}
 	}
-	cfg.CheckpointDir = os.Getenv(EnvCheckpointDir)
-	if v := os.Getenv(EnvCheckpointEvery); v != "" {
+	cfg.CheckpointDir = os.Getenv(protocol.EnvCheckpointDir)
+	if v := os.Getenv(protocol.EnvCheckpointEvery); v != "" {
 		if cfg.CheckpointEvery, err = strconv.Atoi(v); err != nil || cfg.CheckpointEvery < 1 {
-			return Config{}, fmt.Errorf("worker: %s %q: want a number of commits, at least 1", EnvCheckpointEvery, v)
+			return Config{}, fmt.Errorf("worker: %s %q: want a number of commits, at least 1", protocol.EnvCheckpointEvery, v)
 		}
 	}
 	return cfg, nil
@@ -188,13 +171,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 	}
 	w := &Worker{
 		id: cfg.ID, job: cfg.JobID, secret: cfg.Secret, hostAddr: cfg.HostAddr, commTimeout: cfg.CommTimeout,
-		ckptDir: cfg.CheckpointDir, ckptEvery: cmp.Or(cfg.CheckpointEvery, DefaultCheckpointEvery),
+		ckptDir: cfg.CheckpointDir, ckptEvery: cmp.Or(cfg.CheckpointEvery, protocol.DefaultCheckpointEvery),
 		client:   rendezvous.NewClient(cfg.Rendezvous, cfg.Secret, cfg.ID, nil),
 		log:      log.With("worker", cfg.ID.String()),
 		progress: make(chan progressReport, 1),
 	}
 	// Registering = READY for the generation before the one we were launched for.
-	if err := w.join(ctx, cfg.Generation-1, rendezvous.ReadyReport{Message: "registering"}, nil); err != nil {
+	if err := w.join(ctx, cfg.Generation-1, protocol.ReadyReport{Message: "registering"}, nil); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.Background()) // owned by w: Close stops it
@@ -210,13 +193,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 // prev is the communicator of the generation being left after a planned reset, whose healthy
 // connections to members that are neighbours again are carried over (allreduce.Config.Previous);
 // nil builds every connection afresh.
-func (w *Worker) join(ctx context.Context, after uint64, why rendezvous.ReadyReport, prev *allreduce.Comm) error {
+func (w *Worker) join(ctx context.Context, after uint64, why protocol.ReadyReport, prev *allreduce.Comm) error {
 	for {
 		why.Rollback = w.rollback
 		if err := w.client.ReportReady(ctx, after, why); err != nil {
 			return fmt.Errorf("worker %s: report ready: %w", w.id, err)
 		}
-		w.rollback = rendezvous.Rollback{}
+		w.rollback = protocol.Rollback{}
 		a, err := w.client.Assignment(ctx, after)
 		if err != nil {
 			return fmt.Errorf("worker %s: wait for an assignment after generation %d: %w", w.id, after, err)
@@ -241,7 +224,7 @@ func (w *Worker) join(ctx context.Context, after uint64, why rendezvous.ReadyRep
 			return fmt.Errorf("worker %s: connect generation %d: %w", w.id, a.Generation, err)
 		}
 		w.log.Info("generation ended while connecting; asking for the next", "generation", a.Generation, "err", err)
-		after, why = a.Generation, rendezvous.ReadyReport{Message: err.Error()}
+		after, why = a.Generation, protocol.ReadyReport{Message: err.Error()}
 	}
 }
 
@@ -351,7 +334,7 @@ func (w *Worker) reset(ctx context.Context, why error) error {
 	w.comm = nil
 	// A peer that went silent is hung or stopped and will not reset: say so, and the driver
 	// fails it at once instead of waiting out --barrier-timeout.
-	if err := w.join(ctx, old, rendezvous.ReadyReport{Message: why.Error(), SilentPeer: errors.Is(why, allreduce.ErrPeerSilent)}, prev); err != nil {
+	if err := w.join(ctx, old, protocol.ReadyReport{Message: why.Error(), SilentPeer: errors.Is(why, allreduce.ErrPeerSilent)}, prev); err != nil {
 		return err
 	}
 	for _, fn := range w.onReset {
@@ -376,15 +359,15 @@ func (w *Worker) LocalRank() int     { return w.assign.LocalRank }
 func (w *Worker) Generation() uint64 { return w.assign.Generation }
 
 // ID is this worker's stable identity.
-func (w *Worker) ID() rendezvous.WorkerID { return w.id }
+func (w *Worker) ID() protocol.WorkerID { return w.id }
 
 // Close reports how the worker ended (err nil = success), stops the host watcher and closes
 // the communicator.
 func (w *Worker) Close(ctx context.Context, err error) {
 	w.closeOnce.Do(func() {
-		st, msg := rendezvous.Success, ""
+		st, msg := protocol.Success, ""
 		if err != nil && !errors.Is(err, ErrRemoved) {
-			st, msg = rendezvous.Failure, err.Error()
+			st, msg = protocol.Failure, err.Error()
 		}
 		if err == nil || !errors.Is(err, ErrRemoved) {
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/elasticd/elasticd/allreduce"
 	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/worker"
 )
 
@@ -36,13 +37,13 @@ func newJob(t *testing.T) *job {
 	return &job{t: t, srv: srv, url: hs.URL, secret: secret}
 }
 
-func id(i int) rendezvous.WorkerID { return rendezvous.WorkerID{Host: fmt.Sprintf("h%d", i), Slot: 0} }
+func id(i int) protocol.WorkerID { return protocol.WorkerID{Host: fmt.Sprintf("h%d", i), Slot: 0} }
 
 // publish makes generation gen with the given workers in rank order.
-func (j *job) publish(gen uint64, ids ...rendezvous.WorkerID) {
-	plan := map[rendezvous.WorkerID]rendezvous.Assignment{}
+func (j *job) publish(gen uint64, ids ...protocol.WorkerID) {
+	plan := map[protocol.WorkerID]protocol.Assignment{}
 	for r, w := range ids {
-		plan[w] = rendezvous.Assignment{Generation: gen, Rank: r, Size: len(ids), LocalRank: r, LocalSize: len(ids)}
+		plan[w] = protocol.Assignment{Generation: gen, Rank: r, Size: len(ids), LocalRank: r, LocalSize: len(ids)}
 	}
 	j.srv.Publish(gen, plan)
 }
@@ -50,7 +51,7 @@ func (j *job) publish(gen uint64, ids ...rendezvous.WorkerID) {
 // start joins n workers to generation 1 concurrently.
 func (j *job) start(n int) []*worker.Worker {
 	j.t.Helper()
-	var ids []rendezvous.WorkerID
+	var ids []protocol.WorkerID
 	for i := range n {
 		ids = append(ids, id(i))
 	}
@@ -99,26 +100,26 @@ func each(t *testing.T, ws []*worker.Worker, fn func(i int, w *worker.Worker) er
 }
 
 func TestConfigFromEnvNamesWhatIsMissing(t *testing.T) {
-	t.Setenv(worker.EnvRendezvous, "")
-	if _, err := worker.ConfigFromEnv(); err == nil || !errorsContain(err, worker.EnvRendezvous, "elasticd run") {
+	t.Setenv(protocol.EnvRendezvous, "")
+	if _, err := worker.ConfigFromEnv(); err == nil || !errorsContain(err, protocol.EnvRendezvous, "elasticd run") {
 		t.Fatalf("ConfigFromEnv: %v", err)
 	}
-	t.Setenv(worker.EnvRendezvous, "http://127.0.0.1:1")
-	t.Setenv(worker.EnvSecret, "zz")
-	t.Setenv(worker.EnvWorkerID, "h/0")
-	t.Setenv(worker.EnvGeneration, "1")
-	t.Setenv(worker.EnvHostAddr, "127.0.0.1")
-	if _, err := worker.ConfigFromEnv(); err == nil || !errorsContain(err, worker.EnvSecret, "hex") {
+	t.Setenv(protocol.EnvRendezvous, "http://127.0.0.1:1")
+	t.Setenv(protocol.EnvSecret, "zz")
+	t.Setenv(protocol.EnvWorkerID, "h/0")
+	t.Setenv(protocol.EnvGeneration, "1")
+	t.Setenv(protocol.EnvHostAddr, "127.0.0.1")
+	if _, err := worker.ConfigFromEnv(); err == nil || !errorsContain(err, protocol.EnvSecret, "hex") {
 		t.Fatalf("ConfigFromEnv: %v", err)
 	}
-	t.Setenv(worker.EnvSecret, "abcd")
-	t.Setenv(worker.EnvGeneration, "0")
-	if _, err := worker.ConfigFromEnv(); err == nil || !errorsContain(err, worker.EnvGeneration) {
+	t.Setenv(protocol.EnvSecret, "abcd")
+	t.Setenv(protocol.EnvGeneration, "0")
+	if _, err := worker.ConfigFromEnv(); err == nil || !errorsContain(err, protocol.EnvGeneration) {
 		t.Fatalf("ConfigFromEnv: %v", err)
 	}
-	t.Setenv(worker.EnvGeneration, "3")
+	t.Setenv(protocol.EnvGeneration, "3")
 	cfg, err := worker.ConfigFromEnv()
-	if err != nil || cfg.Generation != 3 || cfg.ID != (rendezvous.WorkerID{Host: "h", Slot: 0}) || string(cfg.Secret) != "\xab\xcd" {
+	if err != nil || cfg.Generation != 3 || cfg.ID != (protocol.WorkerID{Host: "h", Slot: 0}) || string(cfg.Secret) != "\xab\xcd" {
 		t.Fatalf("ConfigFromEnv: %+v, %v", cfg, err)
 	}
 }
@@ -214,9 +215,9 @@ func TestRunRestoresAndResetsOnPeerLost(t *testing.T) {
 	type life struct{ gens, sizes, resumed []int }
 	lives := make([]life, 3)
 	go func() { // the driver: once both survivors are READY for generation 1, publish 2
-		seen := map[rendezvous.WorkerID]bool{}
+		seen := map[protocol.WorkerID]bool{}
 		for ev := range j.srv.Events() {
-			if ev.State == rendezvous.Ready && ev.Generation == 1 && !seen[ev.Worker] {
+			if ev.State == protocol.Ready && ev.Generation == 1 && !seen[ev.Worker] {
 				seen[ev.Worker] = true
 				if len(seen) == 2 {
 					j.publish(2, id(0), id(1))

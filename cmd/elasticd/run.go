@@ -19,9 +19,9 @@ import (
 	"github.com/elasticd/elasticd/driver/cost"
 	"github.com/elasticd/elasticd/driver/hosts"
 	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/python"
-	"github.com/elasticd/elasticd/worker"
 	"github.com/urfave/cli/v2"
 )
 
@@ -104,7 +104,7 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.DurationFlag{Name: "comm-timeout", Value: 30 * time.Second, Usage: "how long a worker waits on a silent peer inside a collective", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
 			&cli.StringFlag{Name: "checkpoint-dir", Usage: "in-process mode: rank 0 writes its commit to `DIR` every --checkpoint-every commits (atomically, with a digest; the newest two kept), and a job that loses every worker at once starts over from the newest valid one on the slots that come back within --elastic-timeout. Use a volume every host mounts at the same path; one directory per job (a job started on a directory that holds checkpoints resumes from them). Python: elasticd.torch's TorchState writes and reads it too", EnvVars: []string{"ELASTICD_CHECKPOINT_DIR"}},
 			&cli.StringFlag{Name: "state-dir", Usage: "keep the job's state in `DIR` (generation, members, blacklist, reset counts, job ID) so that a driver started again with the same DIR takes the job up after a crash, a SIGKILL or a reboot of its machine. With --launcher agent the workers keep training meanwhile (up to the agents' --driver-timeout) and are adopted, no step lost: start it again with the same --listen. With local and ssh they died with the driver: the job starts again, from --checkpoint-dir. One driver per DIR; a job that ends removes its state", EnvVars: []string{"ELASTICD_STATE_DIR"}},
-			&cli.IntFlag{Name: "checkpoint-every", Value: worker.DefaultCheckpointEvery, Usage: "with --checkpoint-dir: commits between two checkpoints", EnvVars: []string{"ELASTICD_CHECKPOINT_EVERY"}},
+			&cli.IntFlag{Name: "checkpoint-every", Value: protocol.DefaultCheckpointEvery, Usage: "with --checkpoint-dir: commits between two checkpoints", EnvVars: []string{"ELASTICD_CHECKPOINT_EVERY"}},
 			&cli.DurationFlag{Name: "flap-window", Value: driver.DefaultFlapWindow, Usage: "a slot that fails within this long of coming back after a failure of its own is flapping; its failures then do not count toward --reset-limit", EnvVars: []string{"ELASTICD_FLAP_WINDOW"}},
 			&cli.IntFlag{Name: "flap-limit", Value: driver.DefaultFlapLimit, Usage: "after this many returns in a row that failed within --flap-window, a flapping slot is quarantined: out of the job until 'elasticd ctl add-host HOST' takes it back", EnvVars: []string{"ELASTICD_FLAP_LIMIT"}},
 			&cli.StringFlag{Name: "blacklist-cooldown-range", Value: "10s,5m", Usage: "`MIN,MAX` cooldown of a failed slot: MIN after the first failure, doubling per failure up to MAX (seconds or durations; 'MIN MAX' as two arguments works too)", EnvVars: []string{"ELASTICD_BLACKLIST_COOLDOWN_RANGE"}},
@@ -383,7 +383,7 @@ func agentLauncher(c *cli.Context, o *driver.Options) error {
 		rand.Read(id[:])
 		o.JobID = hex.EncodeToString(id[:])
 	}
-	o.Secret = agents.JobSecret(secret, o.JobID)
+	o.Secret = protocol.JobSecret(secret, o.JobID)
 	reg, err := agents.New(agents.Config{Secret: secret, JobID: o.JobID, Logger: o.Logger})
 	if err != nil {
 		return usageError("agent-secret-file", "%v", err)
@@ -403,8 +403,8 @@ func readSecretFile(flag, path string, log *slog.Logger) ([]byte, error) {
 		return nil, usageError(flag, "%v", err)
 	}
 	b = bytes.TrimSpace(b)
-	if len(b) < agents.MinSecret {
-		return nil, usageError(flag, "%s holds %d bytes; a secret of at least %d is needed (e.g. head -c 32 /dev/urandom | base64 > %s)", path, len(b), agents.MinSecret, path)
+	if len(b) < protocol.MinAgentSecret {
+		return nil, usageError(flag, "%s holds %d bytes; a secret of at least %d is needed (e.g. head -c 32 /dev/urandom | base64 > %s)", path, len(b), protocol.MinAgentSecret, path)
 	}
 	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
 		log.Warn("the secret file can be read by other users; chmod 600 it", "file", path, "mode", st.Mode().Perm().String())

@@ -10,14 +10,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 )
 
 // Client calls the admin API of a running driver: requests signed with the admin secret,
 // answers checked to be signed with it.
 type Client struct {
 	base string
-	auth *rendezvous.Auth
+	auth *protocol.Auth
 	hc   *http.Client
 }
 
@@ -32,7 +32,7 @@ func (e *Refused) Error() string { return e.Msg }
 // NewClient returns a client of the driver at baseURL (its --listen address, e.g.
 // http://127.0.0.1:29400) keyed by the admin secret. hc nil: a client with a 15 s timeout.
 func NewClient(baseURL string, secret []byte, hc *http.Client) (*Client, error) {
-	auth, err := rendezvous.NewAuth(secret, Label, 0)
+	auth, err := protocol.NewAuth(secret, Label, 0)
 	if err != nil {
 		return nil, fmt.Errorf("admin secret: %w", err)
 	}
@@ -70,7 +70,7 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 
 func (c *Client) do(ctx context.Context, method, target string, in, out any) error {
 	r, err := c.auth.Exchange(ctx, c.hc, method, c.base+target, in, 16<<20)
-	if ue, ok := errors.AsType[*rendezvous.UnsignedError](err); ok {
+	if ue, ok := errors.AsType[*protocol.UnsignedError](err); ok {
 		switch ue.Status {
 		case http.StatusUnauthorized:
 			return fmt.Errorf("the driver refused the request's signature (%s): check that --admin-secret-file holds the secret the driver was started with, and that the clocks agree within 60s", ue.Reason)

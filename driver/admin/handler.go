@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver"
-	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
 
@@ -88,7 +88,7 @@ type Worker struct {
 // Handler serves the admin API under PathPrefix. Every request must be signed with the
 // admin secret (rendezvous.Auth, keyed with Label); every answer but a 401 is signed.
 type Handler struct {
-	auth    *rendezvous.Auth
+	auth    *protocol.Auth
 	overlay *Overlay
 	status  func() *driver.Status
 	log     *slog.Logger
@@ -101,7 +101,7 @@ type Handler struct {
 // status returns the driver's latest snapshot (driver.StatusBoard.Load), nil before the job's
 // first step; log may be nil.
 func NewHandler(secret []byte, overlay *Overlay, status func() *driver.Status, log *slog.Logger) (*Handler, error) {
-	auth, err := rendezvous.NewAuth(secret, Label, 0)
+	auth, err := protocol.NewAuth(secret, Label, 0)
 	if err != nil {
 		return nil, fmt.Errorf("admin secret: %w", err)
 	}
@@ -129,7 +129,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
-	a := rendezvous.Answer{W: w, Auth: h.auth, Nonce: nonce}
+	a := protocol.Answer{W: w, Auth: h.auth, Nonce: nonce}
 	path := r.URL.Path
 	switch {
 	case path == PathStatus && r.Method == http.MethodGet:
@@ -145,7 +145,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (h *Handler) add(a rendezvous.Answer, body []byte) {
+func (h *Handler) add(a protocol.Answer, body []byte) {
 	var in AddRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -220,7 +220,7 @@ func (h *Handler) release(host string) int {
 	}
 }
 
-func (h *Handler) remove(a rendezvous.Answer, r *http.Request, id string) {
+func (h *Handler) remove(a protocol.Answer, r *http.Request, id string) {
 	force := false
 	if v := r.URL.Query().Get("force"); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -296,7 +296,7 @@ func (h *Handler) snapshot() Status {
 }
 
 // answerRefusal answers an Overlay refusal: 404 unknown host, 409 a conflict with the job's state.
-func answerRefusal(a rendezvous.Answer, err error) {
+func answerRefusal(a protocol.Answer, err error) {
 	switch {
 	case errors.Is(err, ErrUnknownHost):
 		a.Error(http.StatusNotFound, err.Error())

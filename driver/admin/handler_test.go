@@ -12,7 +12,7 @@ import (
 
 	"github.com/elasticd/elasticd/driver"
 	"github.com/elasticd/elasticd/driver/admin"
-	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
 
@@ -135,7 +135,7 @@ func TestHandlerAddRemoveStatus(t *testing.T) {
 
 // send signs and sends one request with a client of the admin protocol's Auth, and returns
 // the answer with its body and the request's nonce.
-func send(t *testing.T, auth *rendezvous.Auth, method, url string, body []byte) (*http.Response, []byte, string) {
+func send(t *testing.T, auth *protocol.Auth, method, url string, body []byte) (*http.Response, []byte, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
@@ -158,7 +158,7 @@ func send(t *testing.T, auth *rendezvous.Auth, method, url string, body []byte) 
 // one line.
 func TestHandlerAnswersSignedWithCodes(t *testing.T) {
 	a := newAPI(t)
-	auth, err := rendezvous.NewAuth(secret, admin.Label, 0)
+	auth, err := protocol.NewAuth(secret, admin.Label, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,19 +205,19 @@ func TestHandlerRefusesUnsignedForgedReplayed(t *testing.T) {
 		t.Fatalf("unsigned: %d %q", resp.StatusCode, body)
 	}
 
-	other, _ := rendezvous.NewAuth([]byte("another-secret-of-enough-bytes"), admin.Label, 0)
+	other, _ := protocol.NewAuth([]byte("another-secret-of-enough-bytes"), admin.Label, 0)
 	resp, body, _ = send(t, other, "GET", url, nil)
-	if resp.StatusCode != 401 || !strings.Contains(string(body), "bad signature") || resp.Header.Get(rendezvous.HeaderAnswerSignature) != "" {
+	if resp.StatusCode != 401 || !strings.Contains(string(body), "bad signature") || resp.Header.Get(protocol.HeaderAnswerSignature) != "" {
 		t.Fatalf("wrong secret: %d %q", resp.StatusCode, body)
 	}
 	// The agents' protocol keyed with the same secret is another protocol.
-	agents, _ := rendezvous.NewAuth(secret, "elasticd agent v1", 0)
+	agents, _ := protocol.NewAuth(secret, "elasticd agent v1", 0)
 	if resp, _, _ = send(t, agents, "GET", url, nil); resp.StatusCode != 401 {
 		t.Fatalf("another protocol's MAC: %d", resp.StatusCode)
 	}
 
 	// A captured request sent again is refused, even a harmless one.
-	auth, _ := rendezvous.NewAuth(secret, admin.Label, 0)
+	auth, _ := protocol.NewAuth(secret, admin.Label, 0)
 	req, _ := http.NewRequest("DELETE", a.srv.URL+"/v1/admin/hosts/10.9.9.9", nil)
 	auth.Sign(req, nil)
 	for i, want := range []int{404, 401} {

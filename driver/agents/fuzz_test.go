@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/agents"
-	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 )
 
 // FuzzAgentRequest sends the driver's side of the agents' protocol requests built from the
@@ -34,7 +34,7 @@ func FuzzAgentRequest(f *testing.F) {
 		for range reg.Faults() {
 		}
 	}()
-	auth, err := rendezvous.NewAuth(secret, agents.AuthLabel, 0)
+	auth, err := protocol.NewAuth(secret, protocol.AgentAuthLabel, 0)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -51,13 +51,13 @@ func FuzzAgentRequest(f *testing.F) {
 		reg.ServeHTTP(rec, req)
 		return rec
 	}
-	rec := send("POST", agents.PathRegister, []byte(`{"agent_id":"a1","host_id":"h1","addr":"127.0.0.1","gpus":[]}`))
-	var ans agents.RegisterAnswer
+	rec := send("POST", protocol.AgentPathRegister, []byte(`{"agent_id":"a1","host_id":"h1","addr":"127.0.0.1","gpus":[]}`))
+	var ans protocol.AgentRegisterAnswer
 	if rec == nil || rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &ans) != nil {
 		f.Fatalf("register: %v", rec)
 	}
-	f.Add("POST", agents.PathRegister, []byte(`{"agent_id":"a2","host_id":"h2","addr":"10.0.0.2","slots":2,"gpus":[{"index":0,"uuid":"GPU-1","model":"A100","memory_bytes":1}],"metadata":"aws"}`))
-	f.Add("POST", agents.PathRegister, []byte(`{"agent_id":"","host_id":"h/1","addr":"","slots":-3}`))
+	f.Add("POST", protocol.AgentPathRegister, []byte(`{"agent_id":"a2","host_id":"h2","addr":"10.0.0.2","slots":2,"gpus":[{"index":0,"uuid":"GPU-1","model":"A100","memory_bytes":1}],"metadata":"aws"}`))
+	f.Add("POST", protocol.AgentPathRegister, []byte(`{"agent_id":"","host_id":"h/1","addr":"","slots":-3}`))
 	f.Add("POST", "/v1/agents/SESSION/events", []byte(`{"events":[{"seq":1,"kind":"started","proc":1,"pid":42}]}`))
 	f.Add("POST", "/v1/agents/SESSION/events", []byte(`{"events":[{"seq":2,"kind":"exited","proc":1,"code":1,"signal":"SIGKILL"},{"seq":3,"kind":"output","proc":1,"stream":"stdout","data":"aGVsbG8K"}]}`))
 	f.Add("POST", "/v1/agents/SESSION/events", []byte(`{"events":[{"seq":4,"kind":"notice","notice":{"kind":"spot","deadline":"2026-11-25T00:00:00Z"}},{"seq":5,"kind":"gpu","gpu":{"index":0,"reason":"xid 79"}},{"seq":6,"kind":"load","gpu_busy":2.5},{"seq":7,"kind":"port","proc":9,"port":70000}]}`))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
 
@@ -33,7 +34,7 @@ func (l launcher) Start(ctx context.Context, s launch.Spec) (launch.Process, err
 	env := make([]string, 0, len(s.Env))
 	for _, kv := range s.Env {
 		// The agent derives the job secret itself; it never crosses the network.
-		if !strings.HasPrefix(kv, "ELASTICD_SECRET=") {
+		if !strings.HasPrefix(kv, protocol.EnvSecret+"=") {
 			env = append(env, kv)
 		}
 	}
@@ -46,7 +47,7 @@ func (l launcher) Start(ctx context.Context, s launch.Spec) (launch.Process, err
 	r.nextProc++
 	p := &process{r: r, s: sess, id: r.nextProc, spec: s, done: make(chan struct{})}
 	sess.procs[p.id] = p
-	sess.queueLocked(Command{Op: OpStart, Proc: p.id, Worker: workerOf(s), Slot: s.Slot, Argv: s.Command, Env: env, Dir: s.Dir})
+	sess.queueLocked(protocol.AgentCommand{Op: protocol.OpStart, Proc: p.id, Worker: workerOf(s), Slot: s.Slot, Argv: s.Command, Env: env, Dir: s.Dir})
 	r.mu.Unlock()
 	go func() {
 		select {
@@ -73,12 +74,12 @@ func (l launcher) FreePort(ctx context.Context, host string) (int, error) {
 	}
 	r.nextProc++
 	id := r.nextProc
-	ch := make(chan Event, 1)
+	ch := make(chan protocol.AgentEvent, 1)
 	if r.ports == nil {
-		r.ports = map[uint64]chan Event{}
+		r.ports = map[uint64]chan protocol.AgentEvent{}
 	}
 	r.ports[id] = ch
-	sess.queueLocked(Command{Op: OpFindPort, Proc: id})
+	sess.queueLocked(protocol.AgentCommand{Op: protocol.OpFindPort, Proc: id})
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -103,7 +104,7 @@ func (l launcher) FreePort(ctx context.Context, host string) (int, error) {
 // workerOf is the worker ID in a spec's environment, for the agent's log.
 func workerOf(s launch.Spec) string {
 	for _, kv := range s.Env {
-		if v, ok := strings.CutPrefix(kv, "ELASTICD_WORKER_ID="); ok {
+		if v, ok := strings.CutPrefix(kv, protocol.EnvWorkerID+"="); ok {
 			return v
 		}
 	}
@@ -172,7 +173,7 @@ func (p *process) Stop(grace time.Duration) {
 			}
 			p.finish(launch.ExitStatus{Code: -1}, errors.New("stopped before its agent listed it"))
 		case p.r.sessions[p.s.id] != nil:
-			p.s.queueLocked(Command{Op: OpStop, Proc: p.id, GraceMS: grace.Milliseconds()})
+			p.s.queueLocked(protocol.AgentCommand{Op: protocol.OpStop, Proc: p.id, GraceMS: grace.Milliseconds()})
 		}
 		p.r.mu.Unlock()
 	})
@@ -299,7 +300,7 @@ func (w *wrapped) CompleteNotice(ctx context.Context, n providers.Notice) error 
 		defer r.mu.Unlock()
 		for _, s := range r.sessions {
 			if s.info.AgentID == n.Token {
-				s.queueLocked(Command{Op: OpCompleteNotice, Notice: id})
+				s.queueLocked(protocol.AgentCommand{Op: protocol.OpCompleteNotice, Notice: id})
 				return nil
 			}
 		}

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/launch"
-	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
 
@@ -55,8 +55,8 @@ const (
 // Validate reports the first invalid field.
 func (c Config) Validate() error {
 	switch {
-	case len(c.Secret) < MinSecret:
-		return fmt.Errorf("agent secret of %d bytes: must be at least %d", len(c.Secret), MinSecret)
+	case len(c.Secret) < protocol.MinAgentSecret:
+		return fmt.Errorf("agent secret of %d bytes: must be at least %d", len(c.Secret), protocol.MinAgentSecret)
 	case c.JobID == "":
 		return errors.New("agents: no job ID")
 	case c.PollWait < 0 || c.Lease < 0 || c.MaxBody < 0:
@@ -81,7 +81,7 @@ type Fault struct {
 // methods are safe for concurrent use.
 type Registry struct {
 	cfg  Config
-	auth *rendezvous.Auth
+	auth *protocol.Auth
 	log  *slog.Logger
 
 	notices chan providers.Notice
@@ -94,7 +94,7 @@ type Registry struct {
 	sessions map[string]*session // live sessions by ID
 	seen     map[string]time.Time
 	nextProc uint64
-	ports    map[uint64]chan Event // OpFindPort requests awaiting their KindPort answer
+	ports    map[uint64]chan protocol.AgentEvent // OpFindPort requests awaiting their KindPort answer
 	// expected are the workers of an earlier driver of this job that wait for their agent to
 	// list them again (Adopt), by worker ID.
 	expected map[string]*process
@@ -103,12 +103,12 @@ type Registry struct {
 // session is one registration of one agent process.
 type session struct {
 	id         string
-	info       RegisterRequest
+	info       protocol.AgentRegisterRequest
 	registered time.Time
 	lastSeen   time.Time
 	polling    int
-	lostCh     chan struct{} // closed when the session is lost
-	cmds       []Command     // queued and not yet acknowledged
+	lostCh     chan struct{}           // closed when the session is lost
+	cmds       []protocol.AgentCommand // queued and not yet acknowledged
 	nextCmd    uint64
 	cmdCh      chan struct{} // closed and replaced when a command is queued
 	lastEvent  uint64
@@ -131,7 +131,7 @@ func New(cfg Config) (*Registry, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	auth, err := rendezvous.NewAuth(cfg.Secret, AuthLabel, 0)
+	auth, err := protocol.NewAuth(cfg.Secret, protocol.AgentAuthLabel, 0)
 	if err != nil {
 		return nil, fmt.Errorf("agent secret: %w", err)
 	}
@@ -188,7 +188,7 @@ type AgentInfo struct {
 	HostID     string // the provider's ID for the host, or the agent's own
 	Addr       string
 	Slots      int // 0 when the provider decides
-	GPUs       []GPU
+	GPUs       []protocol.AgentGPU
 	Metadata   string
 	Registered time.Time
 	LastSeen   time.Time
@@ -300,14 +300,14 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
-	a := rendezvous.Answer{W: w, Auth: r.auth, Nonce: nonce}
+	a := protocol.Answer{W: w, Auth: r.auth, Nonce: nonce}
 	if r.isClosing() {
 		a.Error(http.StatusServiceUnavailable, "driver shutting down")
 		return
 	}
-	rest := strings.TrimPrefix(req.URL.Path, PathPrefix)
+	rest := strings.TrimPrefix(req.URL.Path, protocol.AgentPathPrefix)
 	switch {
-	case req.URL.Path == PathRegister && req.Method == http.MethodPost:
+	case req.URL.Path == protocol.AgentPathRegister && req.Method == http.MethodPost:
 		r.register(a, req, body, now)
 	case strings.HasSuffix(rest, "/commands") && req.Method == http.MethodGet:
 		r.commands(a, req, strings.TrimSuffix(rest, "/commands"))
@@ -318,7 +318,7 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 }
 
-func decode(a rendezvous.Answer, body []byte, v any) bool {
+func decode(a protocol.Answer, body []byte, v any) bool {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -328,12 +328,15 @@ func decode(a rendezvous.Answer, body []byte, v any) bool {
 	return true
 }
 
-func (r *Registry) register(a rendezvous.Answer, req *http.Request, body []byte, now time.Time) {
-	var in RegisterRequest
+func (r *Registry) register(a protocol.Answer, req *http.Request, body []byte, now time.Time) {
+	var in protocol.AgentRegisterRequest
 	if !decode(a, body, &in) {
 		return
 	}
 	switch {
+	case in.Protocol != 0 && in.Protocol != protocol.ProtocolVersion:
+		a.Error(http.StatusBadRequest, fmt.Sprintf("agent protocol version %d is not spoken by this driver, which speaks version %d: run the agents and the driver from the same elasticd release", in.Protocol, protocol.ProtocolVersion))
+		return
 	case in.AgentID == "" || len(in.AgentID) > 64:
 		a.Error(http.StatusBadRequest, `"agent_id" must be 1 to 64 characters`)
 		return
@@ -373,11 +376,11 @@ func (r *Registry) register(a rendezvous.Answer, req *http.Request, body []byte,
 	adopted := r.adoptLocked(s, in)
 	r.mu.Unlock()
 	r.log.Info("agent registered", "host", in.HostID, "addr", in.Addr, "gpus", len(in.GPUs), "slots", s.slots(0), "metadata", in.Metadata, "session", s.id, "remote", req.RemoteAddr, "held", len(in.Procs), "adopted", len(adopted))
-	a.JSON(RegisterAnswer{Session: s.id, JobID: r.cfg.JobID, PollWaitMS: r.cfg.PollWait.Milliseconds(), LeaseMS: r.cfg.Lease.Milliseconds(), Adopted: adopted})
+	a.JSON(protocol.AgentRegisterAnswer{Session: s.id, JobID: r.cfg.JobID, PollWaitMS: r.cfg.PollWait.Milliseconds(), LeaseMS: r.cfg.Lease.Milliseconds(), Adopted: adopted})
 }
 
 // session returns the live session id, or answers 404.
-func (r *Registry) session(a rendezvous.Answer, id string) *session {
+func (r *Registry) session(a protocol.Answer, id string) *session {
 	r.mu.Lock()
 	s := r.sessions[id]
 	if s != nil {
@@ -390,7 +393,7 @@ func (r *Registry) session(a rendezvous.Answer, id string) *session {
 	return s
 }
 
-func (r *Registry) commands(a rendezvous.Answer, req *http.Request, id string) {
+func (r *Registry) commands(a protocol.Answer, req *http.Request, id string) {
 	s := r.session(a, id)
 	if s == nil {
 		return
@@ -428,7 +431,7 @@ func (r *Registry) commands(a rendezvous.Answer, req *http.Request, id string) {
 		}
 		s.cmds = s.cmds[i:]
 		if len(s.cmds) > 0 {
-			out := CommandsAnswer{Commands: slices.Clone(s.cmds)}
+			out := protocol.AgentCommandsAnswer{Commands: slices.Clone(s.cmds)}
 			r.mu.Unlock()
 			a.JSON(out)
 			return
@@ -438,7 +441,7 @@ func (r *Registry) commands(a rendezvous.Answer, req *http.Request, id string) {
 		select {
 		case <-ch:
 		case <-timer.C:
-			a.JSON(CommandsAnswer{Commands: []Command{}})
+			a.JSON(protocol.AgentCommandsAnswer{Commands: []protocol.AgentCommand{}})
 			return
 		case <-s.lostCh:
 			if r.isClosing() { // Close ends the sessions too: answer as Close promises
@@ -458,7 +461,7 @@ func (r *Registry) commands(a rendezvous.Answer, req *http.Request, id string) {
 }
 
 // queueLocked adds a command to s and wakes its poll.
-func (s *session) queueLocked(c Command) {
+func (s *session) queueLocked(c protocol.AgentCommand) {
 	s.nextCmd++
 	c.Seq = s.nextCmd
 	s.cmds = append(s.cmds, c)
@@ -466,12 +469,12 @@ func (s *session) queueLocked(c Command) {
 	s.cmdCh = make(chan struct{})
 }
 
-func (r *Registry) events(a rendezvous.Answer, body []byte, id string) {
+func (r *Registry) events(a protocol.Answer, body []byte, id string) {
 	s := r.session(a, id)
 	if s == nil {
 		return
 	}
-	var in EventsRequest
+	var in protocol.AgentEventsRequest
 	if !decode(a, body, &in) {
 		return
 	}
@@ -499,17 +502,17 @@ func (r *Registry) events(a rendezvous.Answer, body []byte, id string) {
 var errBehind = errors.New("the driver is behind on agent events; send them again")
 
 // event applies one event of s; p is the process it names, if known.
-func (r *Registry) event(s *session, p *process, ev Event) error {
+func (r *Registry) event(s *session, p *process, ev protocol.AgentEvent) error {
 	switch ev.Kind {
-	case KindStarted:
+	case protocol.KindStarted:
 		if p != nil {
 			p.pid.Store(int64(ev.PID))
 		}
-	case KindOutput:
+	case protocol.KindOutput:
 		if p != nil {
 			p.output(ev.Stream, ev.Data)
 		}
-	case KindPort:
+	case protocol.KindPort:
 		r.mu.Lock()
 		ch := r.ports[ev.Proc]
 		delete(r.ports, ev.Proc)
@@ -517,7 +520,7 @@ func (r *Registry) event(s *session, p *process, ev Event) error {
 		if ch != nil {
 			ch <- ev // buffered: the asker may have given up
 		}
-	case KindExited:
+	case protocol.KindExited:
 		if p == nil {
 			return nil
 		}
@@ -528,7 +531,7 @@ func (r *Registry) event(s *session, p *process, ev Event) error {
 			p.output("stderr", []byte("agent: "+ev.Error+"\n"))
 		}
 		p.finish(launch.ExitStatus{Code: ev.Code, Signal: ev.Signal}, nil)
-	case KindNotice:
+	case protocol.KindNotice:
 		if ev.Notice == nil {
 			return nil
 		}
@@ -557,13 +560,13 @@ func (r *Registry) event(s *session, p *process, ev Event) error {
 		r.remember(key)
 		r.mu.Unlock()
 		r.log.Info("agent notice", "host", host, "kind", n.Kind, "deadline", n.Deadline, "detail", ev.Notice.Detail)
-	case KindLoad:
+	case protocol.KindLoad:
 		if ev.GPUBusy >= 0 && ev.GPUBusy <= 1 {
 			r.mu.Lock()
 			s.gpuBusy = ev.GPUBusy
 			r.mu.Unlock()
 		}
-	case KindGPU:
+	case protocol.KindGPU:
 		if ev.GPU == nil {
 			return nil
 		}
@@ -596,7 +599,7 @@ func (r *Registry) remember(key string) {
 }
 
 // fault maps a GPU failure to the slots that use the GPU: slot s uses GPU s mod #GPUs.
-func (r *Registry) fault(s *session, g GPUFault) *Fault {
+func (r *Registry) fault(s *session, g protocol.GPUFault) *Fault {
 	r.mu.Lock()
 	host, nslots, ngpu := s.hostID, s.slots(0), len(s.info.GPUs)
 	r.mu.Unlock()
@@ -646,14 +649,14 @@ func (r *Registry) Adopt(id string, spec launch.Spec, wait time.Duration) (launc
 // adoptLocked takes over the held workers of a registering agent that this driver expects:
 // those of its job, named by a worker ID it waits for, on the agent's host. A held worker
 // that exited meanwhile is adopted and ends at once with its status.
-func (r *Registry) adoptLocked(s *session, in RegisterRequest) []Adoption {
-	var out []Adoption
+func (r *Registry) adoptLocked(s *session, in protocol.AgentRegisterRequest) []protocol.Adoption {
+	var out []protocol.Adoption
 	for _, h := range in.Procs {
 		p := r.expected[h.Worker]
 		if p == nil || h.JobID != r.cfg.JobID {
 			continue
 		}
-		id, err := rendezvous.ParseWorkerID(h.Worker)
+		id, err := protocol.ParseWorkerID(h.Worker)
 		if err != nil || (p.spec.Host != in.Addr && id.Host != in.HostID && id.Host != in.Addr) {
 			r.log.Warn("an agent lists a worker of another host; not adopting it", "worker", h.Worker, "agent_host", in.HostID, "agent_addr", in.Addr)
 			continue
@@ -663,7 +666,7 @@ func (r *Registry) adoptLocked(s *session, in RegisterRequest) []Adoption {
 		p.id, p.s = r.nextProc, s
 		p.pid.Store(int64(h.PID))
 		close(p.adopted)
-		out = append(out, Adoption{Old: h.Proc, New: p.id})
+		out = append(out, protocol.Adoption{Old: h.Proc, New: p.id})
 		if h.Exited {
 			r.log.Info("adopted a worker that exited while the driver was away", "worker", h.Worker, "code", h.Code, "signal", h.Signal)
 			p.finish(launch.ExitStatus{Code: h.Code, Signal: h.Signal}, nil)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/elasticd/elasticd/driver/agents"
 	"github.com/elasticd/elasticd/driver/launch"
-	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
 
@@ -81,7 +81,7 @@ func newEnv(t *testing.T, tweak func(*agents.Config)) *env {
 // client signs requests with secret, as an agent does.
 func (e *env) client(t *testing.T, secret []byte) *client {
 	t.Helper()
-	auth, err := rendezvous.NewAuth(secret, agents.AuthLabel, 0)
+	auth, err := protocol.NewAuth(secret, protocol.AgentAuthLabel, 0)
 	if err != nil {
 		t.Fatalf("NewAuth: %v", err)
 	}
@@ -92,7 +92,7 @@ func (e *env) client(t *testing.T, secret []byte) *client {
 
 type client struct {
 	base string
-	auth *rendezvous.Auth
+	auth *protocol.Auth
 	hc   *http.Client
 }
 
@@ -183,18 +183,18 @@ func (c *client) call(t *testing.T, method, target string, in any, want int, out
 // fakeAgent is one registered session, driven by hand.
 type fakeAgent struct {
 	c       *client
-	info    agents.RegisterRequest
+	info    protocol.AgentRegisterRequest
 	session string
 	seq     uint64 // last event sequence number sent
 }
 
-func (c *client) register(t *testing.T, in agents.RegisterRequest) *fakeAgent {
+func (c *client) register(t *testing.T, in protocol.AgentRegisterRequest) *fakeAgent {
 	t.Helper()
 	if in.AgentID == "" {
 		in.AgentID = "agent-" + in.HostID
 	}
-	var ans agents.RegisterAnswer
-	c.call(t, http.MethodPost, agents.PathRegister, in, http.StatusOK, &ans)
+	var ans protocol.AgentRegisterAnswer
+	c.call(t, http.MethodPost, protocol.AgentPathRegister, in, http.StatusOK, &ans)
 	if ans.Session == "" {
 		t.Fatalf("register %s: no session in %+v", in.HostID, ans)
 	}
@@ -202,21 +202,21 @@ func (c *client) register(t *testing.T, in agents.RegisterRequest) *fakeAgent {
 }
 
 func (a *fakeAgent) commandsTarget(after uint64, waitMS int) string {
-	return fmt.Sprintf("%s%s/commands?after=%d&wait_ms=%d", agents.PathPrefix, a.session, after, waitMS)
+	return fmt.Sprintf("%s%s/commands?after=%d&wait_ms=%d", protocol.AgentPathPrefix, a.session, after, waitMS)
 }
 
-func (a *fakeAgent) eventsTarget() string { return agents.PathPrefix + a.session + "/events" }
+func (a *fakeAgent) eventsTarget() string { return protocol.AgentPathPrefix + a.session + "/events" }
 
 // poll asks for the commands after after, holding the poll at most waitMS.
-func (a *fakeAgent) poll(t *testing.T, after uint64, waitMS int) []agents.Command {
+func (a *fakeAgent) poll(t *testing.T, after uint64, waitMS int) []protocol.AgentCommand {
 	t.Helper()
-	var ans agents.CommandsAnswer
+	var ans protocol.AgentCommandsAnswer
 	a.c.call(t, http.MethodGet, a.commandsTarget(after, waitMS), nil, http.StatusOK, &ans)
 	return ans.Commands
 }
 
 // next polls until a command after after arrives and returns the first.
-func (a *fakeAgent) next(t *testing.T, after uint64) agents.Command {
+func (a *fakeAgent) next(t *testing.T, after uint64) protocol.AgentCommand {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
@@ -225,18 +225,18 @@ func (a *fakeAgent) next(t *testing.T, after uint64) agents.Command {
 		}
 	}
 	t.Fatalf("no command after %d within 3s", after)
-	return agents.Command{}
+	return protocol.AgentCommand{}
 }
 
 // emit numbers evs after the last event sent, sends them as one batch (204 expected) and
 // returns the batch as sent, for a retry.
-func (a *fakeAgent) emit(t *testing.T, evs ...agents.Event) agents.EventsRequest {
+func (a *fakeAgent) emit(t *testing.T, evs ...protocol.AgentEvent) protocol.AgentEventsRequest {
 	t.Helper()
 	for i := range evs {
 		a.seq++
 		evs[i].Seq = a.seq
 	}
-	batch := agents.EventsRequest{Events: evs}
+	batch := protocol.AgentEventsRequest{Events: evs}
 	a.c.call(t, http.MethodPost, a.eventsTarget(), batch, http.StatusNoContent, nil)
 	return batch
 }
@@ -328,12 +328,12 @@ func oneLine(t *testing.T, r reply) string {
 func TestRegister(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.client(t, secret)
-	in := agents.RegisterRequest{
+	in := protocol.AgentRegisterRequest{
 		AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1", Metadata: "aws",
-		GPUs: []agents.GPU{{Index: 0, UUID: "GPU-0", Model: "H100"}, {Index: 1, UUID: "GPU-1", Model: "H100"}},
+		GPUs: []protocol.AgentGPU{{Index: 0, UUID: "GPU-0", Model: "H100"}, {Index: 1, UUID: "GPU-1", Model: "H100"}},
 	}
 	body, _ := json.Marshal(in)
-	r, err := c.send(http.MethodPost, agents.PathRegister, body)
+	r, err := c.send(http.MethodPost, protocol.AgentPathRegister, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +343,7 @@ func TestRegister(t *testing.T) {
 	if err := c.verify(r); err != nil {
 		t.Fatalf("the answer does not verify: %v", err)
 	}
-	var ans agents.RegisterAnswer
+	var ans protocol.AgentRegisterAnswer
 	if err := json.Unmarshal(r.body, &ans); err != nil {
 		t.Fatalf("decode %s: %v", r.body, err)
 	}
@@ -360,8 +360,8 @@ func TestRegister(t *testing.T) {
 	if err := c.auth.VerifyAnswer(r.header, r.nonce, http.StatusAccepted, r.body); err == nil {
 		t.Error("an answer with another status verifies")
 	}
-	other, _, _ := c.newRequest(http.MethodPost, agents.PathRegister, body)
-	if err := c.auth.VerifyAnswer(r.header, other.Header.Get(rendezvous.HeaderNonce), r.status, r.body); err == nil {
+	other, _, _ := c.newRequest(http.MethodPost, protocol.AgentPathRegister, body)
+	if err := c.auth.VerifyAnswer(r.header, other.Header.Get(protocol.HeaderNonce), r.status, r.body); err == nil {
 		t.Error("the answer verifies for another request's nonce")
 	}
 	forger := e.client(t, []byte("another-secret-0123456789"))
@@ -381,10 +381,10 @@ func TestRegister(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.client(t, secret)
-	valid, _ := json.Marshal(agents.RegisterRequest{AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1"})
+	valid, _ := json.Marshal(protocol.AgentRegisterRequest{AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1"})
 
 	t.Run("another secret", func(t *testing.T) {
-		r, err := e.client(t, []byte("not-the-agent-secret-0123")).send(http.MethodPost, agents.PathRegister, valid)
+		r, err := e.client(t, []byte("not-the-agent-secret-0123")).send(http.MethodPost, protocol.AgentPathRegister, valid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -394,7 +394,7 @@ func TestRefusals(t *testing.T) {
 		if msg := oneLine(t, r); !strings.Contains(msg, "bad signature") {
 			t.Errorf("reason %q: want it to say bad signature", msg)
 		}
-		if h := r.header.Get(rendezvous.HeaderAnswerSignature); h != "" {
+		if h := r.header.Get(protocol.HeaderAnswerSignature); h != "" {
 			t.Errorf("a refusal carries an answer signature %q", h)
 		}
 		if a := e.reg.Agents(); len(a) != 0 {
@@ -403,18 +403,18 @@ func TestRefusals(t *testing.T) {
 	})
 
 	t.Run("unsigned", func(t *testing.T) {
-		resp, err := c.hc.Post(e.srv.URL+agents.PathRegister, "application/json", bytes.NewReader(valid))
+		resp, err := c.hc.Post(e.srv.URL+protocol.AgentPathRegister, "application/json", bytes.NewReader(valid))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get(rendezvous.HeaderAnswerSignature) != "" {
-			t.Errorf("unsigned request: %d with answer signature %q, want 401 unsigned", resp.StatusCode, resp.Header.Get(rendezvous.HeaderAnswerSignature))
+		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get(protocol.HeaderAnswerSignature) != "" {
+			t.Errorf("unsigned request: %d with answer signature %q, want 401 unsigned", resp.StatusCode, resp.Header.Get(protocol.HeaderAnswerSignature))
 		}
 	})
 
 	t.Run("replayed", func(t *testing.T) {
-		req, nonce, err := c.newRequest(http.MethodPost, agents.PathRegister, valid)
+		req, nonce, err := c.newRequest(http.MethodPost, protocol.AgentPathRegister, valid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -440,7 +440,7 @@ func TestRefusals(t *testing.T) {
 		if msg := oneLine(t, r); !strings.Contains(msg, "replayed") {
 			t.Errorf("reason %q: want it to say replayed", msg)
 		}
-		if h := r.header.Get(rendezvous.HeaderAnswerSignature); h != "" {
+		if h := r.header.Get(protocol.HeaderAnswerSignature); h != "" {
 			t.Errorf("a refusal carries an answer signature %q", h)
 		}
 	})
@@ -454,9 +454,10 @@ func TestRefusals(t *testing.T) {
 		{"missing addr", `{"agent_id":"a1","host_id":"i-1"}`, "addr"},
 		{"missing agent_id", `{"host_id":"i-1","addr":"10.0.0.1"}`, "agent_id"},
 		{"negative slots", `{"agent_id":"a1","host_id":"i-1","addr":"10.0.0.1","slots":-1}`, "slots"},
+		{"another protocol version", `{"protocol":99,"agent_id":"a1","host_id":"i-1","addr":"10.0.0.1"}`, "protocol version 99"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := c.call(t, http.MethodPost, agents.PathRegister, []byte(tc.body), http.StatusBadRequest, nil)
+			r := c.call(t, http.MethodPost, protocol.AgentPathRegister, []byte(tc.body), http.StatusBadRequest, nil)
 			if msg := oneLine(t, r); !strings.Contains(msg, tc.want) {
 				t.Errorf("reason %q: want it to name %q", msg, tc.want)
 			}
@@ -464,7 +465,7 @@ func TestRefusals(t *testing.T) {
 	}
 
 	t.Run("unknown session", func(t *testing.T) {
-		for _, target := range []string{agents.PathPrefix + "no-such-session/commands?after=0&wait_ms=10", agents.PathPrefix + "no-such-session/events"} {
+		for _, target := range []string{protocol.AgentPathPrefix + "no-such-session/commands?after=0&wait_ms=10", protocol.AgentPathPrefix + "no-such-session/events"} {
 			method, body := http.MethodGet, []byte(nil)
 			if strings.HasSuffix(target, "/events") {
 				method, body = http.MethodPost, []byte(`{"events":[]}`)
@@ -477,7 +478,7 @@ func TestRefusals(t *testing.T) {
 	})
 
 	t.Run("bad events body", func(t *testing.T) {
-		a := c.register(t, agents.RegisterRequest{AgentID: "a2", HostID: "i-2", Addr: "10.0.0.2"})
+		a := c.register(t, protocol.AgentRegisterRequest{AgentID: "a2", HostID: "i-2", Addr: "10.0.0.2"})
 		r := c.call(t, http.MethodPost, a.eventsTarget(), []byte(`{"events":[{"seq":1,"kind":"started","surprise":1}]}`), http.StatusBadRequest, nil)
 		if msg := oneLine(t, r); !strings.Contains(msg, "surprise") {
 			t.Errorf("reason %q: want it to name the unknown field", msg)
@@ -491,7 +492,7 @@ func TestRefusals(t *testing.T) {
 
 func TestStartOutputExit(t *testing.T) {
 	e := newEnv(t, nil)
-	a := e.client(t, secret).register(t, agents.RegisterRequest{HostID: "i-1", Addr: "10.0.0.1", GPUs: []agents.GPU{{Index: 0}, {Index: 1}}})
+	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1", GPUs: []protocol.AgentGPU{{Index: 0}, {Index: 1}}})
 
 	var stdout, stderr syncBuffer
 	p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{
@@ -511,7 +512,7 @@ func TestStartOutputExit(t *testing.T) {
 		t.Fatalf("commands %+v: want one start", cmds)
 	}
 	c := cmds[0]
-	if c.Seq != 1 || c.Op != agents.OpStart || c.Proc == 0 || c.Slot != 1 || c.Dir != "/work/job" || c.Worker != "i-1/1" {
+	if c.Seq != 1 || c.Op != protocol.OpStart || c.Proc == 0 || c.Slot != 1 || c.Dir != "/work/job" || c.Worker != "i-1/1" {
 		t.Errorf("start command %+v", c)
 	}
 	if want := []string{"python", "train.py", "--lr", "0.1"}; !slices.Equal(c.Argv, want) {
@@ -532,14 +533,14 @@ func TestStartOutputExit(t *testing.T) {
 		t.Errorf("an empty poll with wait_ms=100 answered after %v: not held", d)
 	}
 
-	a.emit(t, agents.Event{Kind: agents.KindStarted, Proc: c.Proc, PID: 4242})
+	a.emit(t, protocol.AgentEvent{Kind: protocol.KindStarted, Proc: c.Proc, PID: 4242})
 	if p.PID() != 4242 {
 		t.Errorf("PID() = %d, want 4242", p.PID())
 	}
 	batch := a.emit(t,
-		agents.Event{Kind: agents.KindOutput, Proc: c.Proc, Stream: "stdout", Data: []byte("hello ")},
-		agents.Event{Kind: agents.KindOutput, Proc: c.Proc, Stream: "stderr", Data: []byte("warning: x\n")},
-		agents.Event{Kind: agents.KindOutput, Proc: c.Proc, Stream: "stdout", Data: []byte("world\n")},
+		protocol.AgentEvent{Kind: protocol.KindOutput, Proc: c.Proc, Stream: "stdout", Data: []byte("hello ")},
+		protocol.AgentEvent{Kind: protocol.KindOutput, Proc: c.Proc, Stream: "stderr", Data: []byte("warning: x\n")},
+		protocol.AgentEvent{Kind: protocol.KindOutput, Proc: c.Proc, Stream: "stdout", Data: []byte("world\n")},
 	)
 	// A retry of a batch the driver took (its answer was lost) is taken once.
 	a.c.call(t, http.MethodPost, a.eventsTarget(), batch, http.StatusNoContent, nil)
@@ -549,8 +550,8 @@ func TestStartOutputExit(t *testing.T) {
 	}
 
 	a.emit(t,
-		agents.Event{Kind: agents.KindOutput, Proc: c.Proc, Stream: "stdout", Data: []byte("bye")},
-		agents.Event{Kind: agents.KindExited, Proc: c.Proc, Code: 3},
+		protocol.AgentEvent{Kind: protocol.KindOutput, Proc: c.Proc, Stream: "stdout", Data: []byte("bye")},
+		protocol.AgentEvent{Kind: protocol.KindExited, Proc: c.Proc, Code: 3},
 	)
 	x := waitExit(t, p, 2*time.Second)
 	if x.err != nil || x.st != (launch.ExitStatus{Code: 3}) {
@@ -569,7 +570,7 @@ func TestStartOutputExit(t *testing.T) {
 		t.Errorf("Agents() = %+v, want no process left", got)
 	}
 	// Events of a process that has exited are ignored.
-	a.emit(t, agents.Event{Kind: agents.KindOutput, Proc: c.Proc, Stream: "stdout", Data: []byte("late")})
+	a.emit(t, protocol.AgentEvent{Kind: protocol.KindOutput, Proc: c.Proc, Stream: "stdout", Data: []byte("late")})
 	if got := stdout.String(); strings.Contains(got, "late") {
 		t.Errorf("stdout %q: output after the exit was written", got)
 	}
@@ -577,14 +578,14 @@ func TestStartOutputExit(t *testing.T) {
 
 func TestAgentCannotStart(t *testing.T) {
 	e := newEnv(t, nil)
-	a := e.client(t, secret).register(t, agents.RegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
 	var stderr syncBuffer
 	p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "i-1", Command: []string{"nope"}, Stderr: &stderr})
 	if err != nil {
 		t.Fatalf("Start by host ID: %v", err)
 	}
 	c := a.next(t, 0)
-	a.emit(t, agents.Event{Kind: agents.KindExited, Proc: c.Proc, Code: 127, Error: `exec: "nope": not found`})
+	a.emit(t, protocol.AgentEvent{Kind: protocol.KindExited, Proc: c.Proc, Code: 127, Error: `exec: "nope": not found`})
 	x := waitExit(t, p, 2*time.Second)
 	if x.st.Code != 127 {
 		t.Errorf("Wait() = %+v, %v; want exit 127", x.st, x.err)
@@ -596,13 +597,13 @@ func TestAgentCannotStart(t *testing.T) {
 
 func TestStop(t *testing.T) {
 	e := newEnv(t, nil)
-	a := e.client(t, secret).register(t, agents.RegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
 	p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := a.next(t, 0)
-	a.emit(t, agents.Event{Kind: agents.KindStarted, Proc: start.Proc, PID: 7})
+	a.emit(t, protocol.AgentEvent{Kind: protocol.KindStarted, Proc: start.Proc, PID: 7})
 
 	// A long grace: Stop must return on the exited event, not on its timer.
 	stopped := make(chan struct{})
@@ -611,7 +612,7 @@ func TestStop(t *testing.T) {
 		close(stopped)
 	}()
 	stop := a.next(t, start.Seq)
-	if stop.Op != agents.OpStop || stop.Proc != start.Proc || stop.GraceMS != 20000 || stop.Seq != start.Seq+1 {
+	if stop.Op != protocol.OpStop || stop.Proc != start.Proc || stop.GraceMS != 20000 || stop.Seq != start.Seq+1 {
 		t.Errorf("stop command %+v: want stop of proc %d with grace_ms 20000", stop, start.Proc)
 	}
 	select {
@@ -619,7 +620,7 @@ func TestStop(t *testing.T) {
 		t.Fatal("Stop returned before the agent reported the exit")
 	default:
 	}
-	a.emit(t, agents.Event{Kind: agents.KindExited, Proc: start.Proc, Code: -1, Signal: "SIGTERM"})
+	a.emit(t, protocol.AgentEvent{Kind: protocol.KindExited, Proc: start.Proc, Code: -1, Signal: "SIGTERM"})
 	select {
 	case <-stopped:
 	case <-time.After(2 * time.Second):
@@ -640,7 +641,7 @@ func TestStopGivesUp(t *testing.T) {
 	// An agent that stays connected but never reports the exit: Stop gives up after the
 	// grace period plus a lease, while discovery goes on.
 	e := newEnv(t, func(c *agents.Config) { c.PollWait, c.Lease = 100*time.Millisecond, 400*time.Millisecond })
-	a := e.client(t, secret).register(t, agents.RegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
 	p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
@@ -675,7 +676,7 @@ func TestStopGivesUp(t *testing.T) {
 
 func TestStartCancelledStops(t *testing.T) {
 	e := newEnv(t, nil)
-	a := e.client(t, secret).register(t, agents.RegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
 	ctx, cancel := context.WithCancel(t.Context())
 	p, err := e.reg.Launcher().Start(ctx, launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
@@ -684,16 +685,16 @@ func TestStartCancelledStops(t *testing.T) {
 	start := a.next(t, 0)
 	cancel()
 	stop := a.next(t, start.Seq)
-	if stop.Op != agents.OpStop || stop.Proc != start.Proc || stop.GraceMS != launch.DefaultGrace.Milliseconds() {
+	if stop.Op != protocol.OpStop || stop.Proc != start.Proc || stop.GraceMS != launch.DefaultGrace.Milliseconds() {
 		t.Errorf("command after cancelling Start's ctx: %+v, want stop with the default grace", stop)
 	}
-	a.emit(t, agents.Event{Kind: agents.KindExited, Proc: start.Proc, Code: -1, Signal: "SIGTERM"})
+	a.emit(t, protocol.AgentEvent{Kind: protocol.KindExited, Proc: start.Proc, Code: -1, Signal: "SIGTERM"})
 	waitExit(t, p, 2*time.Second)
 }
 
 func TestStartWithoutAgent(t *testing.T) {
 	e := newEnv(t, nil)
-	e.client(t, secret).register(t, agents.RegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
 	_, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.9", Command: []string{"true"}})
 	if err == nil || !strings.Contains(err.Error(), "no agent is connected") || !strings.Contains(err.Error(), "10.0.0.9") {
 		t.Errorf("Start on a host without agent: %v; want an error saying no agent is connected for 10.0.0.9", err)
@@ -706,7 +707,7 @@ func TestStartWithoutAgent(t *testing.T) {
 func TestLeaseExpiry(t *testing.T) {
 	e := newEnv(t, func(c *agents.Config) { c.PollWait, c.Lease = 100*time.Millisecond, 500*time.Millisecond })
 	c := e.client(t, secret)
-	a := c.register(t, agents.RegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	a := c.register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
 	p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
@@ -733,7 +734,7 @@ func TestLeaseExpiry(t *testing.T) {
 	}
 	r := c.call(t, http.MethodGet, a.commandsTarget(start.Seq, 10), nil, http.StatusNotFound, nil)
 	oneLine(t, r)
-	c.call(t, http.MethodPost, a.eventsTarget(), agents.EventsRequest{Events: []agents.Event{{Seq: 1, Kind: agents.KindStarted}}}, http.StatusNotFound, nil)
+	c.call(t, http.MethodPost, a.eventsTarget(), protocol.AgentEventsRequest{Events: []protocol.AgentEvent{{Seq: 1, Kind: protocol.KindStarted}}}, http.StatusNotFound, nil)
 	if _, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"true"}}); err == nil {
 		t.Error("Start on the lost agent's host succeeded")
 	}
@@ -742,17 +743,17 @@ func TestLeaseExpiry(t *testing.T) {
 func TestReregistration(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		second agents.RegisterRequest
+		second protocol.AgentRegisterRequest
 	}{
-		{"agent restarted", agents.RegisterRequest{AgentID: "a2", HostID: "i-1", Addr: "10.0.0.1"}},
-		{"same agent registers again", agents.RegisterRequest{AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1"}},
-		{"same address", agents.RegisterRequest{AgentID: "a2", HostID: "renamed", Addr: "10.0.0.1"}},
+		{"agent restarted", protocol.AgentRegisterRequest{AgentID: "a2", HostID: "i-1", Addr: "10.0.0.1"}},
+		{"same agent registers again", protocol.AgentRegisterRequest{AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1"}},
+		{"same address", protocol.AgentRegisterRequest{AgentID: "a2", HostID: "renamed", Addr: "10.0.0.1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, nil)
 			c := e.client(t, secret)
-			first := c.register(t, agents.RegisterRequest{AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1"})
-			other := c.register(t, agents.RegisterRequest{AgentID: "b1", HostID: "i-2", Addr: "10.0.0.2"})
+			first := c.register(t, protocol.AgentRegisterRequest{AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1"})
+			other := c.register(t, protocol.AgentRegisterRequest{AgentID: "b1", HostID: "i-2", Addr: "10.0.0.2"})
 			p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 			if err != nil {
 				t.Fatal(err)
@@ -779,7 +780,7 @@ func TestReregistration(t *testing.T) {
 			if _, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"true"}}); err != nil {
 				t.Fatal(err)
 			}
-			if c := second.next(t, 0); c.Op != agents.OpStart || c.Seq != 1 {
+			if c := second.next(t, 0); c.Op != protocol.OpStart || c.Seq != 1 {
 				t.Errorf("first command of the new session: %+v", c)
 			}
 		})
@@ -813,10 +814,10 @@ func (f *fakeProvider) CompleteNotice(_ context.Context, n providers.Notice) err
 	return nil
 }
 
-func gpus(n int) []agents.GPU {
-	out := make([]agents.GPU, n)
+func gpus(n int) []protocol.AgentGPU {
+	out := make([]protocol.AgentGPU, n)
 	for i := range out {
-		out[i] = agents.GPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i)}
+		out[i] = protocol.AgentGPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i)}
 	}
 	return out
 }
@@ -832,11 +833,11 @@ func slotsByID(hs []providers.Host) map[string]int {
 func TestWrapHosts(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.client(t, secret)
-	c.register(t, agents.RegisterRequest{HostID: "i-1", Addr: "10.0.0.1", Slots: 4, GPUs: gpus(2)})
-	c.register(t, agents.RegisterRequest{HostID: "i-2", Addr: "10.0.0.2", GPUs: gpus(2)})
-	c.register(t, agents.RegisterRequest{HostID: "host-3", Addr: "10.0.0.3"})
-	c.register(t, agents.RegisterRequest{HostID: "host-4", Addr: "10.0.0.4", Slots: 3})
-	c.register(t, agents.RegisterRequest{HostID: "i-5", Addr: "10.0.0.5", GPUs: gpus(8)})
+	c.register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1", Slots: 4, GPUs: gpus(2)})
+	c.register(t, protocol.AgentRegisterRequest{HostID: "i-2", Addr: "10.0.0.2", GPUs: gpus(2)})
+	c.register(t, protocol.AgentRegisterRequest{HostID: "host-3", Addr: "10.0.0.3"})
+	c.register(t, protocol.AgentRegisterRequest{HostID: "host-4", Addr: "10.0.0.4", Slots: 3})
+	c.register(t, protocol.AgentRegisterRequest{HostID: "i-5", Addr: "10.0.0.5", GPUs: gpus(8)})
 
 	t.Run("nil inner", func(t *testing.T) {
 		hs, err := e.reg.Wrap(nil).Hosts(t.Context())
@@ -896,7 +897,7 @@ func noNotice(t *testing.T, reg *agents.Registry) {
 func TestNotices(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.client(t, secret)
-	in := agents.RegisterRequest{AgentID: "a1", HostID: "host-a", Addr: "10.0.0.1"}
+	in := protocol.AgentRegisterRequest{AgentID: "a1", HostID: "host-a", Addr: "10.0.0.1"}
 	a := c.register(t, in)
 	inner := &fakeProvider{
 		hosts:   []providers.Host{{ID: "i-abc", Addr: "10.0.0.1", Slots: 1}},
@@ -908,8 +909,8 @@ func TestNotices(t *testing.T) {
 	}
 
 	deadline := time.Now().Add(90 * time.Second).UTC().Truncate(time.Millisecond)
-	notice := agents.Notice{ID: "spot-1", Kind: string(providers.Interruption), Deadline: deadline, Detail: "spot reclaim"}
-	a.emit(t, agents.Event{Kind: agents.KindNotice, Notice: &notice})
+	notice := protocol.AgentNotice{ID: "spot-1", Kind: string(providers.Interruption), Deadline: deadline, Detail: "spot reclaim"}
+	a.emit(t, protocol.AgentEvent{Kind: protocol.KindNotice, Notice: &notice})
 	var got providers.Notice
 	select {
 	case got = <-e.reg.Notices():
@@ -922,13 +923,13 @@ func TestNotices(t *testing.T) {
 	noNotice(t, e.reg)
 
 	// The agent sends its active notices again in every session: each is delivered once.
-	a.emit(t, agents.Event{Kind: agents.KindNotice, Notice: &notice})
+	a.emit(t, protocol.AgentEvent{Kind: protocol.KindNotice, Notice: &notice})
 	noNotice(t, e.reg)
 	a = c.register(t, in)
-	a.emit(t, agents.Event{Kind: agents.KindNotice, Notice: &notice})
+	a.emit(t, protocol.AgentEvent{Kind: protocol.KindNotice, Notice: &notice})
 	noNotice(t, e.reg)
-	other := agents.Notice{ID: "spot-2", Kind: string(providers.Rebalance)}
-	a.emit(t, agents.Event{Kind: agents.KindNotice, Notice: &other})
+	other := protocol.AgentNotice{ID: "spot-2", Kind: string(providers.Rebalance)}
+	a.emit(t, protocol.AgentEvent{Kind: protocol.KindNotice, Notice: &other})
 	select {
 	case n := <-e.reg.Notices():
 		if n.ID != "agent:spot-2" || n.Kind != providers.Rebalance {
@@ -943,7 +944,7 @@ func TestNotices(t *testing.T) {
 		t.Fatalf("CompleteNotice: %v", err)
 	}
 	cmd := a.next(t, 0)
-	if cmd.Op != agents.OpCompleteNotice || cmd.Notice != "spot-1" {
+	if cmd.Op != protocol.OpCompleteNotice || cmd.Notice != "spot-1" {
 		t.Errorf("command %+v: want complete-notice spot-1", cmd)
 	}
 
@@ -975,7 +976,7 @@ func TestReregistrationKeepsProviderNames(t *testing.T) {
 	// must name the host as the provider does, and workers must start on it by that name.
 	e := newEnv(t, nil)
 	c := e.client(t, secret)
-	in := agents.RegisterRequest{AgentID: "a1", HostID: "host-a", Addr: "10.0.0.1", GPUs: gpus(2)}
+	in := protocol.AgentRegisterRequest{AgentID: "a1", HostID: "host-a", Addr: "10.0.0.1", GPUs: gpus(2)}
 	c.register(t, in)
 	inner := &fakeProvider{hosts: []providers.Host{{ID: "i-abc", Addr: "10.0.0.1", Slots: 1}}}
 	if _, err := e.reg.Wrap(inner).Hosts(t.Context()); err != nil {
@@ -983,7 +984,7 @@ func TestReregistrationKeepsProviderNames(t *testing.T) {
 	}
 	in.AgentID = "a2"
 	a := c.register(t, in)
-	a.emit(t, agents.Event{Kind: agents.KindGPU, GPU: &agents.GPUFault{Index: 0, Kind: "ecc"}})
+	a.emit(t, protocol.AgentEvent{Kind: protocol.KindGPU, GPU: &protocol.GPUFault{Index: 0, Kind: "ecc"}})
 	select {
 	case f := <-e.reg.Faults():
 		if f.HostID != "i-abc" || !slices.Equal(f.Slots, []int{0}) {
@@ -1015,8 +1016,8 @@ func TestGPUFaults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, nil)
-			a := e.client(t, secret).register(t, agents.RegisterRequest{HostID: "i-1", Addr: "10.0.0.1", Slots: tc.slots, GPUs: gpus(tc.gpus)})
-			a.emit(t, agents.Event{Kind: agents.KindGPU, GPU: &agents.GPUFault{Index: tc.index, UUID: "GPU-x", Kind: "xid", XID: 79, Detail: "fell off the bus"}})
+			a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1", Slots: tc.slots, GPUs: gpus(tc.gpus)})
+			a.emit(t, protocol.AgentEvent{Kind: protocol.KindGPU, GPU: &protocol.GPUFault{Index: tc.index, UUID: "GPU-x", Kind: "xid", XID: 79, Detail: "fell off the bus"}})
 			select {
 			case f := <-e.reg.Faults():
 				if f.HostID != "i-1" || !slices.Equal(f.Slots, tc.want) || (tc.want == nil) != (f.Slots == nil) {
@@ -1035,7 +1036,7 @@ func TestGPUFaults(t *testing.T) {
 func TestCloseEndsPolls(t *testing.T) {
 	e := newEnv(t, func(c *agents.Config) { c.PollWait, c.Lease = 10*time.Second, 20*time.Second })
 	c := e.client(t, secret)
-	a := c.register(t, agents.RegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	a := c.register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
 	p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
@@ -1064,8 +1065,8 @@ func TestCloseEndsPolls(t *testing.T) {
 	go p.Stop(time.Second)
 	select {
 	case res := <-polled:
-		var ans agents.CommandsAnswer
-		if res.err != nil || res.r.status != http.StatusOK || json.Unmarshal(res.r.body, &ans) != nil || len(ans.Commands) != 1 || ans.Commands[0].Op != agents.OpStop {
+		var ans protocol.AgentCommandsAnswer
+		if res.err != nil || res.r.status != http.StatusOK || json.Unmarshal(res.r.body, &ans) != nil || len(ans.Commands) != 1 || ans.Commands[0].Op != protocol.OpStop {
 			t.Fatalf("held poll: %v, %v; want the stop command", res.r, res.err)
 		}
 	case <-time.After(3 * time.Second):
@@ -1096,7 +1097,7 @@ func TestCloseEndsPolls(t *testing.T) {
 	if x.err == nil {
 		t.Errorf("Wait() after Close = %+v, nil; want an error", x.st)
 	}
-	c.call(t, http.MethodPost, agents.PathRegister, agents.RegisterRequest{AgentID: "a9", HostID: "i-9", Addr: "10.0.0.9"}, http.StatusServiceUnavailable, nil)
+	c.call(t, http.MethodPost, protocol.AgentPathRegister, protocol.AgentRegisterRequest{AgentID: "a9", HostID: "i-9", Addr: "10.0.0.9"}, http.StatusServiceUnavailable, nil)
 	if got := e.reg.Agents(); len(got) != 0 {
 		t.Errorf("Agents() after Close = %+v, want none", got)
 	}
@@ -1117,9 +1118,9 @@ func TestAdopt(t *testing.T) {
 	if x := waitExit(t, p3, time.Second); x.st.Code != -1 || x.err == nil {
 		t.Errorf("stopped before adoption: %+v %v", x.st, x.err)
 	}
-	var ans agents.RegisterAnswer
+	var ans protocol.AgentRegisterAnswer
 	c := e.client(t, secret)
-	c.call(t, http.MethodPost, agents.PathRegister, agents.RegisterRequest{AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1", Procs: []agents.HeldProc{
+	c.call(t, http.MethodPost, protocol.AgentPathRegister, protocol.AgentRegisterRequest{AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1", Procs: []protocol.HeldProc{
 		{Proc: 7, Worker: "i-1/0", JobID: jobID, PID: 99},
 		{Proc: 8, Worker: "i-1/1", JobID: jobID, Exited: true, Code: 0},
 		{Proc: 9, Worker: "i-1/2", JobID: jobID},        // not expected
@@ -1149,8 +1150,8 @@ func TestAdopt(t *testing.T) {
 		t.Errorf("held worker that exited 0: %+v %v", x.st, x.err)
 	}
 	a := &fakeAgent{c: c, session: ans.Session}
-	a.emit(t, agents.Event{Kind: agents.KindOutput, Proc: ans.Adopted[0].New, Stream: "stdout", Data: []byte("step 301\n")},
-		agents.Event{Kind: agents.KindExited, Proc: ans.Adopted[0].New, Code: 0})
+	a.emit(t, protocol.AgentEvent{Kind: protocol.KindOutput, Proc: ans.Adopted[0].New, Stream: "stdout", Data: []byte("step 301\n")},
+		protocol.AgentEvent{Kind: protocol.KindExited, Proc: ans.Adopted[0].New, Code: 0})
 	if x := waitExit(t, p0, time.Second); x.st.Code != 0 || out0.String() != "step 301\n" {
 		t.Errorf("adopted worker: %+v, output %q", x.st, out0.String())
 	}

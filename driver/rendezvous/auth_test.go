@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
+	rdzvclient "github.com/elasticd/elasticd/worker/rendezvous"
 )
 
 // TestAuth: every way a request can fail authentication gets 401 with a one-line reason and
@@ -106,10 +108,10 @@ func TestAuth(t *testing.T) {
 	})
 
 	t.Run("client with the wrong secret", func(t *testing.T) {
-		c := rendezvous.NewClient(e.ts.URL, []byte("not-the-job-secret!"), wid("h", 0), e.ts.Client())
+		c := rdzvclient.NewClient(e.ts.URL, []byte("not-the-job-secret!"), wid("h", 0), e.ts.Client())
 		before := e.reqs.Load()
-		err := c.Report(t.Context(), 1, rendezvous.Ready, "")
-		if se, ok := errors.AsType[*rendezvous.StatusError](err); !ok || se.Code != 401 || se.Message != "bad signature" {
+		err := c.Report(t.Context(), 1, protocol.Ready, "")
+		if se, ok := errors.AsType[*protocol.StatusError](err); !ok || se.Code != 401 || se.Message != "bad signature" {
 			t.Fatalf("Report = %v; want 401 bad signature", err)
 		}
 		if n := e.reqs.Load() - before; n != 1 {
@@ -120,7 +122,7 @@ func TestAuth(t *testing.T) {
 	for _, want := range []int{1, 1} {
 		select {
 		case ev := <-e.srv.Events():
-			if ev.State != rendezvous.Ready || ev.Worker != wid("h", 0) {
+			if ev.State != protocol.Ready || ev.Worker != wid("h", 0) {
 				t.Fatalf("event %+v", ev)
 			}
 		case <-time.After(time.Second):
@@ -163,7 +165,7 @@ func TestMalformed(t *testing.T) {
 		{"another protocol version", "POST", state, `{"protocol":2,"generation":1,"state":"READY"}`, 400, "rendezvous protocol version 2 is not spoken by this driver, which speaks version 1"},
 		{"generation of the wrong type", "POST", state, `{"generation":"1","state":"READY"}`, 400, `field "generation": JSON string where a number was expected`},
 		{"negative generation", "POST", state, `{"generation":-1,"state":"READY"}`, 400, `field "generation"`},
-		{"message too long", "POST", state, `{"generation":1,"state":"FAILURE","message":"` + strings.Repeat("x", rendezvous.MaxMessage+1) + `"}`, 400, "message of 4097 bytes is longer than 4096"},
+		{"message too long", "POST", state, `{"generation":1,"state":"FAILURE","message":"` + strings.Repeat("x", protocol.MaxMessage+1) + `"}`, 400, "message of 4097 bytes is longer than 4096"},
 		{"wrong method", "GET", state, "", 405, "Method Not Allowed"},
 		{"unknown path", "GET", "/v1/nothing", "", 404, "404 page not found"},
 		{"old API", "GET", "/rank_and_size/h:0", "", 404, "404 page not found"},
@@ -187,7 +189,7 @@ func TestMalformed(t *testing.T) {
 
 	c := e.client(wid("h", 0))
 	before := e.reqs.Load()
-	err := c.Report(t.Context(), 1, rendezvous.State("RUNNING"), "")
+	err := c.Report(t.Context(), 1, protocol.State("RUNNING"), "")
 	if err == nil || !strings.Contains(err.Error(), `400 unknown state "RUNNING"`) {
 		t.Fatalf("Report(RUNNING) = %v", err)
 	}
@@ -208,7 +210,7 @@ func TestOversized(t *testing.T) {
 		t.Fatalf("a body of exactly MaxBody: %v", err)
 	}
 	err := s.Set(t.Context(), "too-big", make([]byte, maxBody+1))
-	if se, ok := errors.AsType[*rendezvous.StatusError](err); !ok || se.Code != http.StatusRequestEntityTooLarge {
+	if se, ok := errors.AsType[*protocol.StatusError](err); !ok || se.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("a body of MaxBody+1: %v; want 413", err)
 	}
 
@@ -282,10 +284,10 @@ func TestClientRetries(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	c := rendezvous.NewClient("http://"+addr, secret, wid("h", 0), nil)
+	c := rdzvclient.NewClient("http://"+addr, secret, wid("h", 0), nil)
 	defer c.CloseIdleConnections()
 	start := time.Now()
-	err = c.Report(t.Context(), 1, rendezvous.Ready, "")
+	err = c.Report(t.Context(), 1, protocol.Ready, "")
 	if err == nil || !strings.Contains(err.Error(), "gave up after 4 attempts, 100ms apart") || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("Report to nothing = %v", err)
 	}
@@ -305,11 +307,11 @@ func TestClientRetries(t *testing.T) {
 		e.srv.ServeHTTP(w, r)
 	}))
 	defer flaky.Close()
-	c = rendezvous.NewClient(flaky.URL, secret, wid("h", 0), flaky.Client())
-	if err := c.Report(t.Context(), 1, rendezvous.Failure, "boom"); err != nil {
+	c = rdzvclient.NewClient(flaky.URL, secret, wid("h", 0), flaky.Client())
+	if err := c.Report(t.Context(), 1, protocol.Failure, "boom"); err != nil {
 		t.Fatalf("Report through two 503s: %v", err)
 	}
-	if ev := <-e.srv.Events(); ev.State != rendezvous.Failure || ev.Message != "boom" {
+	if ev := <-e.srv.Events(); ev.State != protocol.Failure || ev.Message != "boom" {
 		t.Fatalf("event %+v", ev)
 	}
 	if n := failNext.Load(); n != -1 {
@@ -320,14 +322,14 @@ func TestClientRetries(t *testing.T) {
 	failNext.Store(1000)
 	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
 	defer cancel()
-	if err := c.Report(ctx, 1, rendezvous.Ready, ""); !errors.Is(err, context.DeadlineExceeded) {
+	if err := c.Report(ctx, 1, protocol.Ready, ""); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Report with a context that ends during retries = %v", err)
 	}
 }
 
 // Exchange returns a signed answer, and refuses one that is unsigned or altered.
 func TestExchange(t *testing.T) {
-	auth, err := rendezvous.NewAuth(secret, "elasticd test v1", 0)
+	auth, err := protocol.NewAuth(secret, "elasticd test v1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +346,7 @@ func TestExchange(t *testing.T) {
 			w.Write([]byte(`{"n":2}`))
 			return
 		}
-		rendezvous.Answer{W: w, Auth: auth, Nonce: nonce}.JSON(map[string]int{"n": len(body)})
+		protocol.Answer{W: w, Auth: auth, Nonce: nonce}.JSON(map[string]int{"n": len(body)})
 	}))
 	defer ts.Close()
 
@@ -354,7 +356,7 @@ func TestExchange(t *testing.T) {
 	}
 	mode = "unsigned"
 	_, err = auth.Exchange(t.Context(), ts.Client(), http.MethodGet, ts.URL+"/x", nil, 1<<10)
-	if ue, ok := errors.AsType[*rendezvous.UnsignedError](err); !ok || ue.Status != http.StatusUnauthorized || ue.Reason != "bad signature" {
+	if ue, ok := errors.AsType[*protocol.UnsignedError](err); !ok || ue.Status != http.StatusUnauthorized || ue.Reason != "bad signature" {
 		t.Fatalf("unsigned 401: %v, want an UnsignedError with the reason", err)
 	}
 	mode = "altered"

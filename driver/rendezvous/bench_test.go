@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
+	rdzvclient "github.com/elasticd/elasticd/worker/rendezvous"
 )
 
 // BenchmarkReset measures one rendezvous reset at scale. N simulated workers (goroutines,
@@ -52,9 +54,9 @@ func benchReset(b *testing.B, n int) {
 	}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
-	clients := make([]*rendezvous.Client, n)
+	clients := make([]*rdzvclient.Client, n)
 	for i, id := range ids {
-		clients[i] = rendezvous.NewClient("http://"+child.addr, secret, id, hc)
+		clients[i] = rdzvclient.NewClient("http://"+child.addr, secret, id, hc)
 	}
 	ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
 	defer cancel()
@@ -67,13 +69,13 @@ func benchReset(b *testing.B, n int) {
 	for i := range b.N {
 		gen := uint64(i) // the generation the workers hold; the reset makes gen+1
 		child.cmd(b, fmt.Sprintf("prepare %d %d", gen+1, n))
-		got := make([]rendezvous.Assignment, n)
+		got := make([]protocol.Assignment, n)
 		errs := make([]error, n)
 		began := time.Now()
 		var wg sync.WaitGroup
 		for w, c := range clients {
 			wg.Go(func() {
-				if errs[w] = c.Report(ctx, gen, rendezvous.Ready, ""); errs[w] == nil {
+				if errs[w] = c.Report(ctx, gen, protocol.Ready, ""); errs[w] == nil {
 					got[w], errs[w] = c.Assignment(ctx, gen)
 				}
 			})
@@ -115,19 +117,19 @@ func benchReset(b *testing.B, n int) {
 }
 
 // benchIDs names n workers as hosts of 8 slots.
-func benchIDs(n int) []rendezvous.WorkerID {
-	ids := make([]rendezvous.WorkerID, n)
+func benchIDs(n int) []protocol.WorkerID {
+	ids := make([]protocol.WorkerID, n)
 	for i := range ids {
 		ids[i] = wid(fmt.Sprintf("ip-10-0-%d-%d.ec2.internal", i/8/250, i/8%250), i%8)
 	}
 	return ids
 }
 
-func benchPlan(gen uint64, n int) map[rendezvous.WorkerID]rendezvous.Assignment {
-	plan := make(map[rendezvous.WorkerID]rendezvous.Assignment, n)
+func benchPlan(gen uint64, n int) map[protocol.WorkerID]protocol.Assignment {
+	plan := make(map[protocol.WorkerID]protocol.Assignment, n)
 	hosts := (n + 7) / 8
 	for i, id := range benchIDs(n) {
-		plan[id] = rendezvous.Assignment{
+		plan[id] = protocol.Assignment{
 			Generation: gen, Rank: i, Size: n,
 			LocalRank: i % 8, LocalSize: min(8, n-i/8*8),
 			CrossRank: i / 8, CrossSize: hosts,
@@ -225,7 +227,7 @@ func TestServerProcess(t *testing.T) {
 	fmt.Printf("rdzv: %s\n", ln.Addr())
 	var (
 		gen  uint64
-		plan map[rendezvous.WorkerID]rendezvous.Assignment
+		plan map[protocol.WorkerID]protocol.Assignment
 	)
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {

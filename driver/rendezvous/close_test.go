@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
+	rdzvclient "github.com/elasticd/elasticd/worker/rendezvous"
 )
 
 // TestCloseEndsLongPolls: Close answers every pending long-poll at once with 503 "rendezvous
@@ -22,10 +24,10 @@ func TestCloseEndsLongPolls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 
-	polls := []func(c *rendezvous.Client) error{
-		func(c *rendezvous.Client) error { _, err := c.Assignment(ctx, 1); return err },
-		func(c *rendezvous.Client) error { _, err := c.HostsUpdated(ctx, 0); return err },
-		func(c *rendezvous.Client) error { _, err := c.Store(1).Get(ctx, "never"); return err },
+	polls := []func(c *rdzvclient.Client) error{
+		func(c *rdzvclient.Client) error { _, err := c.Assignment(ctx, 1); return err },
+		func(c *rdzvclient.Client) error { _, err := c.HostsUpdated(ctx, 0); return err },
+		func(c *rdzvclient.Client) error { _, err := c.Store(1).Get(ctx, "never"); return err },
 	}
 	const each = 5
 	errs := make(chan error, each*len(polls))
@@ -115,13 +117,13 @@ func TestNoGoroutineLeak(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		var wg sync.WaitGroup
-		var clients []*rendezvous.Client
+		var clients []*rdzvclient.Client
 		for i := range 8 {
-			c := rendezvous.NewClient(ts.URL, secret, wid("h", i), nil) // clients of their own
+			c := rdzvclient.NewClient(ts.URL, secret, wid("h", i), nil) // clients of their own
 			defer c.CloseIdleConnections()
 			clients = append(clients, c)
 			wg.Go(func() {
-				c.Report(ctx, 0, rendezvous.Ready, "")
+				c.Report(ctx, 0, protocol.Ready, "")
 				c.Assignment(ctx, 0)
 				c.Store(1).Get(ctx, "k")
 				c.HostsUpdated(ctx, 0) // still pending at Close

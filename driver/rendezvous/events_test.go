@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 )
 
 // TestEventsUnderLoad: 200 workers report concurrently, 5 reports each, while nobody reads
@@ -28,7 +29,7 @@ func TestEventsUnderLoad(t *testing.T) {
 		wg.Go(func() {
 			c := e.client(wid(fmt.Sprintf("node-%d", w/8), w%8))
 			for g := range uint64(reports) {
-				if err := c.Report(ctx, g+1, rendezvous.Ready, fmt.Sprintf("w%d g%d", w, g+1)); err != nil {
+				if err := c.Report(ctx, g+1, protocol.Ready, fmt.Sprintf("w%d g%d", w, g+1)); err != nil {
 					errs <- err
 					return
 				}
@@ -46,7 +47,7 @@ func TestEventsUnderLoad(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // "a while"
 
-	last := map[rendezvous.WorkerID]uint64{}
+	last := map[protocol.WorkerID]uint64{}
 	for i := range workers * reports {
 		select {
 		case ev := <-e.srv.Events():
@@ -54,7 +55,7 @@ func TestEventsUnderLoad(t *testing.T) {
 				t.Fatalf("event %d: worker %v generation %d after %d: out of order or lost", i, ev.Worker, ev.Generation, last[ev.Worker])
 			}
 			last[ev.Worker] = ev.Generation
-			if want := fmt.Sprintf("w%d g%d", ev.Worker.Slot+8*atoiSuffix(ev.Worker.Host), ev.Generation); ev.Message != want || ev.State != rendezvous.Ready || ev.At.Before(start) {
+			if want := fmt.Sprintf("w%d g%d", ev.Worker.Slot+8*atoiSuffix(ev.Worker.Host), ev.Generation); ev.Message != want || ev.State != protocol.Ready || ev.At.Before(start) {
 				t.Fatalf("event %+v; want message %q", ev, want)
 			}
 		case <-time.After(5 * time.Second):
@@ -81,7 +82,7 @@ func atoiSuffix(host string) int {
 // received them.
 func TestEventsArrivalOrder(t *testing.T) {
 	e := newEnv(t, nil)
-	states := []rendezvous.State{rendezvous.Ready, rendezvous.Failure, rendezvous.Success}
+	states := []protocol.State{protocol.Ready, protocol.Failure, protocol.Success}
 	for i := range 30 {
 		c := e.client(wid(fmt.Sprintf("h%d", i%4), 0))
 		if err := c.Report(t.Context(), uint64(i), states[i%3], ""); err != nil {
@@ -129,7 +130,7 @@ func TestEventQueueBound(t *testing.T) {
 	c := e.client(wid("h", 0))
 	var refused error
 	for i := range 5 {
-		if err := c.Report(t.Context(), uint64(i), rendezvous.Ready, ""); err != nil {
+		if err := c.Report(t.Context(), uint64(i), protocol.Ready, ""); err != nil {
 			refused = err
 			break
 		}
@@ -146,12 +147,12 @@ func TestEventQueueBound(t *testing.T) {
 
 func TestReportTruncatesMessage(t *testing.T) {
 	e := newEnv(t, nil)
-	msg := strings.Repeat("é", rendezvous.MaxMessage) // 2 bytes each
-	if err := e.client(wid("h", 0)).Report(t.Context(), 1, rendezvous.Failure, msg+"\xff"); err != nil {
+	msg := strings.Repeat("é", protocol.MaxMessage) // 2 bytes each
+	if err := e.client(wid("h", 0)).Report(t.Context(), 1, protocol.Failure, msg+"\xff"); err != nil {
 		t.Fatal(err)
 	}
 	ev := <-e.srv.Events()
-	if len(ev.Message) != rendezvous.MaxMessage || !strings.HasPrefix(msg, ev.Message) {
+	if len(ev.Message) != protocol.MaxMessage || !strings.HasPrefix(msg, ev.Message) {
 		t.Fatalf("message of %d bytes arrived as %d bytes", len(msg), len(ev.Message))
 	}
 }
@@ -217,20 +218,20 @@ func TestReportProgress(t *testing.T) {
 func TestReportReadyRollback(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.client(wid("h", 0))
-	rb := rendezvous.Rollback{Steps: 9, Seconds: 1.25}
-	if err := c.ReportReady(t.Context(), 3, rendezvous.ReadyReport{Message: "peer lost", Rollback: rb}); err != nil {
+	rb := protocol.Rollback{Steps: 9, Seconds: 1.25}
+	if err := c.ReportReady(t.Context(), 3, protocol.ReadyReport{Message: "peer lost", Rollback: rb}); err != nil {
 		t.Fatal(err)
 	}
-	if ev := <-e.srv.Events(); ev.State != rendezvous.Ready || ev.Generation != 3 || ev.Rollback != rb || ev.SilentPeer {
+	if ev := <-e.srv.Events(); ev.State != protocol.Ready || ev.Generation != 3 || ev.Rollback != rb || ev.SilentPeer {
 		t.Fatalf("event %+v, want READY for 3 with rollback %+v and no silent peer", ev, rb)
 	}
-	if err := c.ReportReady(t.Context(), 4, rendezvous.ReadyReport{Message: "timed out", SilentPeer: true}); err != nil {
+	if err := c.ReportReady(t.Context(), 4, protocol.ReadyReport{Message: "timed out", SilentPeer: true}); err != nil {
 		t.Fatal(err)
 	}
 	if ev := <-e.srv.Events(); ev.Generation != 4 || !ev.SilentPeer {
 		t.Fatalf("event %+v, want READY for 4 that names a silent peer", ev)
 	}
-	if err := c.ReportReady(t.Context(), 3, rendezvous.ReadyReport{Message: "x", Rollback: rendezvous.Rollback{Seconds: -1}}); err == nil || !strings.Contains(err.Error(), "rolled_back_seconds") {
+	if err := c.ReportReady(t.Context(), 3, protocol.ReadyReport{Message: "x", Rollback: protocol.Rollback{Seconds: -1}}); err == nil || !strings.Contains(err.Error(), "rolled_back_seconds") {
 		t.Fatalf("negative seconds: %v, want a 400 naming rolled_back_seconds", err)
 	}
 }

@@ -10,25 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// FuzzParseWorkerID: whatever the input, parsing does not panic, and an ID it accepts prints
-// back to a string that parses to the same ID.
-func FuzzParseWorkerID(f *testing.F) {
-	for _, s := range []string{"10.0.0.5/0", "local-3/12", "i-0abc/1", "[::1]/0", "h/", "/0", "h/01", "h/-1", "a/b/c", "h/99999999999999999999"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		id, err := ParseWorkerID(s)
-		if err != nil {
-			return
-		}
-		again, err := ParseWorkerID(id.String())
-		if err != nil || again != id {
-			t.Fatalf("%q parsed to %+v, which prints as %q and parses to %+v (%v)", s, id, id.String(), again, err)
-		}
-	})
-}
+	"github.com/elasticd/elasticd/protocol"
+)
 
 // FuzzServerRequest sends the rendezvous server requests built from the input, signed with
 // the job's key or not: it never panics, never answers 500, and accepts nothing unsigned.
@@ -53,7 +37,7 @@ func FuzzServerRequest(f *testing.F) {
 		for range srv.Events() {
 		}
 	}()
-	auth, err := NewAuth(secret, keyLabel, 0)
+	auth, err := protocol.NewAuth(secret, protocol.RendezvousAuthLabel, 0)
 	if err != nil {
 		f.Fatal(err)
 	}

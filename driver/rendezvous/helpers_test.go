@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
+	rdzvclient "github.com/elasticd/elasticd/worker/rendezvous"
 )
 
 var secret = []byte("0123456789abcdef-test-secret")
@@ -69,12 +71,12 @@ func newEnv(t testing.TB, tweak func(*rendezvous.ServerConfig)) *env {
 	return e
 }
 
-func (e *env) client(id rendezvous.WorkerID) *rendezvous.Client {
-	return rendezvous.NewClient(e.ts.URL, secret, id, e.ts.Client())
+func (e *env) client(id protocol.WorkerID) *rdzvclient.Client {
+	return rdzvclient.NewClient(e.ts.URL, secret, id, e.ts.Client())
 }
 
-func wid(host string, slot int) rendezvous.WorkerID {
-	return rendezvous.WorkerID{Host: host, Slot: slot}
+func wid(host string, slot int) protocol.WorkerID {
+	return protocol.WorkerID{Host: host, Slot: slot}
 }
 
 // waitFor polls cond every few milliseconds for at most d.

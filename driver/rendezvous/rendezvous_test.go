@@ -13,6 +13,7 @@ import (
 
 	"github.com/elasticd/elasticd/allreduce"
 	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 )
 
 func TestNewServerValidates(t *testing.T) {
@@ -46,11 +47,11 @@ func TestAssignmentLongPoll(t *testing.T) {
 	defer cancel()
 
 	in, out := wid("node-a", 1), wid("node-b", 0)
-	got := make(chan result[rendezvous.Assignment], 2)
-	for _, id := range []rendezvous.WorkerID{in, out} {
+	got := make(chan result[protocol.Assignment], 2)
+	for _, id := range []protocol.WorkerID{in, out} {
 		go func() {
 			a, err := e.client(id).Assignment(ctx, 0)
-			got <- result[rendezvous.Assignment]{a, err}
+			got <- result[protocol.Assignment]{a, err}
 		}()
 	}
 	waitFor(t, 5*time.Second, "two assignment polls", func() bool { return e.srv.Stats().AssignmentPolls == 2 })
@@ -65,11 +66,11 @@ func TestAssignmentLongPoll(t *testing.T) {
 	default:
 	}
 
-	want := rendezvous.Assignment{Rank: 3, Size: 4, LocalRank: 1, LocalSize: 2, CrossRank: 1, CrossSize: 2}
+	want := protocol.Assignment{Rank: 3, Size: 4, LocalRank: 1, LocalSize: 2, CrossRank: 1, CrossSize: 2}
 	start := time.Now()
-	e.srv.Publish(1, map[rendezvous.WorkerID]rendezvous.Assignment{in: want})
+	e.srv.Publish(1, map[protocol.WorkerID]protocol.Assignment{in: want})
 	want.Generation = 1
-	byRemoved := map[bool]rendezvous.Assignment{}
+	byRemoved := map[bool]protocol.Assignment{}
 	for range 2 {
 		r := <-got
 		if r.err != nil {
@@ -83,22 +84,22 @@ func TestAssignmentLongPoll(t *testing.T) {
 	if byRemoved[false] != want {
 		t.Errorf("worker in the plan got %+v; want %+v", byRemoved[false], want)
 	}
-	if r := byRemoved[true]; r != (rendezvous.Assignment{Generation: 1, Removed: true}) {
+	if r := byRemoved[true]; r != (protocol.Assignment{Generation: 1, Removed: true}) {
 		t.Errorf("worker outside the plan got %+v; want removed in generation 1", r)
 	}
 
 	// Holding generation 1, the worker waits for the next one.
-	next := make(chan result[rendezvous.Assignment], 1)
+	next := make(chan result[protocol.Assignment], 1)
 	go func() {
 		a, err := e.client(in).Assignment(ctx, 1)
-		next <- result[rendezvous.Assignment]{a, err}
+		next <- result[protocol.Assignment]{a, err}
 	}()
 	select {
 	case r := <-next:
 		t.Fatalf("Assignment(after=1) returned while 1 is current: %+v, %v", r.v, r.err)
 	case <-time.After(150 * time.Millisecond):
 	}
-	e.srv.Publish(2, map[rendezvous.WorkerID]rendezvous.Assignment{in: {Rank: 0, Size: 1, LocalSize: 1, CrossSize: 1}})
+	e.srv.Publish(2, map[protocol.WorkerID]protocol.Assignment{in: {Rank: 0, Size: 1, LocalSize: 1, CrossSize: 1}})
 	r := <-next
 	if r.err != nil || r.v.Generation != 2 || r.v.Removed || r.v.Size != 1 {
 		t.Fatalf("after generation 2: %+v, %v", r.v, r.err)
@@ -106,7 +107,7 @@ func TestAssignmentLongPoll(t *testing.T) {
 
 	// A worker asking after an old generation is answered at once, from the current one.
 	a, err := e.client(out).Assignment(ctx, 0)
-	if err != nil || a != (rendezvous.Assignment{Generation: 2, Removed: true}) {
+	if err != nil || a != (protocol.Assignment{Generation: 2, Removed: true}) {
 		t.Fatalf("late worker: %+v, %v", a, err)
 	}
 }
@@ -114,7 +115,7 @@ func TestAssignmentLongPoll(t *testing.T) {
 func TestPublishIgnoresOlderGeneration(t *testing.T) {
 	e := newEnv(t, nil)
 	id := wid("h", 0)
-	e.srv.Publish(5, map[rendezvous.WorkerID]rendezvous.Assignment{id: {Rank: 0, Size: 1}})
+	e.srv.Publish(5, map[protocol.WorkerID]protocol.Assignment{id: {Rank: 0, Size: 1}})
 	e.srv.Publish(4, nil)
 	e.srv.Publish(5, nil)
 	a, err := e.client(id).Assignment(t.Context(), 0)
@@ -203,13 +204,13 @@ func TestKV(t *testing.T) {
 	}()
 	waitFor(t, 5*time.Second, "a key-value poll", func() bool { return e.srv.Stats().KVPolls == 1 })
 	e.srv.Publish(2, nil)
-	if r := <-got; !errors.Is(r.err, rendezvous.ErrGenerationGone) || !strings.Contains(r.err.Error(), "410") {
+	if r := <-got; !errors.Is(r.err, protocol.ErrGenerationGone) || !strings.Contains(r.err.Error(), "410") {
 		t.Fatalf("Get in a dropped generation = %q, %v; want ErrGenerationGone (410)", r.v, r.err)
 	}
-	if _, err := s1.Get(ctx, keys[0]); !errors.Is(err, rendezvous.ErrGenerationGone) {
+	if _, err := s1.Get(ctx, keys[0]); !errors.Is(err, protocol.ErrGenerationGone) {
 		t.Fatalf("Get of an old key = %v; want ErrGenerationGone", err)
 	}
-	if err := s1.Set(ctx, "x", []byte("y")); !errors.Is(err, rendezvous.ErrGenerationGone) {
+	if err := s1.Set(ctx, "x", []byte("y")); !errors.Is(err, protocol.ErrGenerationGone) {
 		t.Fatalf("Set in an old generation = %v; want ErrGenerationGone", err)
 	}
 	if st := e.srv.Stats(); st.KVKeys != 0 {
@@ -223,7 +224,7 @@ func TestKV(t *testing.T) {
 		t.Fatalf("generation 2 Get = %q, %v", v, err)
 	}
 	err := c.Store(3).Set(ctx, "k", nil)
-	if se, ok := errors.AsType[*rendezvous.StatusError](err); !ok || se.Code != http.StatusConflict || !strings.Contains(se.Message, "not published yet") {
+	if se, ok := errors.AsType[*protocol.StatusError](err); !ok || se.Code != http.StatusConflict || !strings.Contains(se.Message, "not published yet") {
 		t.Fatalf("Set in an unpublished generation = %v; want 409 not published yet", err)
 	}
 }
@@ -241,7 +242,7 @@ func TestKVKeyLimit(t *testing.T) {
 		t.Fatalf("overwriting a key at the limit: %v", err)
 	}
 	err := s.Set(t.Context(), "3", nil)
-	if se, ok := errors.AsType[*rendezvous.StatusError](err); !ok || se.Code != http.StatusInsufficientStorage {
+	if se, ok := errors.AsType[*protocol.StatusError](err); !ok || se.Code != http.StatusInsufficientStorage {
 		t.Fatalf("fourth key: %v; want 507", err)
 	}
 }
@@ -252,14 +253,14 @@ func TestStoreServesAllreduce(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	ids := []rendezvous.WorkerID{wid("10.0.0.1", 0), wid("10.0.0.2", 0), wid("10.0.0.3", 0)}
+	ids := []protocol.WorkerID{wid("10.0.0.1", 0), wid("10.0.0.2", 0), wid("10.0.0.3", 0)}
 	for _, round := range []struct {
 		gen uint64
 		n   int
 	}{{1, 3}, {2, 2}} {
-		plan := map[rendezvous.WorkerID]rendezvous.Assignment{}
+		plan := map[protocol.WorkerID]protocol.Assignment{}
 		for r := range round.n {
-			plan[ids[r]] = rendezvous.Assignment{Rank: r, Size: round.n, LocalSize: 1, CrossRank: r, CrossSize: round.n}
+			plan[ids[r]] = protocol.Assignment{Rank: r, Size: round.n, LocalSize: 1, CrossRank: r, CrossSize: round.n}
 		}
 		e.srv.Publish(round.gen, plan)
 		sums := make([][]float64, len(ids))
@@ -308,7 +309,7 @@ func TestStoreServesAllreduce(t *testing.T) {
 		}
 	}
 	// The addresses of generation 1 are gone: a rank of the old world cannot read them.
-	if _, err := e.client(ids[0]).Store(1).Get(ctx, "allreduce/g1/addr/0"); !errors.Is(err, rendezvous.ErrGenerationGone) {
+	if _, err := e.client(ids[0]).Store(1).Get(ctx, "allreduce/g1/addr/0"); !errors.Is(err, protocol.ErrGenerationGone) {
 		t.Fatalf("generation 1 address after the reset: %v; want ErrGenerationGone", err)
 	}
 }
@@ -320,9 +321,9 @@ func TestAssignmentHostsVersion(t *testing.T) {
 	e.srv.NotifyHostsUpdated()
 	e.srv.NotifyHostsUpdated()
 	in, out := wid("a", 0), wid("b", 0)
-	e.srv.Publish(1, map[rendezvous.WorkerID]rendezvous.Assignment{in: {Size: 1, HostsVersion: 99}})
+	e.srv.Publish(1, map[protocol.WorkerID]protocol.Assignment{in: {Size: 1, HostsVersion: 99}})
 	e.srv.NotifyHostsUpdated() // after Publish: not reflected in generation 1
-	for _, id := range []rendezvous.WorkerID{in, out} {
+	for _, id := range []protocol.WorkerID{in, out} {
 		a, err := e.client(id).Assignment(t.Context(), 0)
 		if err != nil || a.HostsVersion != 2 || a.Removed != (id == out) {
 			t.Fatalf("worker %v: %+v, %v; want hosts version 2", id, a, err)

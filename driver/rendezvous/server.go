@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/elasticd/elasticd/allreduce"
+	"github.com/elasticd/elasticd/protocol"
 )
 
 // ServerConfig configures a Server. Zero values take the defaults.
@@ -47,7 +48,6 @@ type ServerConfig struct {
 
 const (
 	defaultMaxBody         = 1 << 20
-	defaultReplayWindow    = 60 * time.Second
 	defaultPollTimeout     = 25 * time.Second
 	defaultMaxKeys         = 1 << 16
 	defaultMaxQueuedEvents = 1 << 16
@@ -84,7 +84,7 @@ func (c ServerConfig) withDefaults() ServerConfig {
 		c.MaxBody = defaultMaxBody
 	}
 	if c.ReplayWindow == 0 {
-		c.ReplayWindow = defaultReplayWindow
+		c.ReplayWindow = protocol.DefaultReplayWindow
 	}
 	if c.PollTimeout == 0 {
 		c.PollTimeout = defaultPollTimeout
@@ -106,7 +106,7 @@ func (c ServerConfig) withDefaults() ServerConfig {
 type Server struct {
 	cfg  ServerConfig
 	log  *slog.Logger
-	auth *Auth // keyed with keyLabel
+	auth *protocol.Auth // keyed with protocol.RendezvousAuthLabel
 	mux  *http.ServeMux
 
 	closing   chan struct{} // closed by Close
@@ -114,16 +114,16 @@ type Server struct {
 	fed       chan struct{} // closed when the feeder has returned
 
 	mu         sync.Mutex
-	gen        uint64                  // current generation; 0 before the first Publish
-	plan       map[WorkerID]Assignment // of gen
-	planHosts  uint64                  // host-update version when gen was published
-	genCh      chan struct{}           // closed and replaced by Publish
+	gen        uint64                                    // current generation; 0 before the first Publish
+	plan       map[protocol.WorkerID]protocol.Assignment // of gen
+	planHosts  uint64                                    // host-update version when gen was published
+	genCh      chan struct{}                             // closed and replaced by Publish
 	hostsVer   uint64
 	hostsCh    chan struct{} // closed and replaced by NotifyHostsUpdated
 	kvFloor    uint64        // key-value data of generations below it is gone
 	kv         map[uint64]*genKV
-	lastReport map[WorkerID]string // report ID of each worker's last queued report
-	stepTimes  map[WorkerID]time.Duration
+	lastReport map[protocol.WorkerID]string // report ID of each worker's last queued report
+	stepTimes  map[protocol.WorkerID]time.Duration
 	// progress is the newest progress report; progressSamples its steps over ProgressWindow.
 	progress        Progress
 	progressSamples []progressSample
@@ -149,7 +149,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	auth, err := NewAuth(cfg.Secret, keyLabel, cfg.ReplayWindow)
+	auth, err := protocol.NewAuth(cfg.Secret, protocol.RendezvousAuthLabel, cfg.ReplayWindow)
 	if err != nil {
 		return nil, err
 	}
@@ -162,8 +162,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		genCh:      make(chan struct{}),
 		hostsCh:    make(chan struct{}),
 		kv:         map[uint64]*genKV{},
-		lastReport: map[WorkerID]string{},
-		stepTimes:  map[WorkerID]time.Duration{},
+		lastReport: map[protocol.WorkerID]string{},
+		stepTimes:  map[protocol.WorkerID]time.Duration{},
 		qwake:      make(chan struct{}, 1),
 		events:     make(chan Event),
 	}
@@ -183,7 +183,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // ServeHTTP authenticates the request, reads its body (at most MaxBody+1 bytes) and routes it.
 // Nothing but the 401 and its one-line reason is revealed to a request that fails the check.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	_, err := s.auth.verifyHeaders(r, time.Now())
+	_, err := s.auth.VerifyHeaders(r, time.Now())
 	if err != nil {
 		s.unauthorized.Add(1)
 		s.log.Warn("rendezvous request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "reason", err.Error())
@@ -207,10 +207,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "read request body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if !strings.EqualFold(bodyHash(body), r.Header.Get(HeaderBodyHash)) {
+	if err := protocol.CheckBody(r, body); err != nil {
 		s.unauthorized.Add(1)
-		s.log.Warn("rendezvous request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "reason", errBodyHash.Error())
-		http.Error(w, errBodyHash.Error(), http.StatusUnauthorized)
+		s.log.Warn("rendezvous request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "reason", err.Error())
+		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
 	if s.isClosing() {
@@ -247,8 +247,8 @@ func (s *Server) isClosing() bool {
 // Assignment{Generation: gen, Removed: true, HostsVersion: …}. Key-value data of generations older than gen is
 // dropped (a later request for such a key answers 410 Gone). Generations start at 1 and must
 // increase: a gen not above the current one is ignored (and logged as an error).
-func (s *Server) Publish(gen uint64, plan map[WorkerID]Assignment) {
-	p := make(map[WorkerID]Assignment, len(plan))
+func (s *Server) Publish(gen uint64, plan map[protocol.WorkerID]protocol.Assignment) {
+	p := make(map[protocol.WorkerID]protocol.Assignment, len(plan))
 	for id, a := range plan {
 		a.Generation = gen
 		p[id] = a
@@ -284,8 +284,8 @@ func (s *Server) Publish(gen uint64, plan map[WorkerID]Assignment) {
 // restarted with --state-dir, whose workers kept running): gen is current with plan (each
 // Assignment as the workers got it), the host-update version is hostsVersion and progress
 // the last saved. Call it once, before serving and before any Publish.
-func (s *Server) Restore(gen uint64, plan map[WorkerID]Assignment, planHosts, hostsVersion uint64, progress Progress) {
-	p := make(map[WorkerID]Assignment, len(plan))
+func (s *Server) Restore(gen uint64, plan map[protocol.WorkerID]protocol.Assignment, planHosts, hostsVersion uint64, progress Progress) {
+	p := make(map[protocol.WorkerID]protocol.Assignment, len(plan))
 	for id, a := range plan {
 		a.Generation, a.HostsVersion = gen, planHosts
 		p[id] = a
@@ -436,22 +436,22 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req stateRequest
+	var req protocol.StateReport
 	if !decodeJSON(w, r, &req) {
 		return
 	}
 	switch {
-	case req.Protocol != 0 && req.Protocol != ProtocolVersion:
-		http.Error(w, fmt.Sprintf("rendezvous protocol version %d is not spoken by this driver, which speaks version %d: run workers and driver from the same elasticd release", req.Protocol, ProtocolVersion), http.StatusBadRequest)
+	case req.Protocol != 0 && req.Protocol != protocol.ProtocolVersion:
+		http.Error(w, fmt.Sprintf("rendezvous protocol version %d is not spoken by this driver, which speaks version %d: run workers and driver from the same elasticd release", req.Protocol, protocol.ProtocolVersion), http.StatusBadRequest)
 		return
 	case req.Generation == nil:
 		http.Error(w, `missing "generation"`, http.StatusBadRequest)
 		return
-	case !req.State.valid():
+	case !req.State.Valid():
 		http.Error(w, fmt.Sprintf("unknown state %q: want READY, SUCCESS or FAILURE", req.State), http.StatusBadRequest)
 		return
-	case len(req.Message) > MaxMessage:
-		http.Error(w, fmt.Sprintf("message of %d bytes is longer than %d", len(req.Message), MaxMessage), http.StatusBadRequest)
+	case len(req.Message) > protocol.MaxMessage:
+		http.Error(w, fmt.Sprintf("message of %d bytes is longer than %d", len(req.Message), protocol.MaxMessage), http.StatusBadRequest)
 		return
 	case len(req.ReportID) > maxReportIDLen:
 		http.Error(w, fmt.Sprintf("report_id longer than %d bytes", maxReportIDLen), http.StatusBadRequest)
@@ -460,7 +460,7 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf(`"rolled_back_seconds" %v: want seconds, at least 0 and below a year`, req.Seconds), http.StatusBadRequest)
 		return
 	}
-	ev := Event{Worker: id, Generation: *req.Generation, State: req.State, Message: req.Message, At: time.Now(), Rollback: req.Rollback, SilentPeer: req.SilentPeer && req.State == Ready}
+	ev := Event{Worker: id, Generation: *req.Generation, State: req.State, Message: req.Message, At: time.Now(), Rollback: req.Rollback, SilentPeer: req.SilentPeer && req.State == protocol.Ready}
 
 	// De-duplication and queueing under one lock: a retry racing its original cannot slip
 	// in between, and a report refused by a full queue is not remembered as delivered.
@@ -481,18 +481,13 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// loadRequest is the body of POST /v1/workers/{id}/load.
-type loadRequest struct {
-	StepSeconds float64 `json:"step_seconds"`
-}
-
 // handleLoad records a worker's recent mean step time (for --slot-policy loadaware).
 func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) {
 	id, ok := workerParam(w, r)
 	if !ok {
 		return
 	}
-	var req loadRequest
+	var req protocol.LoadReport
 	if !decodeJSON(w, r, &req) {
 		return
 	}
@@ -516,7 +511,7 @@ func (s *Server) handleProgress(w http.ResponseWriter, r *http.Request) {
 	if _, ok := workerParam(w, r); !ok {
 		return
 	}
-	var req progressRequest
+	var req protocol.ProgressReport
 	if !decodeJSON(w, r, &req) {
 		return
 	}
@@ -561,7 +556,7 @@ func (s *Server) Progress() Progress {
 }
 
 // StepTimes returns each worker's latest reported mean step time.
-func (s *Server) StepTimes() map[WorkerID]time.Duration {
+func (s *Server) StepTimes() map[protocol.WorkerID]time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return maps.Clone(s.stepTimes)
@@ -590,7 +585,7 @@ func (s *Server) handleAssignment(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		if gen > after {
 			if !inPlan {
-				a = Assignment{Generation: gen, Removed: true, HostsVersion: hv}
+				a = protocol.Assignment{Generation: gen, Removed: true, HostsVersion: hv}
 			}
 			s.log.Debug("assignment", "worker", id, "generation", gen, "rank", a.Rank, "removed", a.Removed)
 			writeJSON(w, a)
@@ -619,7 +614,7 @@ func (s *Server) handleHosts(w http.ResponseWriter, r *http.Request) {
 		v, ch := s.hostsVer, s.hostsCh
 		s.mu.Unlock()
 		if v > after {
-			writeJSON(w, hostsVersion{Version: v})
+			writeJSON(w, protocol.HostsVersion{Version: v})
 			return
 		}
 		if !s.await(w, r, ch, timer) {
@@ -678,7 +673,7 @@ type serverStore struct {
 
 func (st serverStore) Set(_ context.Context, key string, value []byte) error {
 	if status, msg := st.s.set(st.gen, key, bytes.Clone(value)); status != 0 {
-		return &StatusError{Code: status, Message: msg}
+		return &protocol.StatusError{Code: status, Message: msg}
 	}
 	return nil
 }
@@ -689,7 +684,7 @@ func (st serverStore) Get(ctx context.Context, key string) ([]byte, error) {
 		g, status, msg := st.s.kvGenLocked(st.gen)
 		if g == nil {
 			st.s.mu.Unlock()
-			return nil, &StatusError{Code: status, Message: msg}
+			return nil, &protocol.StatusError{Code: status, Message: msg}
 		}
 		if v, ok := g.vals[key]; ok {
 			st.s.mu.Unlock()
@@ -810,11 +805,11 @@ func (s *Server) pollTimer(w http.ResponseWriter, r *http.Request) (*time.Timer,
 
 // --- request parsing ---
 
-func workerParam(w http.ResponseWriter, r *http.Request) (WorkerID, bool) {
-	id, err := ParseWorkerID(r.PathValue("id"))
+func workerParam(w http.ResponseWriter, r *http.Request) (protocol.WorkerID, bool) {
+	id, err := protocol.ParseWorkerID(r.PathValue("id"))
 	if err != nil {
 		http.Error(w, "bad "+err.Error(), http.StatusBadRequest)
-		return WorkerID{}, false
+		return protocol.WorkerID{}, false
 	}
 	return id, true
 }
@@ -888,7 +883,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
 			err = fmt.Errorf("field %q: JSON %s where %s was expected", te.Field, te.Value, jsonKind(te.Type.Kind().String()))
 		}
-		http.Error(w, "bad JSON body: "+oneLine(err.Error()), http.StatusBadRequest)
+		http.Error(w, "bad JSON body: "+protocol.OneLine(err.Error()), http.StatusBadRequest)
 		return false
 	}
 	return true
@@ -905,8 +900,6 @@ func jsonKind(goKind string) string {
 	}
 	return "another type"
 }
-
-func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
 
 func writeJSON(w http.ResponseWriter, v any) {
 	b, err := json.Marshal(v)

@@ -1,5 +1,6 @@
 """The worker's side of elasticd's rendezvous protocol (docs/protocol.md §2): HMAC-signed HTTP
-to the driver. Standard library only; the Go twin is driver/rendezvous/client.go."""
+to the driver. Standard library only; the Go twin is worker/rendezvous/client.go, and the wire types are
+Go package protocol's."""
 
 from __future__ import annotations
 

@@ -29,9 +29,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/elasticd/elasticd/driver/agents"
 	"github.com/elasticd/elasticd/driver/launch"
-	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/python"
 	"github.com/elasticd/elasticd/worker/agent/gpu"
@@ -88,8 +87,8 @@ func (c Config) Validate() error {
 		return errors.New("--driver: no driver URL (e.g. --driver http://10.0.0.5:29400)")
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		return fmt.Errorf("--driver %q: want the driver's http(s) URL, e.g. http://10.0.0.5:29400", c.DriverURL)
-	case len(c.Secret) < agents.MinSecret:
-		return fmt.Errorf("--agent-secret-file: the secret is %d bytes, at least %d are needed (e.g. `head -c 32 /dev/urandom | base64`)", len(c.Secret), agents.MinSecret)
+	case len(c.Secret) < protocol.MinAgentSecret:
+		return fmt.Errorf("--agent-secret-file: the secret is %d bytes, at least %d are needed (e.g. `head -c 32 /dev/urandom | base64`)", len(c.Secret), protocol.MinAgentSecret)
 	case c.HostID == "":
 		return errors.New("--host-id: empty")
 	case c.Addr == "":
@@ -117,9 +116,9 @@ type agent struct {
 	lastContact atomic.Int64 // unix nanoseconds of the last answer from the driver
 
 	mu      sync.Mutex
-	cur     *outbox         // the session's outbox; nil between sessions
-	notices []agents.Notice // active notices, sent again to every new session
-	faults  []agents.Event  // GPU faults seen between sessions
+	cur     *outbox                // the session's outbox; nil between sessions
+	notices []protocol.AgentNotice // active notices, sent again to every new session
+	faults  []protocol.AgentEvent  // GPU faults seen between sessions
 	// held are the workers of a session the driver ended (it restarted, or lost us): kept
 	// running for the next registration, where a driver that took up their job adopts them.
 	held []*wproc
@@ -142,7 +141,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	auth, err := rendezvous.NewAuth(cfg.Secret, agents.AuthLabel, 0)
+	auth, err := protocol.NewAuth(cfg.Secret, protocol.AgentAuthLabel, 0)
 	if err != nil {
 		return err
 	}
@@ -231,19 +230,20 @@ func (a *agent) pause(attempt int) time.Duration {
 }
 
 // register registers with the driver, retrying until it succeeds or ctx ends.
-func (a *agent) register(ctx context.Context) (agents.RegisterAnswer, error) {
-	req := agents.RegisterRequest{
-		AgentID: a.agentID, HostID: a.cfg.HostID, Addr: a.cfg.Addr, Slots: a.cfg.Slots,
-		Version: a.cfg.Version, Metadata: cmp.Or(a.cfg.Metadata, "none"), GPUs: []agents.GPU{},
+func (a *agent) register(ctx context.Context) (protocol.AgentRegisterAnswer, error) {
+	req := protocol.AgentRegisterRequest{
+		Protocol: protocol.ProtocolVersion,
+		AgentID:  a.agentID, HostID: a.cfg.HostID, Addr: a.cfg.Addr, Slots: a.cfg.Slots,
+		Version: a.cfg.Version, Metadata: cmp.Or(a.cfg.Metadata, "none"), GPUs: []protocol.AgentGPU{},
 	}
 	req.Hostname, _ = os.Hostname()
 	for _, g := range a.gpus {
-		req.GPUs = append(req.GPUs, agents.GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes})
+		req.GPUs = append(req.GPUs, protocol.AgentGPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes})
 	}
-	var ans agents.RegisterAnswer
+	var ans protocol.AgentRegisterAnswer
 	for attempt := 0; ; attempt++ {
 		req.Procs = a.heldProcs()
-		err := a.c.do(ctx, http.MethodPost, agents.PathRegister, req, &ans, 0)
+		err := a.c.do(ctx, http.MethodPost, protocol.AgentPathRegister, req, &ans, 0)
 		if err == nil && ans.Session != "" && ans.JobID != "" {
 			a.touch()
 			a.log.Info("registered with the driver", "driver", a.cfg.DriverURL, "job", ans.JobID, "host", a.cfg.HostID, "addr", a.cfg.Addr, "gpus", len(a.gpus))
@@ -282,11 +282,11 @@ func (a *agent) driverGone() bool {
 
 // session serves one registration until the driver ends it, is gone for DriverTimeout, or ctx
 // ends; then it stops every worker it started and waits for them.
-func (a *agent) session(ctx context.Context, reg agents.RegisterAnswer) error {
+func (a *agent) session(ctx context.Context, reg protocol.AgentRegisterAnswer) error {
 	ob := newOutbox()
 	a.mu.Lock()
 	for _, n := range a.notices {
-		ob.add(agents.Event{Kind: agents.KindNotice, Notice: &n})
+		ob.add(protocol.AgentEvent{Kind: protocol.KindNotice, Notice: &n})
 	}
 	for _, f := range a.faults {
 		ob.add(f)
@@ -298,7 +298,7 @@ func (a *agent) session(ctx context.Context, reg agents.RegisterAnswer) error {
 	a.mu.Unlock()
 
 	sctx, cancel := context.WithCancelCause(ctx)
-	s := &sess{a: a, id: reg.Session, jobID: reg.JobID, ob: ob, procs: map[uint64]*wproc{}, jobSecret: hex.EncodeToString(agents.JobSecret(a.cfg.Secret, reg.JobID))}
+	s := &sess{a: a, id: reg.Session, jobID: reg.JobID, ob: ob, procs: map[uint64]*wproc{}, jobSecret: hex.EncodeToString(protocol.JobSecret(a.cfg.Secret, reg.JobID))}
 	s.adopt(held, reg.Adopted)
 	wait := time.Duration(reg.PollWaitMS) * time.Millisecond
 	var loops sync.WaitGroup
@@ -338,10 +338,10 @@ func (a *agent) holding() int {
 }
 
 // heldProcs describes the held workers for a registration.
-func (a *agent) heldProcs() []agents.HeldProc {
+func (a *agent) heldProcs() []protocol.HeldProc {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var out []agents.HeldProc
+	var out []protocol.HeldProc
 	for _, w := range a.held {
 		out = append(out, w.held())
 	}
@@ -365,12 +365,12 @@ func (a *agent) stopHeld(why string) {
 
 // emit queues an event for the current session, or keeps a GPU fault for the next one. Other
 // events are dropped between sessions (notices are kept apart, in a.notices).
-func (a *agent) emit(ev agents.Event) {
+func (a *agent) emit(ev protocol.AgentEvent) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cur != nil {
 		a.cur.add(ev)
-	} else if ev.Kind == agents.KindGPU && len(a.faults) < 64 {
+	} else if ev.Kind == protocol.KindGPU && len(a.faults) < 64 {
 		a.faults = append(a.faults, ev)
 	}
 }
@@ -405,7 +405,7 @@ type wproc struct {
 }
 
 // emit queues an event of the worker for its session.
-func (w *wproc) emit(ev agents.Event) {
+func (w *wproc) emit(ev protocol.AgentEvent) {
 	w.mu.Lock()
 	ev.Proc = w.id
 	w.s.ob.add(ev)
@@ -419,10 +419,10 @@ func (w *wproc) output(stream string, p []byte) {
 }
 
 // held describes the worker for a registration's Procs.
-func (w *wproc) held() agents.HeldProc {
+func (w *wproc) held() protocol.HeldProc {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	h := agents.HeldProc{Proc: w.id, Worker: w.worker, JobID: w.jobID, PID: w.p.PID()}
+	h := protocol.HeldProc{Proc: w.id, Worker: w.worker, JobID: w.jobID, PID: w.p.PID()}
 	if w.ended {
 		h.Exited, h.Code, h.Signal = true, w.st.Code, w.st.Signal
 	}
@@ -442,7 +442,7 @@ func (o wprocOutput) Write(p []byte) (int, error) {
 
 // adopt moves the held workers the driver adopted into s, with the output they wrote while no
 // driver heard it; it stops the others.
-func (s *sess) adopt(held []*wproc, adopted []agents.Adoption) {
+func (s *sess) adopt(held []*wproc, adopted []protocol.Adoption) {
 	renumber := map[uint64]uint64{}
 	for _, a := range adopted {
 		renumber[a.Old] = a.New
@@ -461,7 +461,7 @@ func (s *sess) adopt(held []*wproc, adopted []agents.Adoption) {
 		}
 		w.s, w.id = s, nid
 		if w.ended { // it exited after the registration listed it running
-			s.ob.add(agents.Event{Kind: agents.KindExited, Proc: nid, Code: w.st.Code, Signal: w.st.Signal})
+			s.ob.add(protocol.AgentEvent{Kind: protocol.KindExited, Proc: nid, Code: w.st.Code, Signal: w.st.Signal})
 		} else {
 			s.mu.Lock()
 			s.procs[nid] = w
@@ -490,13 +490,15 @@ func (s *sess) release() []*wproc {
 	return out
 }
 
-func (s *sess) path(what string) string { return agents.PathPrefix + url.PathEscape(s.id) + "/" + what }
+func (s *sess) path(what string) string {
+	return protocol.AgentPathPrefix + url.PathEscape(s.id) + "/" + what
+}
 
 // pollCommands long-polls the driver's commands and carries them out in order.
 func (s *sess) pollCommands(ctx context.Context, wait time.Duration) error {
 	var after uint64
 	for attempt := 0; ctx.Err() == nil; {
-		var ans agents.CommandsAnswer
+		var ans protocol.AgentCommandsAnswer
 		target := s.path("commands") + "?after=" + strconv.FormatUint(after, 10) + "&wait_ms=" + strconv.FormatInt(wait.Milliseconds(), 10)
 		err := s.a.c.do(ctx, http.MethodGet, target, nil, &ans, wait)
 		if err != nil {
@@ -565,7 +567,7 @@ func (s *sess) sendBatch(ctx context.Context) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	if err := s.a.c.do(ctx, http.MethodPost, s.path("events"), agents.EventsRequest{Events: evs}, nil, 0); err != nil {
+	if err := s.a.c.do(ctx, http.MethodPost, s.path("events"), protocol.AgentEventsRequest{Events: evs}, nil, 0); err != nil {
 		return err
 	}
 	s.a.touch()
@@ -582,11 +584,11 @@ func (s *sess) flush(ctx context.Context) {
 	}
 }
 
-func (s *sess) exec(ctx context.Context, c agents.Command) {
+func (s *sess) exec(ctx context.Context, c protocol.AgentCommand) {
 	switch c.Op {
-	case agents.OpStart:
+	case protocol.OpStart:
 		s.start(ctx, c)
-	case agents.OpStop:
+	case protocol.OpStop:
 		s.mu.Lock()
 		w := s.procs[c.Proc]
 		s.mu.Unlock()
@@ -595,10 +597,10 @@ func (s *sess) exec(ctx context.Context, c agents.Command) {
 			s.a.log.Info("stopping worker", "proc", c.Proc, "pid", w.p.PID(), "grace", grace)
 			s.stops.Go(func() { w.p.Stop(grace) })
 		}
-	case agents.OpCompleteNotice:
+	case protocol.OpCompleteNotice:
 		s.a.completeNotice(c.Notice)
-	case agents.OpFindPort:
-		ev := agents.Event{Kind: agents.KindPort, Proc: c.Proc}
+	case protocol.OpFindPort:
+		ev := protocol.AgentEvent{Kind: protocol.KindPort, Proc: c.Proc}
 		port, err := launch.NewLocal().(launch.PortFinder).FreePort(ctx, "")
 		if err != nil {
 			ev.Error = err.Error()
@@ -610,8 +612,8 @@ func (s *sess) exec(ctx context.Context, c agents.Command) {
 	}
 }
 
-func (s *sess) start(ctx context.Context, c agents.Command) {
-	env := append(append([]string{}, c.Env...), "ELASTICD_SECRET="+s.jobSecret)
+func (s *sess) start(ctx context.Context, c protocol.AgentCommand) {
+	env := append(append([]string{}, c.Env...), protocol.EnvSecret+"="+s.jobSecret)
 	// elasticd's Python package, from this binary, ahead of the worker's own PYTHONPATH.
 	if root, err := python.Install(python.CacheDir()); err != nil {
 		s.a.log.Warn("could not write out the Python package; workers cannot import elasticd", "err", err)
@@ -638,7 +640,7 @@ func (s *sess) start(ctx context.Context, c agents.Command) {
 	p, err := s.a.cfg.Launcher.Start(context.WithoutCancel(ctx), spec)
 	if err != nil {
 		s.a.log.Warn("cannot start worker", "worker", c.Worker, "err", err)
-		s.ob.add(agents.Event{Kind: agents.KindExited, Proc: c.Proc, Code: 127, Error: err.Error()})
+		s.ob.add(protocol.AgentEvent{Kind: protocol.KindExited, Proc: c.Proc, Code: 127, Error: err.Error()})
 		return
 	}
 	w.p = p
@@ -646,7 +648,7 @@ func (s *sess) start(ctx context.Context, c agents.Command) {
 	s.mu.Lock()
 	s.procs[c.Proc] = w
 	s.mu.Unlock()
-	s.ob.add(agents.Event{Kind: agents.KindStarted, Proc: c.Proc, PID: p.PID()})
+	s.ob.add(protocol.AgentEvent{Kind: protocol.KindStarted, Proc: c.Proc, PID: p.PID()})
 	s.a.procWG.Go(func() {
 		st, err := p.Wait()
 		w.mu.Lock()
@@ -656,7 +658,7 @@ func (s *sess) start(ctx context.Context, c agents.Command) {
 		cur.mu.Lock()
 		delete(cur.procs, id)
 		cur.mu.Unlock()
-		ev := agents.Event{Kind: agents.KindExited, Code: st.Code, Signal: st.Signal}
+		ev := protocol.AgentEvent{Kind: protocol.KindExited, Code: st.Code, Signal: st.Signal}
 		if err != nil {
 			ev.Error = err.Error()
 		}

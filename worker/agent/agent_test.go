@@ -19,6 +19,7 @@ import (
 
 	"github.com/elasticd/elasticd/driver/agents"
 	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/worker/agent"
 	"github.com/elasticd/elasticd/worker/agent/gpu"
@@ -218,7 +219,7 @@ func TestStartThroughAgent(t *testing.T) {
 	if err != nil || st.Code != 3 {
 		t.Fatalf("Wait = %v, %v; want exit 3", st, err)
 	}
-	want := fmt.Sprintf("secret=%s gpu=GPU-bbb\n", hex.EncodeToString(agents.JobSecret(secret, "job-1")))
+	want := fmt.Sprintf("secret=%s gpu=GPU-bbb\n", hex.EncodeToString(protocol.JobSecret(secret, "job-1")))
 	if out.String() != want {
 		t.Errorf("stdout %q, want %q", out.String(), want)
 	}
@@ -347,7 +348,7 @@ func TestDriverRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	p2.Wait()
-	if want := hex.EncodeToString(agents.JobSecret(secret, "job-2")) + "\n"; out.String() != want {
+	if want := hex.EncodeToString(protocol.JobSecret(secret, "job-2")) + "\n"; out.String() != want {
 		t.Fatalf("new job's worker got secret %q, want %q", out.String(), want)
 	}
 }

@@ -10,13 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 )
 
 // client sends signed requests to the driver and checks that the answers are signed.
 type client struct {
 	base string
-	auth *rendezvous.Auth
+	auth *protocol.Auth
 	hc   *http.Client
 }
 
@@ -25,7 +25,7 @@ const (
 	maxAnswer      = 16 << 20
 )
 
-func newClient(base string, auth *rendezvous.Auth, hc *http.Client) *client {
+func newClient(base string, auth *protocol.Auth, hc *http.Client) *client {
 	if hc == nil {
 		hc = &http.Client{
 			Transport: &http.Transport{
@@ -68,7 +68,7 @@ func (c *client) do(ctx context.Context, method, target string, in, out any, wai
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout+wait)
 	defer cancel()
 	r, err := c.auth.Exchange(ctx, c.hc, method, c.base+target, in, maxAnswer)
-	if ue, ok := errors.AsType[*rendezvous.UnsignedError](err); ok {
+	if ue, ok := errors.AsType[*protocol.UnsignedError](err); ok {
 		if ue.Status == http.StatusUnauthorized {
 			return &errRefused{reason: ue.Reason}
 		}

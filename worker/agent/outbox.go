@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/elasticd/elasticd/driver/agents"
+	"github.com/elasticd/elasticd/protocol"
 )
 
 const (
@@ -37,7 +37,7 @@ type stream struct {
 
 // item is a queued event; a sealed one has been sent and must not grow.
 type item struct {
-	ev     agents.Event
+	ev     protocol.AgentEvent
 	sealed bool
 }
 
@@ -53,7 +53,7 @@ func (o *outbox) signal() {
 }
 
 // add queues an event.
-func (o *outbox) add(ev agents.Event) {
+func (o *outbox) add(ev protocol.AgentEvent) {
 	o.mu.Lock()
 	o.seq++
 	ev.Seq = o.seq
@@ -83,7 +83,7 @@ func (o *outbox) appendOutput(proc uint64, stream string, p []byte) {
 	for len(p) > 0 {
 		if n := len(o.events); n > 0 {
 			last := &o.events[n-1].ev
-			if !o.events[n-1].sealed && last.Kind == agents.KindOutput && last.Proc == proc && last.Stream == stream && len(last.Data) < maxChunk {
+			if !o.events[n-1].sealed && last.Kind == protocol.KindOutput && last.Proc == proc && last.Stream == stream && len(last.Data) < maxChunk {
 				k := min(len(p), maxChunk-len(last.Data))
 				last.Data = append(last.Data, p[:k]...)
 				o.outSize += k
@@ -93,7 +93,7 @@ func (o *outbox) appendOutput(proc uint64, stream string, p []byte) {
 		}
 		k := min(len(p), maxChunk)
 		o.seq++
-		o.events = append(o.events, item{ev: agents.Event{Seq: o.seq, Kind: agents.KindOutput, Proc: proc, Stream: stream, Data: append([]byte(nil), p[:k]...)}})
+		o.events = append(o.events, item{ev: protocol.AgentEvent{Seq: o.seq, Kind: protocol.KindOutput, Proc: proc, Stream: stream, Data: append([]byte(nil), p[:k]...)}})
 		o.outSize += k
 		p = p[k:]
 	}
@@ -102,10 +102,10 @@ func (o *outbox) appendOutput(proc uint64, stream string, p []byte) {
 // batch returns the oldest events to send, and the sequence number of the last. The events
 // are copies: output may still be appended to the last one while the batch is in flight, so
 // a sent event is never changed afterwards (see ack).
-func (o *outbox) batch() ([]agents.Event, uint64) {
+func (o *outbox) batch() ([]protocol.AgentEvent, uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var out []agents.Event
+	var out []protocol.AgentEvent
 	size := 0
 	for _, it := range o.events {
 		ev := it.ev
@@ -149,13 +149,13 @@ func (o *outbox) pending() bool {
 
 // takeOutput removes and returns the output events of proc not yet taken by the driver (a
 // session's end hands a held worker's output to the next session).
-func (o *outbox) takeOutput(proc uint64) []agents.Event {
+func (o *outbox) takeOutput(proc uint64) []protocol.AgentEvent {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var out []agents.Event
+	var out []protocol.AgentEvent
 	kept := o.events[:0]
 	for _, it := range o.events {
-		if it.ev.Kind == agents.KindOutput && it.ev.Proc == proc {
+		if it.ev.Kind == protocol.KindOutput && it.ev.Proc == proc {
 			out = append(out, it.ev)
 			o.outSize -= len(it.ev.Data)
 			continue

@@ -7,13 +7,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/elasticd/elasticd/driver/agents"
+	"github.com/elasticd/elasticd/protocol"
 )
 
 // outboxAll takes every queued event, batch after batch, acknowledging each.
-func outboxAll(t *testing.T, o *outbox) []agents.Event {
+func outboxAll(t *testing.T, o *outbox) []protocol.AgentEvent {
 	t.Helper()
-	var all []agents.Event
+	var all []protocol.AgentEvent
 	for o.pending() {
 		evs, last := o.batch()
 		if len(evs) == 0 || last != evs[len(evs)-1].Seq {
@@ -26,7 +26,7 @@ func outboxAll(t *testing.T, o *outbox) []agents.Event {
 }
 
 // outboxSeqs checks that evs are numbered first, first+1, ...
-func outboxSeqs(t *testing.T, evs []agents.Event, first uint64) {
+func outboxSeqs(t *testing.T, evs []protocol.AgentEvent, first uint64) {
 	t.Helper()
 	for i, ev := range evs {
 		if ev.Seq != first+uint64(i) {
@@ -52,7 +52,7 @@ func TestOutboxNumbersEventsInOrder(t *testing.T) {
 	if evs, last := o.batch(); evs != nil || last != 0 {
 		t.Fatalf("batch() of an empty outbox = %+v, %d", evs, last)
 	}
-	o.add(agents.Event{Kind: agents.KindStarted, Proc: 1, PID: 10})
+	o.add(protocol.AgentEvent{Kind: protocol.KindStarted, Proc: 1, PID: 10})
 	if !outboxWoken(o) {
 		t.Error("add did not wake the sender")
 	}
@@ -60,9 +60,9 @@ func TestOutboxNumbersEventsInOrder(t *testing.T) {
 	if !outboxWoken(o) {
 		t.Error("output did not wake the sender")
 	}
-	o.add(agents.Event{Kind: agents.KindNotice, Notice: &agents.Notice{ID: "n"}})
+	o.add(protocol.AgentEvent{Kind: protocol.KindNotice, Notice: &protocol.AgentNotice{ID: "n"}})
 	o.output(1, "stdout", []byte("b"))
-	o.add(agents.Event{Kind: agents.KindExited, Proc: 1, Code: 3})
+	o.add(protocol.AgentEvent{Kind: protocol.KindExited, Proc: 1, Code: 3})
 
 	evs := outboxAll(t, o)
 	outboxSeqs(t, evs, 1)
@@ -74,7 +74,7 @@ func TestOutboxNumbersEventsInOrder(t *testing.T) {
 		t.Errorf("events %q, want %q", got, want)
 	}
 	// Numbering goes on after an ack.
-	o.add(agents.Event{Kind: agents.KindStarted, Proc: 2})
+	o.add(protocol.AgentEvent{Kind: protocol.KindStarted, Proc: 2})
 	if evs, last := o.batch(); len(evs) != 1 || last != 6 {
 		t.Errorf("after 5 events and an ack: batch() = %+v, %d; want seq 6", evs, last)
 	}
@@ -107,7 +107,7 @@ func TestOutboxCoalescesOutput(t *testing.T) {
 	outboxSeqs(t, evs, 5)
 	var joined []byte
 	for i, ev := range evs {
-		if ev.Kind != agents.KindOutput || ev.Proc != 3 || ev.Stream != "stdout" {
+		if ev.Kind != protocol.KindOutput || ev.Proc != 3 || ev.Stream != "stdout" {
 			t.Fatalf("event %d: %+v", i, ev)
 		}
 		if i < len(evs)-1 && len(ev.Data) != maxChunk {
@@ -179,7 +179,7 @@ func TestOutboxAck(t *testing.T) {
 		t.Errorf("after ack of the last: pending %v, outSize %d", o.pending(), o.outSize)
 	}
 	o.ack(7) // an ack beyond the queue does no harm
-	o.add(agents.Event{Kind: agents.KindStarted})
+	o.add(protocol.AgentEvent{Kind: protocol.KindStarted})
 	if evs, last := o.batch(); len(evs) != 1 || last != 6 {
 		t.Errorf("after acks: batch %+v, last %d; want seq 6", evs, last)
 	}
@@ -199,7 +199,7 @@ func TestOutboxDropsOutputBeyondLimit(t *testing.T) {
 	if outboxWoken(o) {
 		t.Error("dropped output woke the sender")
 	}
-	o.add(agents.Event{Kind: agents.KindStarted, Proc: 3}) // events other than output are kept
+	o.add(protocol.AgentEvent{Kind: protocol.KindStarted, Proc: 3}) // events other than output are kept
 	if o.outSize != maxPendingOutput {
 		t.Fatalf("outSize %d, want %d", o.outSize, maxPendingOutput)
 	}
@@ -212,7 +212,7 @@ func TestOutboxDropsOutputBeyondLimit(t *testing.T) {
 			t.Fatal("output beyond the limit was queued")
 		}
 	}
-	if kept != maxPendingOutput || before[len(before)-1].Kind != agents.KindStarted {
+	if kept != maxPendingOutput || before[len(before)-1].Kind != protocol.KindStarted {
 		t.Fatalf("kept %d bytes of output, then %+v; want %d bytes and the started event", kept, before[len(before)-1].Kind, maxPendingOutput)
 	}
 
@@ -250,7 +250,7 @@ func TestOutboxBatchBounds(t *testing.T) {
 	t.Run("events", func(t *testing.T) {
 		o := newOutbox()
 		for range maxBatch + 44 {
-			o.add(agents.Event{Kind: agents.KindGPU, GPU: &agents.GPUFault{Index: -1}})
+			o.add(protocol.AgentEvent{Kind: protocol.KindGPU, GPU: &protocol.GPUFault{Index: -1}})
 		}
 		evs, last := o.batch()
 		if len(evs) != maxBatch || last != maxBatch {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/elasticd/elasticd/driver/agents"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/worker/agent/gpu"
 )
@@ -48,7 +48,7 @@ func (a *agent) watchNotices(ctx context.Context) {
 
 // notice records a notice and sends it to the driver, once per ID.
 func (a *agent) notice(n providers.Notice) {
-	wn := agents.Notice{ID: n.ID, Kind: string(n.Kind), Deadline: n.Deadline, Detail: n.Detail}
+	wn := protocol.AgentNotice{ID: n.ID, Kind: string(n.Kind), Deadline: n.Deadline, Detail: n.Detail}
 	a.mu.Lock()
 	for _, old := range a.notices {
 		if old.ID == n.ID {
@@ -62,7 +62,7 @@ func (a *agent) notice(n providers.Notice) {
 	a.notices = append(a.notices, wn)
 	a.mu.Unlock()
 	a.log.Warn("interruption notice", "kind", n.Kind, "deadline", n.Deadline, "detail", n.Detail, "id", n.ID)
-	a.emit(agents.Event{Kind: agents.KindNotice, Notice: &wn})
+	a.emit(protocol.AgentEvent{Kind: protocol.KindNotice, Notice: &wn})
 }
 
 // completeNotice answers a notice once the driver says the host's workers are gone.
@@ -129,7 +129,7 @@ func (a *agent) reportLoad(ctx context.Context) {
 		for _, b := range busy {
 			sum += b
 		}
-		a.emit(agents.Event{Kind: agents.KindLoad, GPUBusy: sum / float64(len(busy))})
+		a.emit(protocol.AgentEvent{Kind: protocol.KindLoad, GPUBusy: sum / float64(len(busy))})
 	}
 }
 
@@ -144,7 +144,7 @@ func (a *agent) watchGPUs(ctx context.Context) {
 			select {
 			case ev := <-ch:
 				a.log.Warn("GPU fault", "gpu", ev.GPU, "uuid", ev.UUID, "kind", ev.Kind, "xid", ev.XID, "detail", ev.Detail)
-				a.emit(agents.Event{Kind: agents.KindGPU, GPU: &agents.GPUFault{Index: ev.GPU, UUID: ev.UUID, Kind: ev.Kind, XID: ev.XID, Detail: ev.Detail}})
+				a.emit(protocol.AgentEvent{Kind: protocol.KindGPU, GPU: &protocol.GPUFault{Index: ev.GPU, UUID: ev.UUID, Kind: ev.Kind, XID: ev.XID, Detail: ev.Detail}})
 			case err := <-done:
 				if err == nil || ctx.Err() != nil {
 					return

@@ -3,8 +3,6 @@ package rendezvous
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,13 +16,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/elasticd/elasticd/allreduce"
+	"github.com/elasticd/elasticd/protocol"
 )
 
-// Client is a worker's side of rendezvous. Its methods are safe for concurrent use.
+// Client is a worker's side of rendezvous (docs/protocol.md §2; the wire types are package
+// protocol's, shared with the driver's server in driver/rendezvous). Its methods are safe for concurrent use.
 type Client struct {
 	base string // scheme://host[:port][/prefix], without a trailing slash
-	key  []byte
-	id   WorkerID
+	auth *protocol.Auth
+	id   protocol.WorkerID
 	hc   *http.Client
 
 	retries    int           // further attempts after a connection error or 5xx
@@ -43,34 +43,10 @@ const (
 	maxErrorBody    = 1 << 10
 )
 
-// ErrGenerationGone is wrapped by errors about a generation whose key-value data the driver
-// has dropped (HTTP 410): a newer generation exists, and this worker should reset.
-var ErrGenerationGone = errors.New("rendezvous: generation is over")
-
-// StatusError is an answer other than the one a request expected.
-type StatusError struct {
-	Method, Target string // the request
-	Code           int    // HTTP status
-	Message        string // the server's one-line reason
-}
-
-func (e *StatusError) Error() string {
-	msg := e.Message
-	if msg == "" {
-		msg = http.StatusText(e.Code)
-	}
-	return fmt.Sprintf("%s %s: %d %s", e.Method, e.Target, e.Code, msg)
-}
-
-// Is makes a 410 match ErrGenerationGone.
-func (e *StatusError) Is(target error) bool {
-	return target == ErrGenerationGone && e.Code == http.StatusGone
-}
-
 // NewClient returns a client for the rendezvous server at baseURL (e.g. "http://10.0.0.1:7000")
 // that acts as worker id. hc nil means a client of its own, with bounded dial and handshake
 // times, no proxy and no redirects.
-func NewClient(baseURL string, secret []byte, id WorkerID, hc *http.Client) *Client {
+func NewClient(baseURL string, secret []byte, id protocol.WorkerID, hc *http.Client) *Client {
 	if hc == nil {
 		hc = &http.Client{
 			Transport: &http.Transport{
@@ -89,7 +65,7 @@ func NewClient(baseURL string, secret []byte, id WorkerID, hc *http.Client) *Cli
 	}
 	return &Client{
 		base:       strings.TrimRight(baseURL, "/"),
-		key:        deriveKey(secret, keyLabel),
+		auth:       protocol.NewSigner(secret, protocol.RendezvousAuthLabel),
 		id:         id,
 		hc:         hc,
 		retries:    defaultRetries,
@@ -104,13 +80,13 @@ func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 // ReportLoad tells the driver this worker's recent mean step time, one of the inputs of
 // --slot-policy loadaware.
 func (c *Client) ReportLoad(ctx context.Context, step time.Duration) error {
-	return c.post(ctx, "load", loadRequest{StepSeconds: step.Seconds()})
+	return c.post(ctx, "load", protocol.LoadReport{StepSeconds: step.Seconds()})
 }
 
 // ReportProgress tells the driver how far training has got (rank 0 sends it about once a
 // second): the job's step count and the step of the last commit, in generation gen.
 func (c *Client) ReportProgress(ctx context.Context, gen, step, committed uint64) error {
-	return c.post(ctx, "progress", progressRequest{Generation: gen, Step: step, Committed: committed})
+	return c.post(ctx, "progress", protocol.ProgressReport{Generation: gen, Step: step, Committed: committed})
 }
 
 // post sends v to POST /v1/workers/{id}/{what}, which answers 204.
@@ -129,21 +105,21 @@ func (c *Client) post(ctx context.Context, what string, v any) error {
 // Report tells the driver this worker's state in generation gen. A message longer than
 // MaxMessage is truncated. Retries carry the same report ID, so the driver sees a report
 // once even when an answer was lost.
-func (c *Client) Report(ctx context.Context, gen uint64, st State, msg string) error {
-	return c.report(ctx, gen, st, ReadyReport{Message: msg})
+func (c *Client) Report(ctx context.Context, gen uint64, st protocol.State, msg string) error {
+	return c.report(ctx, gen, st, protocol.ReadyReport{Message: msg})
 }
 
 // ReportReady is Report(READY) that also tells the driver the work this worker rolled back
 // since generation gen's last commit (for the job's rollback accounting), and whether it left
 // because a peer went silent (the driver then fails whoever does not follow at once).
-func (c *Client) ReportReady(ctx context.Context, gen uint64, r ReadyReport) error {
-	return c.report(ctx, gen, Ready, r)
+func (c *Client) ReportReady(ctx context.Context, gen uint64, r protocol.ReadyReport) error {
+	return c.report(ctx, gen, protocol.Ready, r)
 }
 
-func (c *Client) report(ctx context.Context, gen uint64, st State, r ReadyReport) error {
+func (c *Client) report(ctx context.Context, gen uint64, st protocol.State, r protocol.ReadyReport) error {
 	// Invalid UTF-8 would grow in JSON (each bad byte becomes U+FFFD), so replace it first.
-	msg := truncate(strings.ToValidUTF8(r.Message, "\uFFFD"), MaxMessage)
-	body, err := json.Marshal(stateRequest{Protocol: ProtocolVersion, Generation: &gen, State: st, Message: msg, ReportID: randomHex(), Rollback: r.Rollback, SilentPeer: r.SilentPeer})
+	msg := truncate(strings.ToValidUTF8(r.Message, "\uFFFD"), protocol.MaxMessage)
+	body, err := json.Marshal(protocol.StateReport{Protocol: protocol.ProtocolVersion, Generation: &gen, State: st, Message: msg, ReportID: protocol.NewReportID(), Rollback: r.Rollback, SilentPeer: r.SilentPeer})
 	if err != nil {
 		return fmt.Errorf("rendezvous: report %s: %w", st, err)
 	}
@@ -156,22 +132,22 @@ func (c *Client) report(ctx context.Context, gen uint64, st State, r ReadyReport
 
 // Assignment waits (re-polling) until this worker has an assignment with Generation > after,
 // or ctx ends. An assignment with Removed set means the worker has no place any more.
-func (c *Client) Assignment(ctx context.Context, after uint64) (Assignment, error) {
+func (c *Client) Assignment(ctx context.Context, after uint64) (protocol.Assignment, error) {
 	target := "/v1/workers/" + escapeSegment(c.id.String()) + "/assignment?after=" + strconv.FormatUint(after, 10) + c.waitQuery()
 	for {
 		code, body, err := c.do(ctx, http.MethodGet, target, nil, c.pollWait, http.StatusOK, http.StatusNoContent)
 		if err != nil {
-			return Assignment{}, fmt.Errorf("rendezvous: assignment after generation %d: %w", after, err)
+			return protocol.Assignment{}, fmt.Errorf("rendezvous: assignment after generation %d: %w", after, err)
 		}
 		if code == http.StatusNoContent {
 			continue
 		}
-		var a Assignment
+		var a protocol.Assignment
 		if err := json.Unmarshal(body, &a); err != nil {
-			return Assignment{}, fmt.Errorf("rendezvous: assignment after generation %d: decode answer: %w", after, err)
+			return protocol.Assignment{}, fmt.Errorf("rendezvous: assignment after generation %d: decode answer: %w", after, err)
 		}
 		if a.Generation <= after {
-			return Assignment{}, fmt.Errorf("rendezvous: assignment after generation %d: server answered generation %d", after, a.Generation)
+			return protocol.Assignment{}, fmt.Errorf("rendezvous: assignment after generation %d: server answered generation %d", after, a.Generation)
 		}
 		return a, nil
 	}
@@ -188,7 +164,7 @@ func (c *Client) HostsUpdated(ctx context.Context, after uint64) (uint64, error)
 		if code == http.StatusNoContent {
 			continue
 		}
-		var v hostsVersion
+		var v protocol.HostsVersion
 		if err := json.Unmarshal(body, &v); err != nil {
 			return 0, fmt.Errorf("rendezvous: host updates after version %d: decode answer: %w", after, err)
 		}
@@ -248,7 +224,7 @@ func (c *Client) waitQuery() string {
 
 // do sends a signed request and returns the status (one of want) and body of the answer.
 // Connection errors and 5xx answers are retried c.retries times, c.retryDelay apart; other
-// answers outside want come back as a *StatusError.
+// answers outside want come back as a *protocol.StatusError.
 func (c *Client) do(ctx context.Context, method, target string, body []byte, wait time.Duration, want ...int) (int, []byte, error) {
 	var errs []error
 	for attempt := 0; ; attempt++ {
@@ -268,7 +244,7 @@ func (c *Client) do(ctx context.Context, method, target string, body []byte, wai
 					return code, data, nil
 				}
 			}
-			err = &StatusError{Method: method, Target: target, Code: code, Message: errorMessage(data)}
+			err = &protocol.StatusError{Method: method, Target: target, Code: code, Message: protocol.ErrorReason(data)}
 			if code < 500 {
 				return 0, nil, err
 			}
@@ -294,7 +270,7 @@ func (c *Client) once(ctx context.Context, method, target string, body []byte, w
 	if err != nil {
 		return 0, nil, err
 	}
-	signRequest(c.key, req, body)
+	c.auth.Sign(req, body)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/octet-stream")
 		if method == http.MethodPost {
@@ -322,20 +298,6 @@ func (c *Client) once(ctx context.Context, method, target string, body []byte, w
 		}
 	}
 	return resp.StatusCode, data, nil
-}
-
-func errorMessage(b []byte) string {
-	s := strings.TrimSpace(strings.ToValidUTF8(string(b), "?"))
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
-	}
-	return s
-}
-
-func randomHex() string {
-	var b [nonceBytes]byte
-	rand.Read(b[:]) // never fails (crypto/rand)
-	return hex.EncodeToString(b[:])
 }
 
 // truncate cuts s to at most n bytes without splitting a UTF-8 sequence.

@@ -1,14 +1,4 @@
-// Package agents is the driver's side of `elasticd agent`: the registry of agents (one per
-// GPU host), the HTTP protocol they speak with the driver (docs/protocol.md §4), the launcher
-// that starts workers through them (--launcher agent), and the provider wrapper that offers
-// only hosts whose agent is connected, with one slot per GPU.
-//
-// Agents dial the driver; the driver never dials an agent. Every request is signed with a key
-// derived from the cluster's agent secret (--agent-secret-file), and so is every answer,
-// because an agent runs the commands the answers carry. The job's own secret never crosses
-// the network: the driver and each agent derive it from the agent secret and the job ID
-// (JobSecret).
-package agents
+package protocol
 
 import (
 	"crypto/hmac"
@@ -16,16 +6,17 @@ import (
 	"time"
 )
 
-// Wire names. See docs/protocol.md §4.
+// The agents' protocol (docs/protocol.md §4): `elasticd agent` on each GPU host dials the
+// driver, registers, long-polls for commands and posts events. Wire names:
 const (
-	// AuthLabel keys the agents' protocol; see rendezvous.NewAuth.
-	AuthLabel = "elasticd agent v1"
+	// AgentAuthLabel keys the agents' protocol; see NewAuth.
+	AgentAuthLabel = "elasticd agent v1"
 
-	PathRegister = "/v1/agents/register"
-	// PathPrefix is where the agents' endpoints live on the driver's listener:
+	AgentPathRegister = "/v1/agents/register"
+	// AgentPathPrefix is where the agents' endpoints live on the driver's listener:
 	// POST /v1/agents/register, GET /v1/agents/{session}/commands?after=N&wait_ms=M,
 	// POST /v1/agents/{session}/events.
-	PathPrefix = "/v1/agents/"
+	AgentPathPrefix = "/v1/agents/"
 )
 
 // Command operations.
@@ -47,16 +38,18 @@ const (
 	KindPort    = "port"    // the answer to OpFindPort (Proc): Port, or Error
 )
 
-// GPU is one device of an agent's host.
-type GPU struct {
+// AgentGPU is one device of an agent's host.
+type AgentGPU struct {
 	Index       int    `json:"index"`
 	UUID        string `json:"uuid"`
 	Model       string `json:"model"`
 	MemoryBytes uint64 `json:"memory_bytes"`
 }
 
-// RegisterRequest is the body of POST /v1/agents/register.
-type RegisterRequest struct {
+// AgentRegisterRequest is the body of POST /v1/agents/register.
+type AgentRegisterRequest struct {
+	// Protocol is the ProtocolVersion the agent speaks; the driver refuses another (0: 1).
+	Protocol int `json:"protocol,omitempty"`
 	// AgentID is random per agent process: a new one means the agent restarted, and its
 	// earlier session's processes are gone.
 	AgentID string `json:"agent_id"`
@@ -66,10 +59,10 @@ type RegisterRequest struct {
 	Addr string `json:"addr"`
 	// Slots overrides the slot count (--slots); 0: one per GPU, or the provider's count when
 	// the host has no GPU.
-	Slots    int    `json:"slots,omitempty"`
-	GPUs     []GPU  `json:"gpus"`
-	Hostname string `json:"hostname,omitempty"`
-	Version  string `json:"version,omitempty"`
+	Slots    int        `json:"slots,omitempty"`
+	GPUs     []AgentGPU `json:"gpus"`
+	Hostname string     `json:"hostname,omitempty"`
+	Version  string     `json:"version,omitempty"`
 	// Metadata names the interruption watcher the agent runs: aws, gcp, azure or none.
 	Metadata string `json:"metadata,omitempty"`
 	// Procs are the workers an earlier session of this agent started and still holds (the
@@ -96,22 +89,22 @@ type Adoption struct {
 	New uint64 `json:"new"`
 }
 
-// RegisterAnswer is the 200 answer to a registration.
-type RegisterAnswer struct {
+// AgentRegisterAnswer is the 200 answer to a registration.
+type AgentRegisterAnswer struct {
 	Session string `json:"session"`
 	JobID   string `json:"job_id"`
 	// PollWaitMS is how long the driver holds a commands long-poll; LeaseMS is how long it
 	// waits without hearing from the agent before it counts the agent lost.
 	PollWaitMS int64 `json:"poll_wait_ms"`
 	LeaseMS    int64 `json:"lease_ms"`
-	// Adopted are the held workers (RegisterRequest.Procs) the driver took over; the agent
+	// Adopted are the held workers (AgentRegisterRequest.Procs) the driver took over; the agent
 	// stops the others.
 	Adopted []Adoption `json:"adopted,omitempty"`
 }
 
-// Command is one thing the driver asks of an agent. Seq increases by one per command of a
+// AgentCommand is one thing the driver asks of an agent. Seq increases by one per command of a
 // session; the agent acknowledges what it has done by asking for commands after it.
-type Command struct {
+type AgentCommand struct {
 	Seq  uint64 `json:"seq"`
 	Op   string `json:"op"`
 	Proc uint64 `json:"proc,omitempty"` // the process (start, stop), numbered by the driver
@@ -128,14 +121,14 @@ type Command struct {
 	Notice string `json:"notice,omitempty"`
 }
 
-// CommandsAnswer is the 200 answer to a commands poll: every command after the one asked
+// AgentCommandsAnswer is the 200 answer to a commands poll: every command after the one asked
 // for, oldest first; empty when the poll timed out.
-type CommandsAnswer struct {
-	Commands []Command `json:"commands"`
+type AgentCommandsAnswer struct {
+	Commands []AgentCommand `json:"commands"`
 }
 
-// Notice is an interruption the agent saw on its host's metadata service.
-type Notice struct {
+// AgentNotice is an interruption the agent saw on its host's metadata service.
+type AgentNotice struct {
 	ID       string    `json:"id"`
 	Kind     string    `json:"kind"` // providers.NoticeKind
 	Deadline time.Time `json:"deadline,omitzero"`
@@ -152,29 +145,29 @@ type GPUFault struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// Event is one thing an agent tells the driver. Seq increases by one per event of a session
+// AgentEvent is one thing an agent tells the driver. Seq increases by one per event of a session
 // and makes retries harmless: the driver ignores an event it has already taken.
-type Event struct {
-	Seq    uint64    `json:"seq"`
-	Kind   string    `json:"kind"`
-	Proc   uint64    `json:"proc,omitempty"`
-	PID    int       `json:"pid,omitempty"`
-	Code   int       `json:"code,omitempty"`
-	Signal string    `json:"signal,omitempty"`
-	Error  string    `json:"error,omitempty"`
-	Stream string    `json:"stream,omitempty"` // stdout or stderr
-	Data   []byte    `json:"data,omitempty"`
-	Notice *Notice   `json:"notice,omitempty"`
-	GPU    *GPUFault `json:"gpu,omitempty"`
+type AgentEvent struct {
+	Seq    uint64       `json:"seq"`
+	Kind   string       `json:"kind"`
+	Proc   uint64       `json:"proc,omitempty"`
+	PID    int          `json:"pid,omitempty"`
+	Code   int          `json:"code,omitempty"`
+	Signal string       `json:"signal,omitempty"`
+	Error  string       `json:"error,omitempty"`
+	Stream string       `json:"stream,omitempty"` // stdout or stderr
+	Data   []byte       `json:"data,omitempty"`
+	Notice *AgentNotice `json:"notice,omitempty"`
+	GPU    *GPUFault    `json:"gpu,omitempty"`
 	// GPUBusy is the mean busy fraction (0 to 1) of the host's GPUs.
 	GPUBusy float64 `json:"gpu_busy,omitempty"`
 	// Port answers OpFindPort.
 	Port int `json:"port,omitempty"`
 }
 
-// EventsRequest is the body of POST /v1/agents/{session}/events.
-type EventsRequest struct {
-	Events []Event `json:"events"`
+// AgentEventsRequest is the body of POST /v1/agents/{session}/events.
+type AgentEventsRequest struct {
+	Events []AgentEvent `json:"events"`
 }
 
 // JobSecret derives a job's secret from the agent secret and the job's ID, so that the driver
@@ -186,5 +179,5 @@ func JobSecret(agentSecret []byte, jobID string) []byte {
 	return m.Sum(nil)
 }
 
-// MinSecret is the shortest agent secret accepted, in bytes.
-const MinSecret = 16
+// MinAgentSecret is the shortest agent secret accepted, in bytes.
+const MinAgentSecret = 16

@@ -1,9 +1,10 @@
-package rendezvous
+package protocol
 
 import (
 	"bytes"
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -22,7 +23,7 @@ const HeaderAnswerSignature = "X-Elasticd-Answer-Signature"
 const answerScheme = "ELASTICD-HMAC-SHA256-ANSWER"
 
 // Auth is the rendezvous signing scheme (docs/protocol.md §2) keyed for another protocol that
-// shares the driver's listener, such as the agents' (driver/agents). Requests are signed and
+// shares the driver's listener, such as the agents' (AgentAuthLabel). Requests are signed and
 // checked exactly as rendezvous requests are. Answers are signed too, bound to the nonce of
 // the request they answer, because an agent runs what the answers tell it to: a forged or
 // replayed answer must not start a process. Its methods are safe for concurrent use.
@@ -40,9 +41,20 @@ func NewAuth(secret []byte, label string, window time.Duration) (*Auth, error) {
 		return nil, fmt.Errorf("secret of %d bytes: must be at least 16", len(secret))
 	}
 	if window <= 0 {
-		window = defaultReplayWindow
+		window = DefaultReplayWindow
 	}
 	return &Auth{key: deriveKey(secret, label), window: window, nonces: newNonceCache(2*window, time.Now())}, nil
+}
+
+// DefaultReplayWindow is how far a request's timestamp may be from the receiver's clock
+// unless a server is configured otherwise.
+const DefaultReplayWindow = 60 * time.Second
+
+// NewSigner returns an Auth for a client of protocol label: it signs requests and checks the
+// answers. Unlike NewAuth it accepts any secret (the server refuses a short one's requests), so
+// a client can be built before the secret is validated elsewhere.
+func NewSigner(secret []byte, label string) *Auth {
+	return &Auth{key: deriveKey(secret, label), window: DefaultReplayWindow, nonces: newNonceCache(2*DefaultReplayWindow, time.Now())}
 }
 
 // Sign adds the signature headers for body to req and returns the request's nonce, which
@@ -68,19 +80,29 @@ func signRequest(key []byte, req *http.Request, body []byte) string {
 // body is what was signed. It returns the request's nonce for SignAnswer. An error's text is
 // a one-line reason fit for a 401 answer; it reveals nothing about the key.
 func (a *Auth) Verify(r *http.Request, body []byte, now time.Time) (string, error) {
-	nonce, err := a.verifyHeaders(r, now)
+	nonce, err := a.VerifyHeaders(r, now)
 	if err != nil {
 		return "", err
 	}
-	if !strings.EqualFold(bodyHash(body), r.Header.Get(HeaderBodyHash)) {
-		return "", errBodyHash
+	if err := CheckBody(r, body); err != nil {
+		return "", err
 	}
 	return hex.EncodeToString(nonce[:]), nil
 }
 
-// verifyHeaders is Verify without the body check, for a server that authenticates a request
-// before reading its body: signature, timestamp and nonce, which it records as used.
-func (a *Auth) verifyHeaders(r *http.Request, now time.Time) ([nonceBytes]byte, error) {
+// CheckBody checks that body is the one whose hash r's headers carry (and its signature
+// covers); the error's text is fit for a 401 answer.
+func CheckBody(r *http.Request, body []byte) error {
+	if !strings.EqualFold(bodyHash(body), r.Header.Get(HeaderBodyHash)) {
+		return errBodyHash
+	}
+	return nil
+}
+
+// VerifyHeaders is Verify without the body check, for a server that authenticates a request
+// before reading its body (and then calls CheckBody): signature, timestamp and nonce, which it
+// records as used.
+func (a *Auth) VerifyHeaders(r *http.Request, now time.Time) ([nonceBytes]byte, error) {
 	nonce, err := checkSignature(a.key, r.Method, r.RequestURI, r.Header.Get, now, a.window)
 	if err == nil && !a.nonces.add(nonce, now) {
 		err = authError("replayed request: nonce already used")
@@ -171,7 +193,7 @@ func (a *Auth) Exchange(ctx context.Context, hc *http.Client, method, url string
 	if int64(len(data)) > limit {
 		return Reply{}, fmt.Errorf("%s %s: answer longer than %d bytes", method, req.URL.Path, limit)
 	}
-	r := Reply{Status: resp.StatusCode, Body: data, Reason: errorMessage(data)}
+	r := Reply{Status: resp.StatusCode, Body: data, Reason: ErrorReason(data)}
 	if resp.Header.Get(HeaderAnswerSignature) == "" {
 		return r, &UnsignedError{Status: r.Status, Reason: r.Reason}
 	}
@@ -210,5 +232,26 @@ func (a Answer) JSON(v any) {
 
 // Error answers status with msg on one line.
 func (a Answer) Error(status int, msg string) {
-	a.Write(status, "text/plain; charset=utf-8", []byte(oneLine(msg)+"\n"))
+	a.Write(status, "text/plain; charset=utf-8", []byte(OneLine(msg)+"\n"))
+}
+
+// ErrorReason is the one-line reason of an error answer's body: its first line, trimmed.
+func ErrorReason(b []byte) string {
+	s := strings.TrimSpace(strings.ToValidUTF8(string(b), "?"))
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// OneLine puts a message on one line, for a plain-text answer a client reads the first line of.
+func OneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+
+// NewReportID returns a random ID for a report (see StateReport.ReportID), or a nonce.
+func NewReportID() string { return randomHex() }
+
+func randomHex() string {
+	var b [nonceBytes]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }

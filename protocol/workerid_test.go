@@ -1,17 +1,17 @@
-package rendezvous_test
+package protocol_test
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
 
-	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 )
 
 func TestParseWorkerID(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
-		want rendezvous.WorkerID
+		want protocol.WorkerID
 	}{
 		{"node-1/0", wid("node-1", 0)},
 		{"10.0.0.7:22/3", wid("10.0.0.7:22", 3)},
@@ -20,11 +20,11 @@ func TestParseWorkerID(t *testing.T) {
 		{"zone/a/b/2", wid("zone/a/b", 2)}, // split at the last '/'
 		{"h/007", wid("h", 7)},
 	} {
-		got, err := rendezvous.ParseWorkerID(tc.in)
+		got, err := protocol.ParseWorkerID(tc.in)
 		if err != nil || got != tc.want {
 			t.Errorf("ParseWorkerID(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
 		}
-		if back, err := rendezvous.ParseWorkerID(got.String()); err != nil || back != got {
+		if back, err := protocol.ParseWorkerID(got.String()); err != nil || back != got {
 			t.Errorf("round trip of %q through %q: %+v, %v", tc.in, got.String(), back, err)
 		}
 	}
@@ -42,7 +42,7 @@ func TestParseWorkerID(t *testing.T) {
 		{"no\x00de/1", "space or control"},
 		{strings.Repeat("h", 256) + "/1", "longer than"},
 	} {
-		_, err := rendezvous.ParseWorkerID(tc.in)
+		_, err := protocol.ParseWorkerID(tc.in)
 		if err == nil || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("ParseWorkerID(%q) = %v; want an error containing %q", tc.in, err, tc.msg)
 		}
@@ -50,12 +50,12 @@ func TestParseWorkerID(t *testing.T) {
 }
 
 func TestWorkerIDJSON(t *testing.T) {
-	m := map[rendezvous.WorkerID]int{wid("a:1", 0): 1, wid("[::1]", 2): 2}
+	m := map[protocol.WorkerID]int{wid("a:1", 0): 1, wid("[::1]", 2): 2}
 	b, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back map[rendezvous.WorkerID]int
+	var back map[protocol.WorkerID]int
 	if err := json.Unmarshal(b, &back); err != nil || len(back) != 2 || back[wid("[::1]", 2)] != 2 {
 		t.Fatalf("JSON %s came back as %v, %v", b, back, err)
 	}
@@ -63,3 +63,5 @@ func TestWorkerIDJSON(t *testing.T) {
 		t.Fatal("an ID with an empty host marshalled")
 	}
 }
+
+func wid(host string, slot int) protocol.WorkerID { return protocol.WorkerID{Host: host, Slot: slot} }

@@ -1,4 +1,4 @@
-package rendezvous
+package protocol
 
 import (
 	"sync"

@@ -1,0 +1,19 @@
+package protocol
+
+// Environment the driver gives every worker process (docs/protocol.md §3).
+const (
+	EnvRendezvous  = "ELASTICD_RENDEZVOUS"   // base URL of the driver's rendezvous
+	EnvSecret      = "ELASTICD_SECRET"       // per-job secret, hex; never crosses the network
+	EnvJobID       = "ELASTICD_JOB_ID"       // for logs
+	EnvWorkerID    = "ELASTICD_WORKER_ID"    // stable "<host>/<slot>"
+	EnvGeneration  = "ELASTICD_GENERATION"   // the generation the process was launched for
+	EnvHostAddr    = "ELASTICD_HOST_ADDR"    // the address peers reach this host at
+	EnvCommTimeout = "ELASTICD_COMM_TIMEOUT" // allreduce.Config.Timeout, a Go duration
+	// EnvCheckpointDir and EnvCheckpointEvery are --checkpoint-dir and --checkpoint-every:
+	// rank 0 writes its commit there every N commits, and a rank 0 with no commit of its own
+	// (every worker was lost) resumes from the newest valid one.
+	EnvCheckpointDir   = "ELASTICD_CHECKPOINT_DIR"
+	EnvCheckpointEvery = "ELASTICD_CHECKPOINT_EVERY"
+	// DefaultCheckpointEvery is ELASTICD_CHECKPOINT_EVERY (--checkpoint-every) when it is not given.
+	DefaultCheckpointEvery = 10
+)
