@@ -26,10 +26,10 @@ import (
 	"github.com/elasticd/elasticd/driver/cost"
 	"github.com/elasticd/elasticd/driver/discovery"
 	"github.com/elasticd/elasticd/driver/hosts"
-	"github.com/elasticd/elasticd/driver/launch"
 	"github.com/elasticd/elasticd/driver/rendezvous"
 	"github.com/elasticd/elasticd/driver/webui"
 	"github.com/elasticd/elasticd/internal/netguard"
+	"github.com/elasticd/elasticd/proc"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -41,7 +41,7 @@ type Options struct {
 	Provider          providers.Provider
 	DiscoveryInterval time.Duration // default 1s
 	DiscoveryTimeout  time.Duration // per poll; default 10s
-	Launcher          launch.Launcher
+	Launcher          proc.Launcher
 	Command           []string
 	Env               []string // extra KEY=VALUE for every worker
 	Dir               string
@@ -141,7 +141,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		secret = make([]byte, 32)
 		rand.Read(secret)
 	}
-	d := &runner{o: o, log: o.Logger, secret: secret, procs: map[protocol.WorkerID]*proc{}, events: make(chan Event, 256)}
+	d := &runner{o: o, log: o.Logger, secret: secret, procs: map[protocol.WorkerID]*running{}, events: make(chan Event, 256)}
 	// A random ID, independent of the secret: it is shown on the unauthenticated status page,
 	// in /metrics and in every log line.
 	d.jobID = o.JobID
@@ -189,7 +189,7 @@ type runner struct {
 	metrics *Metrics
 	m       *Machine
 	events  chan Event
-	procs   map[protocol.WorkerID]*proc
+	procs   map[protocol.WorkerID]*running
 	ranks   sync.Map       // WorkerID -> current rank (int), for output prefixes
 	wg      sync.WaitGroup // process watchers and stoppers
 	// port is the MASTER_PORT of generation portGen, found on its rank 0's host.
@@ -201,8 +201,9 @@ type runner struct {
 	published uint64
 }
 
-type proc struct {
-	p    launch.Process
+// running is a worker process the runner started, with the writers of its output.
+type running struct {
+	p    proc.Process
 	outs []io.Closer
 }
 
@@ -442,7 +443,7 @@ func (d *runner) do(ctx context.Context, a Action) {
 	}
 }
 
-func (d *runner) stop(id protocol.WorkerID, p *proc, grace time.Duration) {
+func (d *runner) stop(id protocol.WorkerID, p *running, grace time.Duration) {
 	delete(d.procs, id)
 	d.wg.Go(func() { p.p.Stop(grace) })
 }
@@ -483,9 +484,9 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 		env = append(env, "OMP_NUM_THREADS=1")
 	}
 	prefix := d.prefix(a.Worker)
-	stdout := launch.NewPrefixWriterFunc(d.o.Stdout, prefix)
-	stderr := launch.NewPrefixWriterFunc(d.o.Stderr, prefix)
-	p := &proc{outs: []io.Closer{stdout, stderr}}
+	stdout := proc.NewPrefixWriterFunc(d.o.Stdout, prefix)
+	stderr := proc.NewPrefixWriterFunc(d.o.Stderr, prefix)
+	p := &running{outs: []io.Closer{stdout, stderr}}
 	var out, errw io.Writer = stdout, stderr
 	if d.o.OutputDir != "" {
 		fo, fe, err := d.outputFiles(a)
@@ -496,7 +497,7 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 			p.outs = append(p.outs, fo, fe)
 		}
 	}
-	spec := launch.Spec{
+	spec := proc.Spec{
 		Name: fmt.Sprintf("rank %d (%s)", as.Rank, a.Worker), Host: a.Addr, Slot: a.Worker.Slot,
 		Command: d.o.Command, Env: env, Dir: d.o.Dir, Stdout: out, Stderr: errw,
 	}
@@ -518,7 +519,7 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 }
 
 // watch makes p the process of worker id and reports its exit to the loop.
-func (d *runner) watch(id protocol.WorkerID, p *proc) {
+func (d *runner) watch(id protocol.WorkerID, p *running) {
 	d.procs[id] = p
 	d.wg.Go(func() {
 		st, err := p.p.Wait()
@@ -565,11 +566,11 @@ func (d *runner) restore(ctx context.Context, st *SavedState, bg *sync.WaitGroup
 		for _, w := range st.Workers {
 			id, _ := protocol.ParseWorkerID(w.Worker)
 			prefix := d.prefix(id)
-			stdout := launch.NewPrefixWriterFunc(d.o.Stdout, prefix)
-			stderr := launch.NewPrefixWriterFunc(d.o.Stderr, prefix)
-			spec := launch.Spec{Name: fmt.Sprintf("rank %d (%s)", w.Assignment.Rank, id), Host: w.Addr, Slot: id.Slot, Stdout: stdout, Stderr: stderr}
+			stdout := proc.NewPrefixWriterFunc(d.o.Stdout, prefix)
+			stderr := proc.NewPrefixWriterFunc(d.o.Stderr, prefix)
+			spec := proc.Spec{Name: fmt.Sprintf("rank %d (%s)", w.Assignment.Rank, id), Host: w.Addr, Slot: id.Slot, Stdout: stdout, Stderr: stderr}
 			lp, adopted := d.o.Agents.Adopt(w.Worker, spec, d.o.AdoptTimeout)
-			d.watch(id, &proc{p: lp, outs: []io.Closer{stdout, stderr}})
+			d.watch(id, &running{p: lp, outs: []io.Closer{stdout, stderr}})
 			bg.Go(func() {
 				select {
 				case <-adopted:
@@ -616,7 +617,7 @@ func (d *runner) masterPort(ctx context.Context, a Launch) int {
 		return d.port
 	}
 	d.portGen = a.Generation
-	if f, ok := d.o.Launcher.(launch.PortFinder); ok && !a.InProcess {
+	if f, ok := d.o.Launcher.(proc.PortFinder); ok && !a.InProcess {
 		port, err := f.FreePort(ctx, a.MasterAddr)
 		if err == nil {
 			d.port = port

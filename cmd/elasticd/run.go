@@ -19,6 +19,7 @@ import (
 	"github.com/elasticd/elasticd/driver/cost"
 	"github.com/elasticd/elasticd/driver/hosts"
 	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/proc"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/python"
@@ -244,7 +245,7 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 	}
 	switch l := c.String("launcher"); l {
 	case "local":
-		o.Launcher = launch.NewLocal()
+		o.Launcher = proc.NewLocal()
 		// elasticd's Python package, from this binary, ahead of the workers' PYTHONPATH.
 		if root, err := python.Install(python.CacheDir()); err != nil {
 			log.Warn("could not write out the Python package; workers cannot import elasticd", "err", err)

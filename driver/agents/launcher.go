@@ -11,19 +11,19 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/proc"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
 
 // Launcher starts workers through the agents: --launcher agent.
-func (r *Registry) Launcher() launch.Launcher { return launcher{r} }
+func (r *Registry) Launcher() proc.Launcher { return launcher{r} }
 
 type launcher struct{ r *Registry }
 
 // Start asks the agent of s.Host to start the worker. It does not wait for the agent: a
 // process the agent cannot start exits with code 127 and the agent's reason on its stderr.
-func (l launcher) Start(ctx context.Context, s launch.Spec) (launch.Process, error) {
+func (l launcher) Start(ctx context.Context, s proc.Spec) (proc.Process, error) {
 	r := l.r
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", s.Name, err)
@@ -52,7 +52,7 @@ func (l launcher) Start(ctx context.Context, s launch.Spec) (launch.Process, err
 	go func() {
 		select {
 		case <-ctx.Done():
-			p.Stop(launch.DefaultGrace)
+			p.Stop(proc.DefaultGrace)
 		case <-p.done:
 		}
 	}()
@@ -102,7 +102,7 @@ func (l launcher) FreePort(ctx context.Context, host string) (int, error) {
 }
 
 // workerOf is the worker ID in a spec's environment, for the agent's log.
-func workerOf(s launch.Spec) string {
+func workerOf(s proc.Spec) string {
 	for _, kv := range s.Env {
 		if v, ok := strings.CutPrefix(kv, protocol.EnvWorkerID+"="); ok {
 			return v
@@ -133,12 +133,12 @@ type process struct {
 	r    *Registry
 	s    *session
 	id   uint64
-	spec launch.Spec
+	spec proc.Spec
 	pid  atomic.Int64
 
 	done       chan struct{}
 	finishOnce sync.Once
-	status     launch.ExitStatus
+	status     proc.ExitStatus
 	err        error
 	stopOnce   sync.Once
 	outMu      sync.Mutex
@@ -153,7 +153,7 @@ type process struct {
 // PID is the worker's process ID on its host, 0 until the agent has started it.
 func (p *process) PID() int { return int(p.pid.Load()) }
 
-func (p *process) Wait() (launch.ExitStatus, error) {
+func (p *process) Wait() (proc.ExitStatus, error) {
 	<-p.done
 	return p.status, p.err
 }
@@ -171,7 +171,7 @@ func (p *process) Stop(grace time.Duration) {
 					delete(p.r.expected, id)
 				}
 			}
-			p.finish(launch.ExitStatus{Code: -1}, errors.New("stopped before its agent listed it"))
+			p.finish(proc.ExitStatus{Code: -1}, errors.New("stopped before its agent listed it"))
 		case p.r.sessions[p.s.id] != nil:
 			p.s.queueLocked(protocol.AgentCommand{Op: protocol.OpStop, Proc: p.id, GraceMS: grace.Milliseconds()})
 		}
@@ -200,7 +200,7 @@ func (p *process) output(stream string, data []byte) {
 }
 
 // finish records how the process ended, flushes its output and wakes Wait.
-func (p *process) finish(st launch.ExitStatus, err error) {
+func (p *process) finish(st proc.ExitStatus, err error) {
 	p.finishOnce.Do(func() {
 		p.outMu.Lock()
 		for _, w := range []io.Writer{p.spec.Stdout, p.spec.Stderr} {

@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/proc"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
@@ -167,7 +167,7 @@ func (r *Registry) Close() {
 		}
 		for id, p := range r.expected {
 			delete(r.expected, id)
-			p.finish(launch.ExitStatus{Code: -1}, errors.New("the driver is shutting down"))
+			p.finish(proc.ExitStatus{Code: -1}, errors.New("the driver is shutting down"))
 		}
 		r.mu.Unlock()
 	})
@@ -255,7 +255,7 @@ func (r *Registry) expire() {
 				if !now.Before(p.deadline) {
 					delete(r.expected, id)
 					r.log.Warn("worker not adopted: its agent did not list it in time", "worker", id, "host", p.spec.Host)
-					p.finish(launch.ExitStatus{Code: -1}, fmt.Errorf("not adopted: no agent listed worker %s as running within %v of the driver's restart", id, p.wait))
+					p.finish(proc.ExitStatus{Code: -1}, fmt.Errorf("not adopted: no agent listed worker %s as running within %v of the driver's restart", id, p.wait))
 				}
 			}
 			r.mu.Unlock()
@@ -277,7 +277,7 @@ func (r *Registry) loseLocked(s *session, why string) {
 	}
 	r.log.Log(context.Background(), level, "agent session ended", "host", s.hostID, "addr", s.hostAddr, "session", s.id, "reason", why, "processes", len(s.procs))
 	for _, p := range s.procs {
-		p.finish(launch.ExitStatus{Code: -1}, fmt.Errorf("agent on %s lost: %s", s.hostAddr, why))
+		p.finish(proc.ExitStatus{Code: -1}, fmt.Errorf("agent on %s lost: %s", s.hostAddr, why))
 	}
 	s.procs = nil
 }
@@ -530,7 +530,7 @@ func (r *Registry) event(s *session, p *process, ev protocol.AgentEvent) error {
 		if ev.Error != "" {
 			p.output("stderr", []byte("agent: "+ev.Error+"\n"))
 		}
-		p.finish(launch.ExitStatus{Code: ev.Code, Signal: ev.Signal}, nil)
+		p.finish(proc.ExitStatus{Code: ev.Code, Signal: ev.Signal}, nil)
 	case protocol.KindNotice:
 		if ev.Notice == nil {
 			return nil
@@ -635,11 +635,11 @@ func randomID() string {
 // A worker no agent lists within wait fails: Wait answers code -1 and why. Stopping it before
 // it is adopted gives it up (its agent then stops it). spec's Name, Host (the address it was
 // launched on), Stdout and Stderr are used.
-func (r *Registry) Adopt(id string, spec launch.Spec, wait time.Duration) (launch.Process, <-chan struct{}) {
+func (r *Registry) Adopt(id string, spec proc.Spec, wait time.Duration) (proc.Process, <-chan struct{}) {
 	p := &process{r: r, spec: spec, done: make(chan struct{}), adopted: make(chan struct{}), deadline: time.Now().Add(wait), wait: wait}
 	r.mu.Lock()
 	if old := r.expected[id]; old != nil {
-		old.finish(launch.ExitStatus{Code: -1}, errors.New("expected again"))
+		old.finish(proc.ExitStatus{Code: -1}, errors.New("expected again"))
 	}
 	r.expected[id] = p
 	r.mu.Unlock()
@@ -669,7 +669,7 @@ func (r *Registry) adoptLocked(s *session, in protocol.AgentRegisterRequest) []p
 		out = append(out, protocol.Adoption{Old: h.Proc, New: p.id})
 		if h.Exited {
 			r.log.Info("adopted a worker that exited while the driver was away", "worker", h.Worker, "code", h.Code, "signal", h.Signal)
-			p.finish(launch.ExitStatus{Code: h.Code, Signal: h.Signal}, nil)
+			p.finish(proc.ExitStatus{Code: h.Code, Signal: h.Signal}, nil)
 			continue
 		}
 		s.procs[p.id] = p

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/agents"
-	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/proc"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
@@ -268,12 +268,12 @@ func (s *syncBuffer) String() string {
 }
 
 type exit struct {
-	st  launch.ExitStatus
+	st  proc.ExitStatus
 	err error
 }
 
 // waitExit returns the process's exit, failing the test when it takes longer than d.
-func waitExit(t *testing.T, p launch.Process, d time.Duration) exit {
+func waitExit(t *testing.T, p proc.Process, d time.Duration) exit {
 	t.Helper()
 	ch := make(chan exit, 1)
 	go func() {
@@ -290,7 +290,7 @@ func waitExit(t *testing.T, p launch.Process, d time.Duration) exit {
 }
 
 // notExited fails the test if p has already exited.
-func notExited(t *testing.T, p launch.Process) {
+func notExited(t *testing.T, p proc.Process) {
 	t.Helper()
 	ch := make(chan struct{})
 	go func() {
@@ -495,7 +495,7 @@ func TestStartOutputExit(t *testing.T) {
 	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1", GPUs: []protocol.AgentGPU{{Index: 0}, {Index: 1}}})
 
 	var stdout, stderr syncBuffer
-	p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{
+	p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{
 		Name: "rank 1", Host: "10.0.0.1", Slot: 1, Command: []string{"python", "train.py", "--lr", "0.1"},
 		Env: []string{"A=1", "ELASTICD_SECRET=the-job-secret", "ELASTICD_WORKER_ID=i-1/1", "B=x=y"}, Dir: "/work/job",
 		Stdout: &stdout, Stderr: &stderr,
@@ -554,7 +554,7 @@ func TestStartOutputExit(t *testing.T) {
 		protocol.AgentEvent{Kind: protocol.KindExited, Proc: c.Proc, Code: 3},
 	)
 	x := waitExit(t, p, 2*time.Second)
-	if x.err != nil || x.st != (launch.ExitStatus{Code: 3}) {
+	if x.err != nil || x.st != (proc.ExitStatus{Code: 3}) {
 		t.Errorf("Wait() = %+v, %v; want exit 3, nil", x.st, x.err)
 	}
 	if got, want := stdout.String(), "hello world\nbye"; got != want {
@@ -580,7 +580,7 @@ func TestAgentCannotStart(t *testing.T) {
 	e := newEnv(t, nil)
 	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
 	var stderr syncBuffer
-	p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "i-1", Command: []string{"nope"}, Stderr: &stderr})
+	p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "i-1", Command: []string{"nope"}, Stderr: &stderr})
 	if err != nil {
 		t.Fatalf("Start by host ID: %v", err)
 	}
@@ -598,7 +598,7 @@ func TestAgentCannotStart(t *testing.T) {
 func TestStop(t *testing.T) {
 	e := newEnv(t, nil)
 	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
-	p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
+	p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,7 +627,7 @@ func TestStop(t *testing.T) {
 		t.Fatal("Stop did not return within 2s of the exited event")
 	}
 	x := waitExit(t, p, time.Second)
-	if x.err != nil || x.st != (launch.ExitStatus{Code: -1, Signal: "SIGTERM"}) {
+	if x.err != nil || x.st != (proc.ExitStatus{Code: -1, Signal: "SIGTERM"}) {
 		t.Errorf("Wait() = %+v, %v; want killed by SIGTERM", x.st, x.err)
 	}
 	// Stop is idempotent: no second stop command, and it returns at once.
@@ -642,7 +642,7 @@ func TestStopGivesUp(t *testing.T) {
 	// grace period plus a lease, while discovery goes on.
 	e := newEnv(t, func(c *agents.Config) { c.PollWait, c.Lease = 100*time.Millisecond, 400*time.Millisecond })
 	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
-	p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
+	p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -678,14 +678,14 @@ func TestStartCancelledStops(t *testing.T) {
 	e := newEnv(t, nil)
 	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
 	ctx, cancel := context.WithCancel(t.Context())
-	p, err := e.reg.Launcher().Start(ctx, launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
+	p, err := e.reg.Launcher().Start(ctx, proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := a.next(t, 0)
 	cancel()
 	stop := a.next(t, start.Seq)
-	if stop.Op != protocol.OpStop || stop.Proc != start.Proc || stop.GraceMS != launch.DefaultGrace.Milliseconds() {
+	if stop.Op != protocol.OpStop || stop.Proc != start.Proc || stop.GraceMS != proc.DefaultGrace.Milliseconds() {
 		t.Errorf("command after cancelling Start's ctx: %+v, want stop with the default grace", stop)
 	}
 	a.emit(t, protocol.AgentEvent{Kind: protocol.KindExited, Proc: start.Proc, Code: -1, Signal: "SIGTERM"})
@@ -695,11 +695,11 @@ func TestStartCancelledStops(t *testing.T) {
 func TestStartWithoutAgent(t *testing.T) {
 	e := newEnv(t, nil)
 	e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
-	_, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.9", Command: []string{"true"}})
+	_, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.9", Command: []string{"true"}})
 	if err == nil || !strings.Contains(err.Error(), "no agent is connected") || !strings.Contains(err.Error(), "10.0.0.9") {
 		t.Errorf("Start on a host without agent: %v; want an error saying no agent is connected for 10.0.0.9", err)
 	}
-	if _, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1"}); err == nil {
+	if _, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1"}); err == nil {
 		t.Error("Start with an empty command succeeded")
 	}
 }
@@ -708,7 +708,7 @@ func TestLeaseExpiry(t *testing.T) {
 	e := newEnv(t, func(c *agents.Config) { c.PollWait, c.Lease = 100*time.Millisecond, 500*time.Millisecond })
 	c := e.client(t, secret)
 	a := c.register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
-	p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
+	p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -735,7 +735,7 @@ func TestLeaseExpiry(t *testing.T) {
 	r := c.call(t, http.MethodGet, a.commandsTarget(start.Seq, 10), nil, http.StatusNotFound, nil)
 	oneLine(t, r)
 	c.call(t, http.MethodPost, a.eventsTarget(), protocol.AgentEventsRequest{Events: []protocol.AgentEvent{{Seq: 1, Kind: protocol.KindStarted}}}, http.StatusNotFound, nil)
-	if _, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"true"}}); err == nil {
+	if _, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"true"}}); err == nil {
 		t.Error("Start on the lost agent's host succeeded")
 	}
 }
@@ -754,11 +754,11 @@ func TestReregistration(t *testing.T) {
 			c := e.client(t, secret)
 			first := c.register(t, protocol.AgentRegisterRequest{AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1"})
 			other := c.register(t, protocol.AgentRegisterRequest{AgentID: "b1", HostID: "i-2", Addr: "10.0.0.2"})
-			p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
+			p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			q, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 1", Host: "10.0.0.2", Command: []string{"sleep", "1000"}})
+			q, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 1", Host: "10.0.0.2", Command: []string{"sleep", "1000"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -777,7 +777,7 @@ func TestReregistration(t *testing.T) {
 				t.Errorf("Agents() = %+v, want the new session and the other host's", got)
 			}
 			// Workers now start through the new session.
-			if _, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"true"}}); err != nil {
+			if _, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"true"}}); err != nil {
 				t.Fatal(err)
 			}
 			if c := second.next(t, 0); c.Op != protocol.OpStart || c.Seq != 1 {
@@ -870,7 +870,7 @@ func TestWrapHosts(t *testing.T) {
 			t.Errorf("Hosts() = %+v: want i-1 with the provider's zone and spot flag", hs)
 		}
 		// The agents now go by the provider's names: a worker starts on the provider's address.
-		if _, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "ip-10-0-0-1.internal", Command: []string{"true"}}); err != nil {
+		if _, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "ip-10-0-0-1.internal", Command: []string{"true"}}); err != nil {
 			t.Errorf("Start on the provider's address of a matched agent: %v", err)
 		}
 		ids := map[string]string{}
@@ -993,7 +993,7 @@ func TestReregistrationKeepsProviderNames(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("no fault within 2s")
 	}
-	if _, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "i-abc", Command: []string{"true"}}); err != nil {
+	if _, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "i-abc", Command: []string{"true"}}); err != nil {
 		t.Errorf("Start on the provider's host ID after the agent re-registered: %v", err)
 	}
 	if got := e.reg.Agents(); len(got) != 1 || got[0].HostID != "i-abc" {
@@ -1037,7 +1037,7 @@ func TestCloseEndsPolls(t *testing.T) {
 	e := newEnv(t, func(c *agents.Config) { c.PollWait, c.Lease = 10*time.Second, 20*time.Second })
 	c := e.client(t, secret)
 	a := c.register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
-	p, err := e.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
+	p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1109,10 +1109,10 @@ func TestCloseEndsPolls(t *testing.T) {
 func TestAdopt(t *testing.T) {
 	e := newEnv(t, nil)
 	var out0 syncBuffer
-	p0, adopted0 := e.reg.Adopt("i-1/0", launch.Spec{Name: "rank 0", Host: "10.0.0.1", Stdout: &out0, Stderr: &out0}, 5*time.Second)
-	p1, adopted1 := e.reg.Adopt("i-1/1", launch.Spec{Name: "rank 1", Host: "10.0.0.1"}, 5*time.Second)
-	p2, adopted2 := e.reg.Adopt("i-2/0", launch.Spec{Name: "rank 2", Host: "10.0.0.2"}, 300*time.Millisecond)
-	p3, _ := e.reg.Adopt("i-3/0", launch.Spec{Name: "rank 3", Host: "10.0.0.3"}, 5*time.Second)
+	p0, adopted0 := e.reg.Adopt("i-1/0", proc.Spec{Name: "rank 0", Host: "10.0.0.1", Stdout: &out0, Stderr: &out0}, 5*time.Second)
+	p1, adopted1 := e.reg.Adopt("i-1/1", proc.Spec{Name: "rank 1", Host: "10.0.0.1"}, 5*time.Second)
+	p2, adopted2 := e.reg.Adopt("i-2/0", proc.Spec{Name: "rank 2", Host: "10.0.0.2"}, 300*time.Millisecond)
+	p3, _ := e.reg.Adopt("i-3/0", proc.Spec{Name: "rank 3", Host: "10.0.0.3"}, 5*time.Second)
 
 	p3.Stop(time.Second)
 	if x := waitExit(t, p3, time.Second); x.st.Code != -1 || x.err == nil {

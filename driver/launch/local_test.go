@@ -15,17 +15,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/proc"
 )
 
 func sh(script string) []string { return []string{"/bin/sh", "-c", script} }
 
-func startLocal(t *testing.T, ctx context.Context, s launch.Spec) launch.Process {
+func startLocal(t *testing.T, ctx context.Context, s proc.Spec) proc.Process {
 	t.Helper()
 	if s.Name == "" {
 		s.Name = "worker"
 	}
-	p, err := launch.NewLocal().Start(ctx, s)
+	p, err := proc.NewLocal().Start(ctx, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,18 +37,18 @@ func TestLocalExitStatus(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		script string
-		want   launch.ExitStatus
+		want   proc.ExitStatus
 		str    string
 	}{
-		{"exit 0", launch.ExitStatus{Code: 0}, "exit 0"},
-		{"exit 3", launch.ExitStatus{Code: 3}, "exit 3"},
-		{"kill -s KILL $$", launch.ExitStatus{Code: -1, Signal: "SIGKILL"}, "killed by SIGKILL"},
-		{"kill -s TERM $$", launch.ExitStatus{Code: -1, Signal: "SIGTERM"}, "killed by SIGTERM"},
-		{"kill -s SEGV $$", launch.ExitStatus{Code: -1, Signal: "SIGSEGV"}, "killed by SIGSEGV"},
+		{"exit 0", proc.ExitStatus{Code: 0}, "exit 0"},
+		{"exit 3", proc.ExitStatus{Code: 3}, "exit 3"},
+		{"kill -s KILL $$", proc.ExitStatus{Code: -1, Signal: "SIGKILL"}, "killed by SIGKILL"},
+		{"kill -s TERM $$", proc.ExitStatus{Code: -1, Signal: "SIGTERM"}, "killed by SIGTERM"},
+		{"kill -s SEGV $$", proc.ExitStatus{Code: -1, Signal: "SIGSEGV"}, "killed by SIGSEGV"},
 	} {
 		t.Run(tc.script, func(t *testing.T) {
 			t.Parallel()
-			p := startLocal(t, t.Context(), launch.Spec{Command: sh(tc.script)})
+			p := startLocal(t, t.Context(), proc.Spec{Command: sh(tc.script)})
 			st, err := p.Wait()
 			if err != nil {
 				t.Fatal(err)
@@ -67,15 +67,15 @@ func TestLocalStartErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		spec launch.Spec
+		spec proc.Spec
 		want string
 	}{
-		{"no command", launch.Spec{Name: "rank 1"}, "start rank 1: empty command"},
-		{"not found", launch.Spec{Name: "rank 1", Command: []string{"elasticd-no-such-command"}}, "start rank 1: exec: \"elasticd-no-such-command\": executable file not found"},
-		{"bad dir", launch.Spec{Name: "rank 1", Command: []string{"true"}, Dir: "/nonexistent/dir"}, "/nonexistent/dir"},
+		{"no command", proc.Spec{Name: "rank 1"}, "start rank 1: empty command"},
+		{"not found", proc.Spec{Name: "rank 1", Command: []string{"elasticd-no-such-command"}}, "start rank 1: exec: \"elasticd-no-such-command\": executable file not found"},
+		{"bad dir", proc.Spec{Name: "rank 1", Command: []string{"true"}, Dir: "/nonexistent/dir"}, "/nonexistent/dir"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := launch.NewLocal().Start(t.Context(), tc.spec)
+			_, err := proc.NewLocal().Start(t.Context(), tc.spec)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
@@ -88,7 +88,7 @@ func TestLocalEnvNotInArgv(t *testing.T) {
 	t.Parallel()
 	secret := randomSecret(t)
 	var out buffer
-	p := startLocal(t, t.Context(), launch.Spec{
+	p := startLocal(t, t.Context(), proc.Spec{
 		// No exec after "ready": while the shell is becoming sleep, the kernel
 		// reads its /proc/PID/environ as empty.
 		Command: sh(`printf 'secret=%s\n' "$ELASTICD_SECRET"; echo ready; sleep 60`),
@@ -116,7 +116,7 @@ func TestLocalEnvNotInArgv(t *testing.T) {
 func TestLocalStopKillsTree(t *testing.T) {
 	t.Parallel()
 	var out buffer
-	p := startLocal(t, t.Context(), launch.Spec{
+	p := startLocal(t, t.Context(), proc.Spec{
 		Command: sh(`sleep 60 & echo "pid $!"; (sleep 60 & echo "pid $!"; wait) & echo "pid $!"; echo "pid $$"; echo ready; wait`),
 		Stdout:  &out,
 	})
@@ -136,7 +136,7 @@ func TestLocalStopKillsTree(t *testing.T) {
 func TestLocalStopEscalates(t *testing.T) {
 	t.Parallel()
 	var out buffer
-	p := startLocal(t, t.Context(), launch.Spec{
+	p := startLocal(t, t.Context(), proc.Spec{
 		Command: sh(`trap "" TERM; sleep 60 & echo "pid $!"; echo "pid $$"; echo ready; wait`),
 		Stdout:  &out,
 	})
@@ -160,7 +160,7 @@ func TestLocalLeftoversKilledOnExit(t *testing.T) {
 	t.Parallel()
 	var out buffer
 	proceed := filepath.Join(t.TempDir(), "proceed")
-	p := startLocal(t, t.Context(), launch.Spec{
+	p := startLocal(t, t.Context(), proc.Spec{
 		Command: sh(`sleep 60 & echo "pid $!"; echo ready; while [ ! -e "$PROCEED" ]; do sleep 0.01; done; exit 4`),
 		Env:     []string{"PROCEED=" + proceed},
 		Stdout:  &out,
@@ -186,7 +186,7 @@ func TestLocalEscapedProcess(t *testing.T) {
 	t.Parallel()
 	var out buffer
 	proceed := filepath.Join(t.TempDir(), "proceed")
-	p := startLocal(t, t.Context(), launch.Spec{
+	p := startLocal(t, t.Context(), proc.Spec{
 		Command: sh(`setsid sleep 60 & echo "pid $!"; echo ready; while [ ! -e "$PROCEED" ]; do sleep 0.01; done; exit 5`),
 		Env:     []string{"PROCEED=" + proceed},
 		Stdout:  &out,
@@ -208,10 +208,10 @@ func TestLocalContextCancel(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	var out buffer
-	p := startLocal(t, ctx, launch.Spec{Command: sh(`echo "pid $$"; echo ready; exec sleep 60`), Stdout: &out})
+	p := startLocal(t, ctx, proc.Spec{Command: sh(`echo "pid $$"; echo ready; exec sleep 60`), Stdout: &out})
 	refs := waitPIDs(t, &out, 1)
 	cancel()
-	done := make(chan launch.ExitStatus)
+	done := make(chan proc.ExitStatus)
 	go func() {
 		st, _ := p.Wait()
 		done <- st
@@ -231,7 +231,7 @@ func TestLocalStartCancelled(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := launch.NewLocal().Start(ctx, launch.Spec{Name: "w", Command: []string{"true"}}); err == nil {
+	if _, err := proc.NewLocal().Start(ctx, proc.Spec{Name: "w", Command: []string{"true"}}); err == nil {
 		t.Error("Start with a cancelled context succeeded")
 	}
 }
@@ -241,10 +241,10 @@ func TestLocalOutput(t *testing.T) {
 	t.Parallel()
 	var out buffer
 	const n = 20000
-	p := startLocal(t, t.Context(), launch.Spec{
+	p := startLocal(t, t.Context(), proc.Spec{
 		Command: sh(fmt.Sprintf(`seq 1 %d; printf 'e1\ne2' >&2; printf last`, n)),
-		Stdout:  launch.NewPrefixWriter(&out, "[3] "),
-		Stderr:  launch.NewPrefixWriter(&out, "[3 err] "),
+		Stdout:  proc.NewPrefixWriter(&out, "[3] "),
+		Stderr:  proc.NewPrefixWriter(&out, "[3 err] "),
 	})
 	if st, err := p.Wait(); err != nil || !st.Success() {
 		t.Fatalf("status %v, %v", st, err)
@@ -278,7 +278,7 @@ func TestLocalOutput(t *testing.T) {
 func TestLocalSharedWriter(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	p := startLocal(t, t.Context(), launch.Spec{
+	p := startLocal(t, t.Context(), proc.Spec{
 		Command: sh(`seq 1 3000 & seq 1 3000 >&2; wait`),
 		Stdout:  &out,
 		Stderr:  &out,
@@ -294,9 +294,9 @@ func TestLocalSharedWriter(t *testing.T) {
 // Wait and Stop from many goroutines at once: all return, all see the same status.
 func TestLocalConcurrentWaitStop(t *testing.T) {
 	t.Parallel()
-	p := startLocal(t, t.Context(), launch.Spec{Command: []string{"sleep", "60"}})
+	p := startLocal(t, t.Context(), proc.Spec{Command: []string{"sleep", "60"}})
 	var wg sync.WaitGroup
-	statuses := make(chan launch.ExitStatus, 8)
+	statuses := make(chan proc.ExitStatus, 8)
 	for range 5 {
 		wg.Go(func() {
 			st, err := p.Wait()
@@ -338,10 +338,10 @@ func TestLocalNoLeaks(t *testing.T) { // not parallel: it counts the whole proce
 		var out buffer
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		p, err := launch.NewLocal().Start(ctx, launch.Spec{
+		p, err := proc.NewLocal().Start(ctx, proc.Spec{
 			Name:    "w",
 			Command: sh(`echo hello; echo err >&2; exit ` + strconv.Itoa(i%3)),
-			Stdout:  launch.NewPrefixWriter(&out, "[x] "),
+			Stdout:  proc.NewPrefixWriter(&out, "[x] "),
 			Stderr:  &out,
 		})
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/proc"
 )
 
 // driverEnv, when set, makes the test binary act as a driver (see runDriver) instead of running
@@ -43,11 +44,11 @@ func runDriver(config string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	l := launch.NewLocal()
+	l := proc.NewLocal()
 	if c.SSH != nil {
 		l = launch.NewSSH(*c.SSH)
 	}
-	p, err := l.Start(context.Background(), launch.Spec{Name: "w", Host: c.Host, Command: sh(treeScript), Stdout: os.Stdout, Stderr: os.Stderr})
+	p, err := l.Start(context.Background(), proc.Spec{Name: "w", Host: c.Host, Command: sh(treeScript), Stdout: os.Stdout, Stderr: os.Stderr})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

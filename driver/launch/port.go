@@ -4,31 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os/exec"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/elasticd/elasticd/proc"
 )
-
-// PortFinder is a Launcher that can find a TCP port free on a host it launches on: the
-// MASTER_PORT where a torchrun-style rank 0 opens its store. The port is chosen on that host
-// for each generation, so two jobs sharing a machine never meet, and a port that an earlier
-// generation's store left in TIME_WAIT is not reused.
-type PortFinder interface {
-	FreePort(ctx context.Context, host string) (int, error)
-}
-
-// FreePort asks the kernel for a port that is free on this machine, where the local launcher
-// starts every worker.
-func (localLauncher) FreePort(ctx context.Context, _ string) (int, error) {
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", ":0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
 
 // freePortScript runs on the remote host in /bin/sh (read by the bootstrap, so any login shell
 // works). It lists the ports in use in any state, TIME_WAIT included, from /proc/net/tcp and
@@ -45,7 +27,7 @@ END { srand(); srand(salt + int(rand() * 1000003)); for (k = 0; k < 1000; k++) {
 // FreePort runs a short ssh session on host that picks a port no socket there uses.
 func (l *sshLauncher) FreePort(ctx context.Context, host string) (int, error) {
 	fail := func(err error) (int, error) { return 0, fmt.Errorf("find a free port on %s: %w", host, err) }
-	if err := l.check(Spec{Host: host, Command: []string{"true"}}); err != nil {
+	if err := l.check(proc.Spec{Host: host, Command: []string{"true"}}); err != nil {
 		return fail(err)
 	}
 	token, err := newToken()
@@ -58,7 +40,7 @@ func (l *sshLauncher) FreePort(ctx context.Context, host string) (int, error) {
 	cmd.Stdin = strings.NewReader(freePortScript + token + "\n")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	cmd.SysProcAttr = groupAttr()
+	cmd.SysProcAttr = proc.GroupAttr()
 	if err := cmd.Run(); err != nil {
 		if msg := strings.TrimSpace(errb.String()); msg != "" {
 			return fail(fmt.Errorf("%w: %s", err, msg))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/elasticd/elasticd/driver/launch"
 	"github.com/elasticd/elasticd/driver/launch/sshdtest"
+	"github.com/elasticd/elasticd/proc"
 )
 
 // The ports a launcher finds are free where they are found: rank 0 can listen on them. The
@@ -22,8 +23,8 @@ func TestFreePort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	for name, l := range map[string]launch.Launcher{"local": launch.NewLocal(), "ssh": launch.NewSSH(sshd.Config())} {
-		f, ok := l.(launch.PortFinder)
+	for name, l := range map[string]proc.Launcher{"local": proc.NewLocal(), "ssh": launch.NewSSH(sshd.Config())} {
+		f, ok := l.(proc.PortFinder)
 		if !ok {
 			t.Fatalf("%s launcher finds no ports", name)
 		}
@@ -47,7 +48,7 @@ func TestFreePort(t *testing.T) {
 			t.Fatalf("%s: ports %v: want different ports from one call to the next", name, seen)
 		}
 	}
-	if _, err := launch.NewSSH(sshd.Config()).(launch.PortFinder).FreePort(t.Context(), "-oProxyCommand=x"); err == nil {
+	if _, err := launch.NewSSH(sshd.Config()).(proc.PortFinder).FreePort(t.Context(), "-oProxyCommand=x"); err == nil {
 		t.Fatal("a host that reads as an ssh option was accepted")
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/elasticd/elasticd/proc"
 )
 
 // How the remote side is kept on a leash
@@ -92,7 +94,7 @@ func (c SSHConfig) Validate() error {
 // environment sent over the session's stdin. See the comment above SSHConfig for how the remote
 // worker is made to die with its connection. The exit code is the one the remote shell reports:
 // a worker killed by signal N there reads as exit 128+N.
-func NewSSH(cfg SSHConfig) Launcher {
+func NewSSH(cfg SSHConfig) proc.Launcher {
 	if cfg.Binary == "" {
 		cfg.Binary = "ssh"
 	}
@@ -100,7 +102,7 @@ func NewSSH(cfg SSHConfig) Launcher {
 		cfg.StartTimeout = 30 * time.Second
 	}
 	if cfg.DisconnectGrace <= 0 {
-		cfg.DisconnectGrace = DefaultGrace
+		cfg.DisconnectGrace = proc.DefaultGrace
 	}
 	return &sshLauncher{cfg: cfg}
 }
@@ -118,8 +120,8 @@ type sshLauncher struct{ cfg SSHConfig }
 
 var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-func (l *sshLauncher) Start(ctx context.Context, s Spec) (Process, error) {
-	fail := func(err error) (Process, error) {
+func (l *sshLauncher) Start(ctx context.Context, s proc.Spec) (proc.Process, error) {
+	fail := func(err error) (proc.Process, error) {
 		return nil, fmt.Errorf("start %s on %s: %w", s.Name, s.Host, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -149,21 +151,21 @@ func (l *sshLauncher) Start(ctx context.Context, s Spec) (Process, error) {
 	}
 	cmd := exec.Command(l.cfg.Binary, l.args(s.Host, bootstrap(token))...)
 	cmd.Stdin = stdinR
-	cmd.SysProcAttr = groupAttr()
+	cmd.SysProcAttr = proc.GroupAttr()
 	stdout, stderr := s.Stdout, s.Stderr
-	if sameWriter(stdout, stderr) {
-		w := &lockedWriter{w: stdout}
+	if proc.SameWriter(stdout, stderr) {
+		w := proc.NewLockedWriter(stdout)
 		stdout, stderr = w, w
 	}
 	filter := newMarkerFilter(token, stderr)
-	p, err := startProc(cmd, stdout, filter)
+	p, err := proc.StartGroup(cmd, stdout, filter)
 	stdinR.Close()
 	if err != nil {
 		stdinW.Close()
 		return fail(err)
 	}
-	sp := &sshProcess{proc: p, host: s.Host, filter: filter, stdin: stdinW}
-	go p.wait(sp.closeStdin)
+	sp := &sshProcess{g: p, host: s.Host, filter: filter, stdin: stdinW}
+	go p.Reap(sp.closeStdin)
 
 	written := make(chan error, 1)
 	go func() {
@@ -175,7 +177,7 @@ func (l *sshLauncher) Start(ctx context.Context, s Spec) (Process, error) {
 	var cause error
 	select {
 	case <-filter.started:
-	case <-p.done:
+	case <-p.Done():
 	case <-ctx.Done():
 		cause = ctx.Err()
 	case <-timer.C:
@@ -189,13 +191,13 @@ func (l *sshLauncher) Start(ctx context.Context, s Spec) (Process, error) {
 	default:
 	}
 	// Cutting the connection is enough: a wrapper that got this far sees EOF and kills the group.
-	p.signal(syscall.SIGKILL)
-	<-p.done
+	p.Signal(syscall.SIGKILL)
+	<-p.Done()
 	<-written
-	return fail(filter.startError(cause, p.status()))
+	return fail(filter.startError(cause, p.Status()))
 }
 
-func (l *sshLauncher) check(s Spec) error {
+func (l *sshLauncher) check(s proc.Spec) error {
 	if s.Host == "" || strings.HasPrefix(s.Host, "-") || strings.ContainsAny(s.Host, " \t\r\n") {
 		return fmt.Errorf("bad host %q", s.Host)
 	}
@@ -319,7 +321,7 @@ func shellQuote(s string) string {
 }
 
 type sshProcess struct {
-	proc     *proc
+	g        *proc.Group
 	host     string
 	filter   *markerFilter
 	termOnce sync.Once
@@ -329,17 +331,17 @@ type sshProcess struct {
 	stdin   *os.File // nil once the ssh client is gone
 }
 
-func (p *sshProcess) PID() int { return p.proc.cmd.Process.Pid }
+func (p *sshProcess) PID() int { return p.g.PID() }
 
 // RemotePID is the worker's PID on its host, which is also its process group's ID there.
 func (p *sshProcess) RemotePID() int { return p.filter.remotePID }
 
-func (p *sshProcess) Wait() (ExitStatus, error) {
-	<-p.proc.done
+func (p *sshProcess) Wait() (proc.ExitStatus, error) {
+	<-p.g.Done()
 	if p.filter.isExited {
-		return ExitStatus{Code: p.filter.code}, nil
+		return proc.ExitStatus{Code: p.filter.code}, nil
 	}
-	st := p.proc.status()
+	st := p.g.Status()
 	if p.cut.Load() {
 		return st, fmt.Errorf("ssh %s: no answer %v after SIGKILL was sent; connection cut, remote exit status unknown", p.host, stopAckTimeout)
 	}
@@ -352,16 +354,16 @@ func (p *sshProcess) Wait() (ExitStatus, error) {
 
 func (p *sshProcess) Stop(grace time.Duration) {
 	p.termOnce.Do(func() { p.send("term") })
-	if p.proc.waitDone(grace) {
+	if p.g.WaitDone(grace) {
 		return
 	}
 	p.send("kill")
-	if p.proc.waitDone(stopAckTimeout) {
+	if p.g.WaitDone(stopAckTimeout) {
 		return
 	}
 	p.cut.Store(true)
-	p.proc.signal(syscall.SIGKILL) // the wrapper sees EOF and kills the group itself
-	<-p.proc.done
+	p.g.Signal(syscall.SIGKILL) // the wrapper sees EOF and kills the group itself
+	<-p.g.Done()
 }
 
 func (p *sshProcess) send(line string) {
@@ -389,7 +391,7 @@ func (p *sshProcess) supervise(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			p.Stop(DefaultGrace)
+			p.Stop(proc.DefaultGrace)
 			return
 		case <-exited:
 			exited = nil
@@ -398,8 +400,8 @@ func (p *sshProcess) supervise(ctx context.Context) {
 			linger = t.C
 		case <-linger:
 			linger = nil
-			p.proc.signal(syscall.SIGKILL)
-		case <-p.proc.done:
+			p.g.Signal(syscall.SIGKILL)
+		case <-p.g.Done():
 			return
 		}
 	}
@@ -439,7 +441,7 @@ func (f *markerFilter) Write(b []byte) (int, error) {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
 			f.buf = append(f.buf, b...)
-			if len(f.buf) > maxLine { // pass on all but what could be the start of a marker
+			if len(f.buf) > proc.MaxLine { // pass on all but what could be the start of a marker
 				k := len(f.buf) - len(f.token)
 				f.pass(f.buf[:k])
 				f.buf = append(f.buf[:0], f.buf[k:]...)
@@ -522,7 +524,7 @@ func (f *markerFilter) write(b []byte) {
 
 // startError says why the command did not start: cause, or else how the wrapper or ssh
 // exited; then what they said.
-func (f *markerFilter) startError(cause error, st ExitStatus) error {
+func (f *markerFilter) startError(cause error, st proc.ExitStatus) error {
 	switch {
 	case cause != nil:
 	case f.isExited:

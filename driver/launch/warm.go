@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/elasticd/elasticd/proc"
 )
 
 // Warm starts: in restart mode every change of membership relaunches every worker, and for
@@ -80,7 +82,7 @@ func warmable(argv []string) bool {
 
 // Warm is a Launcher with spare interpreters; make it with NewWarm, and Close it.
 type Warm struct {
-	inner Launcher
+	inner proc.Launcher
 	dir   string // private: the hand-over files hold the job secret
 	log   *slog.Logger
 
@@ -91,7 +93,7 @@ type Warm struct {
 }
 
 type spare struct {
-	p       Process
+	p       proc.Process
 	file    string
 	python  string // the interpreter; the script and its arguments come with the hand-over
 	dir     string
@@ -109,17 +111,17 @@ func NewWarm(log *slog.Logger) (*Warm, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Warm{inner: NewLocal(), dir: dir, log: log, spares: map[string]*spare{}}, nil
+	return &Warm{inner: proc.NewLocal(), dir: dir, log: log, spares: map[string]*spare{}}, nil
 }
 
 // FreePort is the local launcher's.
 func (w *Warm) FreePort(ctx context.Context, host string) (int, error) {
-	return w.inner.(PortFinder).FreePort(ctx, host)
+	return w.inner.(proc.PortFinder).FreePort(ctx, host)
 }
 
 // Start hands the worker to the slot's spare when there is a live one, else starts it cold;
 // either way a new spare is started for the slot's next launch.
-func (w *Warm) Start(ctx context.Context, s Spec) (Process, error) {
+func (w *Warm) Start(ctx context.Context, s proc.Spec) (proc.Process, error) {
 	if !warmable(s.Command) {
 		return w.inner.Start(ctx, s)
 	}
@@ -128,7 +130,7 @@ func (w *Warm) Start(ctx context.Context, s Spec) (Process, error) {
 	sp := w.spares[key]
 	delete(w.spares, key)
 	w.mu.Unlock()
-	var p Process
+	var p proc.Process
 	if sp != nil {
 		var err error
 		if p, err = w.handOver(sp, s); err != nil {
@@ -148,7 +150,7 @@ func (w *Warm) Start(ctx context.Context, s Spec) (Process, error) {
 }
 
 // handOver gives a waiting spare the worker's environment and argv.
-func (w *Warm) handOver(sp *spare, s Spec) (Process, error) {
+func (w *Warm) handOver(sp *spare, s proc.Spec) (proc.Process, error) {
 	select {
 	case <-sp.done:
 		return nil, fmt.Errorf("the spare interpreter exited")
@@ -172,8 +174,8 @@ func (w *Warm) handOver(sp *spare, s Spec) (Process, error) {
 		return nil, err
 	}
 	stdout, stderr := s.Stdout, s.Stderr
-	if sameWriter(stdout, stderr) {
-		lw := &lockedWriter{w: stdout}
+	if proc.SameWriter(stdout, stderr) {
+		lw := proc.NewLockedWriter(stdout)
 		stdout, stderr = lw, lw
 	}
 	sp.out.set(stdout)
@@ -189,7 +191,7 @@ func (w *Warm) handOver(sp *spare, s Spec) (Process, error) {
 
 // prestart starts the spare for the slot's next launch, with the environment of this one
 // (what torch reads when imported is the same from one generation to the next).
-func (w *Warm) prestart(key string, s Spec) {
+func (w *Warm) prestart(key string, s proc.Spec) {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/elasticd/elasticd/proc"
 )
 
 type syncBuf struct {
@@ -40,10 +42,10 @@ func TestWarmHandsTheNextLaunchToTheSpare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(x, arg string) (Process, string) {
+	run := func(x, arg string) (proc.Process, string) {
 		t.Helper()
 		var out syncBuf
-		p, err := w.Start(t.Context(), Spec{Name: "w", Host: "h", Slot: 0, Command: []string{py, script, arg}, Env: []string{"X=" + x}, Stdout: &out, Stderr: &out})
+		p, err := w.Start(t.Context(), proc.Spec{Name: "w", Host: "h", Slot: 0, Command: []string{py, script, arg}, Env: []string{"X=" + x}, Stdout: &out, Stderr: &out})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +79,7 @@ func TestWarmHandsTheNextLaunchToTheSpare(t *testing.T) {
 	}
 	// Not a Python script: cold, and no spare.
 	var out2 syncBuf
-	p, err = w.Start(t.Context(), Spec{Name: "sh", Host: "h", Slot: 1, Command: []string{"sh", "-c", "exit 0"}, Stdout: &out2})
+	p, err = w.Start(t.Context(), proc.Spec{Name: "sh", Host: "h", Slot: 1, Command: []string{"sh", "-c", "exit 0"}, Stdout: &out2})
 	if err != nil {
 		t.Fatal(err)
 	}

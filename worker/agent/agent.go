@@ -29,7 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/proc"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/python"
@@ -65,7 +65,7 @@ type Config struct {
 	// NoticeInterval is the pause between metadata polls (default 1s).
 	NoticeInterval time.Duration
 	// Launcher starts workers (default launch.NewLocal()).
-	Launcher launch.Launcher
+	Launcher proc.Launcher
 	// HTTPClient talks to the driver; nil: one of its own, without proxy.
 	HTTPClient *http.Client
 	// DriverTimeout: once the driver has been unreachable this long, the workers it started
@@ -134,9 +134,9 @@ func Run(ctx context.Context, cfg Config) error {
 	cfg.NoticeInterval = cmp.Or(cfg.NoticeInterval, time.Second)
 	cfg.DriverTimeout = cmp.Or(cfg.DriverTimeout, 2*time.Minute)
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
-	cfg.StopGrace = cmp.Or(cfg.StopGrace, launch.DefaultGrace)
+	cfg.StopGrace = cmp.Or(cfg.StopGrace, proc.DefaultGrace)
 	if cfg.Launcher == nil {
-		cfg.Launcher = launch.NewLocal()
+		cfg.Launcher = proc.NewLocal()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -392,7 +392,7 @@ type sess struct {
 // driver ends a session, its workers may be held and adopted by the next one (a driver
 // restarted with --state-dir), which numbers them anew.
 type wproc struct {
-	p      launch.Process
+	p      proc.Process
 	worker string
 	jobID  string
 
@@ -400,7 +400,7 @@ type wproc struct {
 	s     *sess  // its session
 	id    uint64 // its number there
 	ended bool   // it has exited: st is how
-	st    launch.ExitStatus
+	st    proc.ExitStatus
 	gone  chan struct{} // closed once its exit has been queued
 }
 
@@ -601,7 +601,7 @@ func (s *sess) exec(ctx context.Context, c protocol.AgentCommand) {
 		s.a.completeNotice(c.Notice)
 	case protocol.OpFindPort:
 		ev := protocol.AgentEvent{Kind: protocol.KindPort, Proc: c.Proc}
-		port, err := launch.NewLocal().(launch.PortFinder).FreePort(ctx, "")
+		port, err := proc.NewLocal().(proc.PortFinder).FreePort(ctx, "")
 		if err != nil {
 			ev.Error = err.Error()
 		}
@@ -631,7 +631,7 @@ func (s *sess) start(ctx context.Context, c protocol.AgentCommand) {
 		env = append(env, "CUDA_VISIBLE_DEVICES="+cmp.Or(dev.UUID, strconv.Itoa(dev.Index)))
 	}
 	w := &wproc{worker: c.Worker, jobID: s.jobID, s: s, id: c.Proc, gone: make(chan struct{})}
-	spec := launch.Spec{
+	spec := proc.Spec{
 		Name: c.Worker, Command: c.Argv, Env: env, Dir: c.Dir, Slot: c.Slot,
 		Stdout: wprocOutput{w, "stdout"}, Stderr: wprocOutput{w, "stderr"},
 	}

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/agents"
-	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/proc"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/worker/agent"
@@ -206,7 +206,7 @@ func TestStartThroughAgent(t *testing.T) {
 		t.Fatalf("agent registered with %d slots and %d GPUs, want one slot per GPU (2)", info[0].Slots, len(info[0].GPUs))
 	}
 	var out, errw logBuf
-	p, err := d.reg.Launcher().Start(t.Context(), launch.Spec{
+	p, err := d.reg.Launcher().Start(t.Context(), proc.Spec{
 		Name: "rank 1", Host: "127.0.0.2", Slot: 1,
 		Command: []string{"sh", "-c", `echo "secret=$ELASTICD_SECRET gpu=$CUDA_VISIBLE_DEVICES"; echo oops >&2; exit 3`},
 		Env:     []string{"ELASTICD_SECRET=the-drivers-copy", "ELASTICD_WORKER_ID=host-a/1"},
@@ -232,7 +232,7 @@ func TestStartThroughAgent(t *testing.T) {
 
 	// A command the agent cannot start exits 127 with the reason on stderr.
 	errw = logBuf{}
-	p, err = d.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "127.0.0.2", Command: []string{"/no/such/program"}, Stderr: &errw})
+	p, err = d.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "127.0.0.2", Command: []string{"/no/such/program"}, Stderr: &errw})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestFreePortThroughAgent(t *testing.T) {
 	d := startDriver(t, "127.0.0.1:0", "job-1")
 	runAgent(t, agent.Config{DriverURL: d.url(), GPUs: &fakeGPUs{faults: make(chan gpu.Event)}})
 	d.waitAgents(1)
-	f, ok := d.reg.Launcher().(launch.PortFinder)
+	f, ok := d.reg.Launcher().(proc.PortFinder)
 	if !ok {
 		t.Fatal("the agent launcher finds no ports")
 	}
@@ -270,7 +270,7 @@ func TestStopThroughAgent(t *testing.T) {
 	d := startDriver(t, "127.0.0.1:0", "job-1")
 	runAgent(t, agent.Config{DriverURL: d.url()})
 	d.waitAgents(1)
-	p, err := d.reg.Launcher().Start(t.Context(), launch.Spec{Name: "w", Host: "host-a", Command: []string{"sh", "-c", `trap "exit 7" TERM; sleep 60 & wait`}})
+	p, err := d.reg.Launcher().Start(t.Context(), proc.Spec{Name: "w", Host: "host-a", Command: []string{"sh", "-c", `trap "exit 7" TERM; sleep 60 & wait`}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,9 +291,9 @@ func TestAgentLeavesNoOrphans(t *testing.T) {
 	d := startDriver(t, "127.0.0.1:0", "job-1")
 	stop, _ := runAgent(t, agent.Config{DriverURL: d.url()})
 	d.waitAgents(1)
-	var ps []launch.Process
+	var ps []proc.Process
 	for i := range 2 {
-		p, err := d.reg.Launcher().Start(t.Context(), launch.Spec{Name: strconv.Itoa(i), Host: "127.0.0.2", Command: []string{"sleep", "60"}})
+		p, err := d.reg.Launcher().Start(t.Context(), proc.Spec{Name: strconv.Itoa(i), Host: "127.0.0.2", Command: []string{"sleep", "60"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,7 +328,7 @@ func TestDriverRestart(t *testing.T) {
 	d1 := startDriver(t, "127.0.0.1:0", "job-1")
 	_, log := runAgent(t, agent.Config{DriverURL: d1.url(), DriverTimeout: time.Minute})
 	d1.waitAgents(1)
-	p, err := d1.reg.Launcher().Start(t.Context(), launch.Spec{Name: "old", Host: "127.0.0.2", Command: []string{"sleep", "60"}})
+	p, err := d1.reg.Launcher().Start(t.Context(), proc.Spec{Name: "old", Host: "127.0.0.2", Command: []string{"sleep", "60"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +343,7 @@ func TestDriverRestart(t *testing.T) {
 	}
 	// The new job's workers get the new job's secret.
 	var out logBuf
-	p2, err := d2.reg.Launcher().Start(t.Context(), launch.Spec{Name: "new", Host: "127.0.0.2", Command: []string{"sh", "-c", `echo $ELASTICD_SECRET`}, Stdout: &out})
+	p2, err := d2.reg.Launcher().Start(t.Context(), proc.Spec{Name: "new", Host: "127.0.0.2", Command: []string{"sh", "-c", `echo $ELASTICD_SECRET`}, Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,11 +362,11 @@ func TestRestartedDriverAdoptsWorkers(t *testing.T) {
 	d1.waitAgents(1)
 	var out1 logBuf
 	ticker := []string{"sh", "-c", `i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.02; done`}
-	kept, err := d1.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 0", Host: "127.0.0.2", Command: ticker, Env: []string{"ELASTICD_WORKER_ID=host-a/0"}, Stdout: &out1})
+	kept, err := d1.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "127.0.0.2", Command: ticker, Env: []string{"ELASTICD_WORKER_ID=host-a/0"}, Stdout: &out1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dropped, err := d1.reg.Launcher().Start(t.Context(), launch.Spec{Name: "rank 1", Host: "127.0.0.2", Slot: 1, Command: []string{"sleep", "60"}, Env: []string{"ELASTICD_WORKER_ID=host-a/1"}})
+	dropped, err := d1.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 1", Host: "127.0.0.2", Slot: 1, Command: []string{"sleep", "60"}, Env: []string{"ELASTICD_WORKER_ID=host-a/1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,9 +380,9 @@ func TestRestartedDriverAdoptsWorkers(t *testing.T) {
 	}
 	var out2 logBuf
 	var adopted <-chan struct{}
-	var p launch.Process
+	var p proc.Process
 	d2 := startDriver(t, d1.addr, "job-1", func(reg *agents.Registry) {
-		p, adopted = reg.Adopt("host-a/0", launch.Spec{Name: "rank 0", Host: "127.0.0.2", Stdout: &out2}, 10*time.Second)
+		p, adopted = reg.Adopt("host-a/0", proc.Spec{Name: "rank 0", Host: "127.0.0.2", Stdout: &out2}, 10*time.Second)
 	})
 	d2.waitAgents(1)
 	select {
@@ -417,7 +417,7 @@ func TestDriverGoneStopsWorkers(t *testing.T) {
 	d := startDriver(t, "127.0.0.1:0", "job-1")
 	_, log := runAgent(t, agent.Config{DriverURL: d.url(), DriverTimeout: 500 * time.Millisecond})
 	d.waitAgents(1)
-	p, err := d.reg.Launcher().Start(t.Context(), launch.Spec{Name: "w", Host: "127.0.0.2", Command: []string{"sleep", "60"}})
+	p, err := d.reg.Launcher().Start(t.Context(), proc.Spec{Name: "w", Host: "127.0.0.2", Command: []string{"sleep", "60"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,9 @@
-// Package launch starts worker processes, locally or on other hosts over ssh, watches them, and
-// stops them so that nothing they started outlives them, even when the driver itself is killed.
-package launch
+// Package proc is process handling shared by the driver's launchers (driver/launch) and the
+// per-host agent (worker/agent): what a worker process is (Spec, Process, ExitStatus, the
+// Launcher interface), the local launcher that starts one in its own process group with a guard
+// that kills the group if the starter dies however it dies (NewLocal), the Group every launcher
+// builds on, and PrefixWriter, which prefixes a worker's output lines.
+package proc
 
 import (
 	"context"
@@ -70,4 +73,12 @@ func (e ExitStatus) String() string {
 		return "killed by " + e.Signal
 	}
 	return fmt.Sprintf("exit %d", e.Code)
+}
+
+// PortFinder is a Launcher that can find a TCP port free on a host it launches on: the
+// MASTER_PORT where a torchrun-style rank 0 opens its store. The port is chosen on that host
+// for each generation, so two jobs sharing a machine never meet, and a port that an earlier
+// generation's store left in TIME_WAIT is not reused.
+type PortFinder interface {
+	FreePort(ctx context.Context, host string) (int, error)
 }

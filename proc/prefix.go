@@ -1,4 +1,4 @@
-package launch
+package proc
 
 import (
 	"bytes"
@@ -7,9 +7,9 @@ import (
 	"sync"
 )
 
-// maxLine bounds the partial line a PrefixWriter holds: a worker that never writes a newline
+// MaxLine bounds the partial line a PrefixWriter holds: a worker that never writes a newline
 // (a progress bar redrawn with \r) gets its output cut into lines of this size instead.
-const maxLine = 64 << 10
+const MaxLine = 64 << 10
 
 // outputMu serialises the writes of all PrefixWriters, so that PrefixWriters sharing one
 // writer (the driver's stdout) never interleave their lines.
@@ -52,7 +52,7 @@ func (p *PrefixWriter) Write(b []byte) (int, error) {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
 			p.line = append(p.line, b...)
-			if len(p.line) >= maxLine {
+			if len(p.line) >= MaxLine {
 				out = p.appendLine(out, p.line)
 				p.line = p.line[:0]
 			}

@@ -1,8 +1,9 @@
-package launch
+package proc
 
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -46,20 +47,20 @@ func (localLauncher) Start(ctx context.Context, s Spec) (Process, error) {
 	cmd := exec.Command(s.Command[0], s.Command[1:]...)
 	cmd.Env = append(os.Environ(), s.Env...) // later entries win
 	cmd.Dir = s.Dir
-	cmd.SysProcAttr = groupAttr()
-	p, err := startProc(cmd, s.Stdout, s.Stderr)
+	cmd.SysProcAttr = GroupAttr()
+	p, err := StartGroup(cmd, s.Stdout, s.Stderr)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", s.Name, err)
 	}
-	lp := &localProcess{proc: p}
+	lp := &localProcess{g: p}
 
 	guard, guardIn, err := startGuard(cmd.Process.Pid)
 	if err != nil {
-		p.signal(syscall.SIGKILL)
-		p.wait(nil)
+		p.Signal(syscall.SIGKILL)
+		p.Reap(nil)
 		return nil, fmt.Errorf("start %s: guard: %w", s.Name, err)
 	}
-	go p.wait(func() {
+	go p.Reap(func() {
 		guard.Process.Kill()
 		guard.Wait()
 		guardIn.Close()
@@ -88,25 +89,25 @@ func startGuard(pgid int) (*exec.Cmd, *os.File, error) {
 }
 
 type localProcess struct {
-	proc     *proc
+	g        *Group
 	termOnce sync.Once
 }
 
-func (p *localProcess) PID() int { return p.proc.cmd.Process.Pid }
+func (p *localProcess) PID() int { return p.g.PID() }
 
 func (p *localProcess) Wait() (ExitStatus, error) {
-	<-p.proc.done
-	if p.proc.err != nil {
-		return p.proc.status(), fmt.Errorf("wait for pid %d: %w", p.PID(), p.proc.err)
+	<-p.g.Done()
+	if err := p.g.Err(); err != nil {
+		return p.g.Status(), fmt.Errorf("wait for pid %d: %w", p.PID(), err)
 	}
-	return p.proc.status(), nil
+	return p.g.Status(), nil
 }
 
 func (p *localProcess) Stop(grace time.Duration) {
-	p.termOnce.Do(func() { p.proc.signal(syscall.SIGTERM) })
-	if !p.proc.waitDone(grace) {
-		p.proc.signal(syscall.SIGKILL)
-		<-p.proc.done
+	p.termOnce.Do(func() { p.g.Signal(syscall.SIGTERM) })
+	if !p.g.WaitDone(grace) {
+		p.g.Signal(syscall.SIGKILL)
+		<-p.g.Done()
 	}
 }
 
@@ -115,6 +116,17 @@ func (p *localProcess) supervise(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 		p.Stop(DefaultGrace)
-	case <-p.proc.done:
+	case <-p.g.Done():
 	}
+}
+
+// FreePort asks the kernel for a port that is free on this machine, where the local launcher
+// starts every worker.
+func (localLauncher) FreePort(ctx context.Context, _ string) (int, error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", ":0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -1,4 +1,4 @@
-package launch
+package proc
 
 import (
 	"syscall"
@@ -6,11 +6,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// groupAttr puts the child in a process group of its own, and has the kernel SIGKILL it when
+// GroupAttr puts the child in a process group of its own, and has the kernel SIGKILL it when
 // the driver dies, however it dies. (Strictly: when the OS thread that forked it exits. Go
 // retires a thread only when a goroutine exits while locked to it with runtime.LockOSThread,
 // so nothing that starts processes here may do that.)
-func groupAttr() *syscall.SysProcAttr {
+func GroupAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 

@@ -1,4 +1,4 @@
-package launch_test
+package proc_test
 
 import (
 	"bytes"
@@ -7,12 +7,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/proc"
 )
 
 func TestPrefixWriterLines(t *testing.T) {
 	var out bytes.Buffer
-	w := launch.NewPrefixWriter(&out, "[3] ")
+	w := proc.NewPrefixWriter(&out, "[3] ")
 	for _, s := range []string{"a", "b\nc\n", "", "\n", "d\ne", "f"} {
 		if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
 			t.Fatalf("Write(%q) = %d, %v", s, n, err)
@@ -37,7 +37,7 @@ func TestPrefixWriterLines(t *testing.T) {
 
 func TestPrefixWriterFlush(t *testing.T) {
 	var out bytes.Buffer
-	w := launch.NewPrefixWriter(&out, "> ")
+	w := proc.NewPrefixWriter(&out, "> ")
 	w.Write([]byte("partial"))
 	w.Flush()
 	w.Flush() // nothing more to write
@@ -50,7 +50,7 @@ func TestPrefixWriterFlush(t *testing.T) {
 // A line that never ends is cut into lines of 64 KiB rather than held without bound.
 func TestPrefixWriterLongLine(t *testing.T) {
 	var out bytes.Buffer
-	w := launch.NewPrefixWriter(&out, "> ")
+	w := proc.NewPrefixWriter(&out, "> ")
 	chunk := strings.Repeat("x", 1000)
 	for range 200 {
 		w.Write([]byte(chunk))
@@ -73,7 +73,7 @@ func TestPrefixWriterLongLine(t *testing.T) {
 func TestPrefixWriterFunc(t *testing.T) {
 	var out bytes.Buffer
 	rank := 1
-	w := launch.NewPrefixWriterFunc(&out, func() string { return fmt.Sprintf("[%d] ", rank) })
+	w := proc.NewPrefixWriterFunc(&out, func() string { return fmt.Sprintf("[%d] ", rank) })
 	w.Write([]byte("a\nb"))
 	rank = 2
 	w.Write([]byte("\nc\n"))
@@ -89,7 +89,7 @@ func TestPrefixWriterShared(t *testing.T) {
 	var wg sync.WaitGroup
 	const writers, lines = 8, 500
 	for i := range writers {
-		w := launch.NewPrefixWriter(&out, fmt.Sprintf("[%d] ", i))
+		w := proc.NewPrefixWriter(&out, fmt.Sprintf("[%d] ", i))
 		wg.Go(func() {
 			for j := range lines {
 				// A line in three writes, so that unserialised output would show.

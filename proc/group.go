@@ -1,4 +1,4 @@
-package launch
+package proc
 
 import (
 	"io"
@@ -16,10 +16,10 @@ import (
 // Wait hang.
 const drainTimeout = 2 * time.Second
 
-// proc is a local child process that leads its own process group, with its stdout and stderr
-// copied to writers. Both launchers build on it: the local one runs the worker as a proc, the
-// ssh one the ssh client.
-type proc struct {
+// Group is a local child process that leads its own process group, with its stdout and stderr
+// copied to writers. The launchers build on it: the local one (and so the agent) runs the
+// worker as a Group, the ssh one the ssh client.
+type Group struct {
 	cmd     *exec.Cmd
 	outputs []*os.File  // read ends of the output pipes
 	sinks   []io.Writer // where each output goes
@@ -33,14 +33,15 @@ type proc struct {
 	err     error
 }
 
-// startProc starts cmd in a new process group (its SysProcAttr must ask for one) with stdout
-// and stderr copied to the given writers (nil discards). The caller must then call wait, once.
-func startProc(cmd *exec.Cmd, stdout, stderr io.Writer) (*proc, error) {
-	if sameWriter(stdout, stderr) {
-		w := &lockedWriter{w: stdout}
+// StartGroup starts cmd in a new process group (its SysProcAttr must ask for one, see
+// GroupAttr) with stdout and stderr copied to the given writers (nil discards). The caller must
+// then call Reap, once.
+func StartGroup(cmd *exec.Cmd, stdout, stderr io.Writer) (*Group, error) {
+	if SameWriter(stdout, stderr) {
+		w := NewLockedWriter(stdout)
 		stdout, stderr = w, w
 	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
+	p := &Group{cmd: cmd, done: make(chan struct{})}
 	var childEnds []*os.File
 	pipeTo := func(w io.Writer) (*os.File, error) {
 		if w == nil {
@@ -91,8 +92,17 @@ func startProc(cmd *exec.Cmd, stdout, stderr io.Writer) (*proc, error) {
 	return p, nil
 }
 
-// signal sends sig to the process group, unless the leader has already been reaped.
-func (p *proc) signal(sig syscall.Signal) {
+// PID is the leader's process ID, which is also the group's.
+func (p *Group) PID() int { return p.cmd.Process.Pid }
+
+// Done is closed once Reap has reaped the leader and flushed the output.
+func (p *Group) Done() <-chan struct{} { return p.done }
+
+// Err is the error of waiting for the leader, once Done is closed.
+func (p *Group) Err() error { return p.err }
+
+// Signal sends sig to the process group, unless the leader has already been reaped.
+func (p *Group) Signal(sig syscall.Signal) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.reaped {
@@ -100,10 +110,10 @@ func (p *proc) signal(sig syscall.Signal) {
 	}
 }
 
-// wait reaps the process, then runs afterReap (if any), then waits for the output and flushes
-// it, and closes done. Whatever the leader left running in its group is killed when the leader
+// Reap waits for the leader and reaps it, then runs afterReap (if any), then waits for the
+// output and flushes it, and closes Done. Whatever the leader left running in its group is killed when the leader
 // exits: with the leader gone it would be an orphan.
-func (p *proc) wait(afterReap func()) {
+func (p *Group) Reap(afterReap func()) {
 	pid := p.cmd.Process.Pid
 	killLeftovers := func() {
 		p.mu.Lock()
@@ -147,8 +157,8 @@ func (p *proc) wait(afterReap func()) {
 	close(p.done)
 }
 
-// waitDone reports whether the process is done within d (d <= 0: now).
-func (p *proc) waitDone(d time.Duration) bool {
+// WaitDone reports whether the process is done within d (d <= 0: now).
+func (p *Group) WaitDone(d time.Duration) bool {
 	if d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -167,8 +177,8 @@ func (p *proc) waitDone(d time.Duration) bool {
 	}
 }
 
-// status is the exit status of a reaped process.
-func (p *proc) status() ExitStatus {
+// Status is the exit status of a reaped process.
+func (p *Group) Status() ExitStatus {
 	if p.state == nil {
 		return ExitStatus{Code: -1}
 	}
@@ -182,26 +192,29 @@ func (p *proc) status() ExitStatus {
 	return ExitStatus{Code: p.state.ExitCode()}
 }
 
-// sameWriter reports whether a and b are the same non-nil writer. Writers of uncomparable
+// SameWriter reports whether a and b are the same non-nil writer. Writers of uncomparable
 // types are never the same.
-func sameWriter(a, b io.Writer) (same bool) {
+func SameWriter(a, b io.Writer) (same bool) {
 	defer func() { _ = recover() }()
 	return a != nil && a == b
 }
 
-// lockedWriter serialises the stdout and stderr copiers when both write to one writer.
-type lockedWriter struct {
+// NewLockedWriter returns a writer that serialises writes (and Flush) to w.
+func NewLockedWriter(w io.Writer) *LockedWriter { return &LockedWriter{w: w} }
+
+// LockedWriter serialises the stdout and stderr copiers when both write to one writer.
+type LockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer
 }
 
-func (l *lockedWriter) Write(b []byte) (int, error) {
+func (l *LockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
 }
 
-func (l *lockedWriter) Flush() error {
+func (l *LockedWriter) Flush() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if f, ok := l.w.(interface{ Flush() error }); ok {

@@ -1,12 +1,12 @@
 //go:build !linux
 
-package launch
+package proc
 
 import "syscall"
 
-// groupAttr puts the child in a process group of its own. Without Linux's parent-death signal,
+// GroupAttr puts the child in a process group of its own. Without Linux's parent-death signal,
 // a worker whose driver is SIGKILLed is left to the guard (local) or to the remote wrapper (ssh).
-func groupAttr() *syscall.SysProcAttr {
+func GroupAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
 
