@@ -261,14 +261,100 @@ func (m *module) checkValidations() []string {
 			typ = hcl.ExprAsKeyword(a.Expr)
 		}
 		key := typ == "number" || strings.HasSuffix(name, "_url") || strings.Contains(name, "cidr")
-		if !key {
+		if !key || hasValidation(b) {
 			continue
 		}
-		if !slices.ContainsFunc(b.Body.Blocks, func(c *hclsyntax.Block) bool { return c.Type == "validation" }) {
-			bad = append(bad, fmt.Sprintf("variable %q (%s) has no validation block", name, b.DefRange()))
+		// Validated where it goes: passed to a module whose variable has the validation
+		// (the job's settings, which modules/elasticd-job validates for every cloud).
+		if slices.ContainsFunc(m.feeds(name), func(f feed) bool { return hasValidation(f.target) }) {
+			continue
 		}
+		bad = append(bad, fmt.Sprintf("variable %q (%s) has no validation block", name, b.DefRange()))
 	}
 	return bad
+}
+
+func hasValidation(b *hclsyntax.Block) bool {
+	return slices.ContainsFunc(b.Body.Blocks, func(c *hclsyntax.Block) bool { return c.Type == "validation" })
+}
+
+// feed is one argument of a call to a local module, and the variable of that module it sets.
+type feed struct {
+	call, arg string
+	expr      hclsyntax.Expression
+	target    *hclsyntax.Block
+}
+
+// feeds lists the arguments of m's calls to local modules whose value reads var.name, directly
+// or through locals, and that the called module declares.
+func (m *module) feeds(name string) []feed {
+	var out []feed
+	for _, call := range sortedKeys(m.modules) {
+		target, err := m.called(call)
+		if err != nil {
+			continue // checkModuleCalls reports it
+		}
+		b := m.modules[call]
+		for _, arg := range sortedKeys(b.Body.Attributes) {
+			v := target.variables[arg]
+			if v == nil {
+				continue
+			}
+			if e := b.Body.Attributes[arg].Expr; m.reads(e, name, map[string]bool{}) {
+				out = append(out, feed{call: call, arg: arg, expr: e, target: v})
+			}
+		}
+	}
+	return out
+}
+
+// reads reports whether e reads var.name, directly or through the locals it reads.
+func (m *module) reads(e hclsyntax.Expression, name string, seen map[string]bool) bool {
+	for _, t := range e.Variables() {
+		if len(t) < 2 {
+			continue
+		}
+		attr, ok := t[1].(hcl.TraverseAttr)
+		if !ok {
+			continue
+		}
+		switch t.RootName() {
+		case "var":
+			if attr.Name == name {
+				return true
+			}
+		case "local":
+			if l := m.locals[attr.Name]; l != nil && !seen[attr.Name] {
+				seen[attr.Name] = true
+				if m.reads(l.Expr, name, seen) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// called loads the module that m's module block call names by a relative source.
+func (m *module) called(call string) (*module, error) {
+	b := m.modules[call]
+	if b == nil {
+		return nil, fmt.Errorf("no module %q", call)
+	}
+	src := ""
+	if a := b.Body.Attributes["source"]; a != nil {
+		if v, diags := a.Expr.Value(nil); !diags.HasErrors() && v.Type() == cty.String {
+			src = v.AsString()
+		}
+	}
+	if !strings.HasPrefix(src, "./") && !strings.HasPrefix(src, "../") {
+		return nil, fmt.Errorf("module %q: source %q is not a relative path", call, src)
+	}
+	target, err := loadModule(filepath.Join(m.dir, src))
+	if err != nil {
+		return nil, fmt.Errorf("module %q: %v", call, err)
+	}
+	return target, nil
 }
 
 // checkFormat reports each file that `terraform fmt` would change.
@@ -370,19 +456,9 @@ func (m *module) checkModuleCalls() []string {
 	var bad []string
 	for _, name := range sortedKeys(m.modules) {
 		b := m.modules[name]
-		src := ""
-		if a := b.Body.Attributes["source"]; a != nil {
-			if v, diags := a.Expr.Value(nil); !diags.HasErrors() && v.Type() == cty.String {
-				src = v.AsString()
-			}
-		}
-		if !strings.HasPrefix(src, "./") && !strings.HasPrefix(src, "../") {
-			bad = append(bad, fmt.Sprintf("module %q: source %q is not a relative path", name, src))
-			continue
-		}
-		target, err := loadModule(filepath.Join(m.dir, src))
+		target, err := m.called(name)
 		if err != nil {
-			bad = append(bad, fmt.Sprintf("module %q: %v", name, err))
+			bad = append(bad, err.Error())
 			continue
 		}
 		meta := map[string]bool{"source": true, "version": true, "providers": true, "count": true, "for_each": true, "depends_on": true}

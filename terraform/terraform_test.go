@@ -1,6 +1,7 @@
 package terraform_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -317,44 +318,110 @@ output "x" {
 	}
 }
 
+// sharedModule is the module every cloud's module calls for the job: it validates the job's
+// settings and renders the driver's command line and the hosts' cloud-init.
+const sharedModule = "modules/elasticd-job"
+
 // TestDriverCommandLine: each module's driver runs `elasticd run` with the flags of the CLI
-// contract, in order, followed by the training command.
+// contract, in order, followed by the training command. The shared module writes the command
+// line as concat([elasticd run], var.provider_args, [the job's flags...], var.training_command),
+// and each cloud passes its provider_args and its training_command.
 func TestDriverCommandLine(t *testing.T) {
+	shared, err := loadModule(sharedModule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := shared.locals["driver_args"]
+	if a == nil {
+		t.Fatalf("%s has no local driver_args", sharedModule)
+	}
+	call, ok := a.Expr.(*hclsyntax.FunctionCallExpr)
+	if !ok || call.Name != "concat" || len(call.Args) != 4 {
+		t.Fatalf("%s: driver_args must be concat([elasticd run], var.provider_args, [the job's args...], var.training_command)", a.SrcRange)
+	}
+	if got := traversalOf(call.Args[1]); got != "var.provider_args" {
+		t.Errorf("driver_args's second part is %q, want var.provider_args", got)
+	}
+	if got := traversalOf(call.Args[3]); got != "var.training_command" {
+		t.Errorf("driver_args ends with %q, want var.training_command", got)
+	}
+	head, err := stringLiterals(call.Args[0])
+	if err != nil {
+		t.Fatalf("%s: %v", a.SrcRange, err)
+	}
+	job, err := stringLiterals(call.Args[2])
+	if err != nil {
+		t.Fatalf("%s: %v", a.SrcRange, err)
+	}
 	for _, c := range clouds {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := loadModule(c.name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			a := m.locals["driver_args"]
-			if a == nil {
-				t.Fatal("no local driver_args")
+			b := m.modules[sharedCall(t, m)]
+			if got := traversalOf(argExpr(b, "training_command")); got != "var.training_command" {
+				t.Errorf("the module passes training_command = %q, want var.training_command", got)
 			}
-			call, ok := a.Expr.(*hclsyntax.FunctionCallExpr)
-			if !ok || call.Name != "concat" || len(call.Args) != 2 {
-				t.Fatalf("%s: driver_args must be concat([fixed args...], var.training_command)", a.SrcRange)
+			pa := b.Body.Attributes["provider_args"]
+			if pa == nil {
+				t.Fatal("the module passes no provider_args")
 			}
-			if got := traversalOf(call.Args[1]); got != "var.training_command" {
-				t.Errorf("driver_args ends with %q, want var.training_command", got)
+			provider, err := stringLiterals(pa.Expr)
+			if err != nil {
+				t.Fatalf("%s: %v", pa.SrcRange, err)
 			}
-			list, ok := call.Args[0].(*hclsyntax.TupleConsExpr)
-			if !ok {
-				t.Fatalf("%s: the fixed arguments must be a list", a.SrcRange)
-			}
-			var literals []string
-			for _, e := range list.Exprs {
-				if v, diags := e.Value(nil); !diags.HasErrors() && v.Type().FriendlyName() == "string" {
-					literals = append(literals, v.AsString())
-				}
-			}
+			literals := slices.Concat(head, provider, job)
 			if !slices.Equal(literals, c.wantArgs) {
 				t.Errorf("the driver's fixed arguments are\n  %q\nwant\n  %q", literals, c.wantArgs)
 			}
-			if m.outputs["driver_command"] == nil {
-				t.Error(`no output "driver_command"`)
+			o := m.outputs["driver_command"]
+			if o == nil {
+				t.Fatal(`no output "driver_command"`)
+			}
+			if got, want := traversalOf(o.Body.Attributes["value"].Expr), "module."+b.Labels[0]+".driver_command"; got != want {
+				t.Errorf(`output "driver_command" is %q, want %s: the command line the driver runs`, got, want)
 			}
 		})
 	}
+}
+
+// sharedCall returns the name of m's one call to the shared module.
+func sharedCall(t *testing.T, m *module) string {
+	t.Helper()
+	var names []string
+	for _, name := range sortedKeys(m.modules) {
+		if target, err := m.called(name); err == nil && filepath.Clean(target.dir) == filepath.Clean(sharedModule) {
+			names = append(names, name)
+		}
+	}
+	if len(names) != 1 {
+		t.Fatalf("%s calls %s %d times, want once", m.dir, sharedModule, len(names))
+	}
+	return names[0]
+}
+
+func argExpr(b *hclsyntax.Block, name string) hclsyntax.Expression {
+	if a := b.Body.Attributes[name]; a != nil {
+		return a.Expr
+	}
+	return nil
+}
+
+// stringLiterals returns the literal strings of a list expression, in order, skipping the
+// elements that are computed (references, interpolations).
+func stringLiterals(e hclsyntax.Expression) ([]string, error) {
+	list, ok := e.(*hclsyntax.TupleConsExpr)
+	if !ok {
+		return nil, fmt.Errorf("the arguments must be a list")
+	}
+	var literals []string
+	for _, e := range list.Exprs {
+		if v, diags := e.Value(nil); !diags.HasErrors() && v.Type().FriendlyName() == "string" {
+			literals = append(literals, v.AsString())
+		}
+	}
+	return literals, nil
 }
 
 func traversalOf(e hclsyntax.Expression) string {

@@ -10,37 +10,9 @@ locals {
   asg_name    = "${var.name}-gpu"
   queue_name  = "${var.name}-notices"
   hook_name   = "${var.name}-drain"
-  driver_port = 29400
+  driver_port = module.job.driver_port
 
   agent_secret = var.agent_secret != null ? var.agent_secret : random_password.agent_secret[0].result
-
-  # The driver's command line, argument by argument; elasticd reads the same flags from
-  # ELASTICD_* variables, but a command line in one place is easier to check and to copy.
-  driver_args = concat([
-    "/usr/local/bin/elasticd", "run",
-    "--provider", "aws",
-    "--asg", local.asg_name,
-    "--region", var.region,
-    "--sqs-queue-url", aws_sqs_queue.notices.url,
-    "--launcher", "agent",
-    "--listen", "0.0.0.0:${local.driver_port}",
-    "--agent-secret-file", "/etc/elasticd/agent-secret",
-    # A driver that crashes is started again by systemd and takes the job up: the agents
-    # keep the workers training meanwhile.
-    "--state-dir", "/var/lib/elasticd/state",
-    "-np", tostring(var.np),
-    "--min-np", tostring(var.min_np),
-    "--max-np", tostring(var.max_np),
-    "--",
-  ], var.training_command)
-
-  # Each argument in single quotes, for sh.
-  driver_command = join(" ", [for a in local.driver_args : "'${replace(a, "'", "'\\''")}'"])
-
-  install_script = templatefile("${path.module}/templates/install-elasticd.sh.tftpl", {
-    url    = var.elasticd_release_url
-    sha256 = var.elasticd_release_sha256 == null ? "" : var.elasticd_release_sha256
-  })
 
   # EventBridge patterns for every event the provider turns into a notice
   # (docs/providers/aws.md, "The notice queue and its rules").
@@ -67,6 +39,32 @@ locals {
   }
 
   tags = merge(var.tags, { "elasticd:cluster" = var.name })
+}
+
+# The job (np, the training command, the release) and what the hosts run, validated and rendered
+# by the module every cloud shares; this module passes what is its own: the provider's flags,
+# the driver's environment and address, the metadata service the agents watch.
+module "job" {
+  source = "../modules/elasticd-job"
+
+  name = var.name
+  provider_args = [
+    "--provider", "aws",
+    "--asg", local.asg_name,
+    "--region", var.region,
+    "--sqs-queue-url", aws_sqs_queue.notices.url,
+  ]
+  driver_environment      = { AWS_REGION = var.region }
+  driver_ip               = aws_instance.driver.private_ip
+  agent_metadata          = "aws"
+  agent_secret            = local.agent_secret
+  np                      = var.np
+  min_np                  = var.min_np
+  max_np                  = var.max_np
+  training_command        = var.training_command
+  worker_setup_commands   = var.worker_setup_commands
+  elasticd_release_url    = var.elasticd_release_url
+  elasticd_release_sha256 = var.elasticd_release_sha256
 }
 
 resource "random_password" "agent_secret" {
@@ -259,13 +257,7 @@ resource "aws_instance" "driver" {
   associate_public_ip_address = var.driver_public_ip
   key_name                    = var.key_name
 
-  user_data = templatefile("${path.module}/templates/driver.yaml.tftpl", {
-    name           = var.name
-    agent_secret   = local.agent_secret
-    install_script = local.install_script
-    command_line   = local.driver_command
-    environment    = { AWS_REGION = var.region }
-  })
+  user_data                   = module.job.driver_user_data
   user_data_replace_on_change = true
 
   metadata_options {
@@ -274,13 +266,6 @@ resource "aws_instance" "driver" {
   }
 
   tags = merge(local.tags, { Name = "${var.name}-driver" })
-
-  lifecycle {
-    precondition {
-      condition     = var.min_np <= var.np && var.np <= var.max_np
-      error_message = "Need min_np <= np <= max_np."
-    }
-  }
 
   # The role's policy must exist before elasticd's first poll, or that poll is refused.
   depends_on = [aws_iam_role_policy.driver]
@@ -294,15 +279,7 @@ resource "aws_launch_template" "gpu" {
   key_name               = var.key_name
   vpc_security_group_ids = [aws_security_group.gpu.id]
 
-  user_data = base64encode(templatefile("${path.module}/templates/agent.yaml.tftpl", {
-    name           = var.name
-    agent_secret   = local.agent_secret
-    install_script = local.install_script
-    setup_commands = var.worker_setup_commands
-    driver_ip      = aws_instance.driver.private_ip
-    driver_port    = local.driver_port
-    metadata       = "aws"
-  }))
+  user_data = base64encode(module.job.agent_user_data)
 
   # The agent reads spot interruption notices from the instance metadata service.
   metadata_options {

@@ -1,6 +1,6 @@
 output "driver_command" {
   description = "The exact `elasticd run` command line the driver runs (as the systemd unit elasticd-driver.service), each argument quoted for sh."
-  value       = local.driver_command
+  value       = module.job.driver_command
 }
 
 output "driver_private_ip" {

@@ -9,37 +9,38 @@ data "azurerm_resource_group" "cluster" {
 
 locals {
   vmss_name   = "${var.name}-gpu"
-  driver_port = 29400
+  driver_port = module.job.driver_port
 
   agent_secret = var.agent_secret != null ? var.agent_secret : random_password.agent_secret[0].result
 
-  driver_args = concat([
-    "/usr/local/bin/elasticd", "run",
+  tags = merge(var.tags, { elasticd-cluster = var.name })
+}
+
+# The job (np, the training command, the release) and what the hosts run, validated and rendered
+# by the module every cloud shares; this module passes what is its own: the provider's flags,
+# the driver's environment and address, the metadata service the agents watch.
+module "job" {
+  source = "../modules/elasticd-job"
+
+  name = var.name
+  provider_args = [
     "--provider", "azure",
     "--subscription", data.azurerm_subscription.current.subscription_id,
     "--resource-group", var.resource_group_name,
     "--vmss", local.vmss_name,
-    "--launcher", "agent",
-    "--listen", "0.0.0.0:${local.driver_port}",
-    "--agent-secret-file", "/etc/elasticd/agent-secret",
-    # A driver that crashes is started again by systemd and takes the job up: the agents
-    # keep the workers training meanwhile.
-    "--state-dir", "/var/lib/elasticd/state",
-    "-np", tostring(var.np),
-    "--min-np", tostring(var.min_np),
-    "--max-np", tostring(var.max_np),
-    "--",
-  ], var.training_command)
-
-  # Each argument in single quotes, for sh.
-  driver_command = join(" ", [for a in local.driver_args : "'${replace(a, "'", "'\\''")}'"])
-
-  install_script = templatefile("${path.module}/templates/install-elasticd.sh.tftpl", {
-    url    = var.elasticd_release_url
-    sha256 = var.elasticd_release_sha256 == null ? "" : var.elasticd_release_sha256
-  })
-
-  tags = merge(var.tags, { elasticd-cluster = var.name })
+  ]
+  # AZURE_CLIENT_ID picks the user-assigned identity for DefaultAzureCredential.
+  driver_environment      = { AZURE_CLIENT_ID = azurerm_user_assigned_identity.driver.client_id }
+  driver_ip               = azurerm_network_interface.driver.private_ip_address
+  agent_metadata          = "azure"
+  agent_secret            = local.agent_secret
+  np                      = var.np
+  min_np                  = var.min_np
+  max_np                  = var.max_np
+  training_command        = var.training_command
+  worker_setup_commands   = var.worker_setup_commands
+  elasticd_release_url    = var.elasticd_release_url
+  elasticd_release_sha256 = var.elasticd_release_sha256
 }
 
 resource "random_password" "agent_secret" {
@@ -183,14 +184,7 @@ resource "azurerm_linux_virtual_machine" "driver" {
   network_interface_ids = [azurerm_network_interface.driver.id]
   tags                  = local.tags
 
-  # AZURE_CLIENT_ID picks the user-assigned identity for DefaultAzureCredential.
-  custom_data = base64encode(templatefile("${path.module}/templates/driver.yaml.tftpl", {
-    name           = var.name
-    agent_secret   = local.agent_secret
-    install_script = local.install_script
-    command_line   = local.driver_command
-    environment    = { AZURE_CLIENT_ID = azurerm_user_assigned_identity.driver.client_id }
-  }))
+  custom_data = base64encode(module.job.driver_user_data)
 
   admin_ssh_key {
     username   = var.admin_username
@@ -213,13 +207,6 @@ resource "azurerm_linux_virtual_machine" "driver" {
     type         = "UserAssigned"
     identity_ids = [azurerm_user_assigned_identity.driver.id]
   }
-
-  lifecycle {
-    precondition {
-      condition     = var.min_np <= var.np && var.np <= var.max_np
-      error_message = "Need min_np <= np <= max_np."
-    }
-  }
 }
 
 # --- The Spot GPU scale set ---
@@ -238,15 +225,7 @@ resource "azurerm_linux_virtual_machine_scale_set" "gpu" {
   max_bid_price       = var.max_bid_price
   tags                = local.tags
 
-  custom_data = base64encode(templatefile("${path.module}/templates/agent.yaml.tftpl", {
-    name           = var.name
-    agent_secret   = local.agent_secret
-    install_script = local.install_script
-    setup_commands = var.worker_setup_commands
-    driver_ip      = azurerm_network_interface.driver.private_ip_address
-    driver_port    = local.driver_port
-    metadata       = "azure"
-  }))
+  custom_data = base64encode(module.job.agent_user_data)
 
   admin_ssh_key {
     username   = var.admin_username

@@ -4,7 +4,7 @@
 locals {
   mig_name    = "${var.name}-gpu"
   regional    = var.mig_zone == null
-  driver_port = 29400
+  driver_port = module.job.driver_port
   driver_tag  = "${var.name}-driver"
   gpu_tag     = "${var.name}-gpu"
 
@@ -12,33 +12,32 @@ locals {
 
   location_args = local.regional ? ["--region", var.region] : ["--zone", var.mig_zone]
 
-  driver_args = concat([
-    "/usr/local/bin/elasticd", "run",
+  labels = merge(var.labels, { elasticd-cluster = var.name })
+}
+
+# The job (np, the training command, the release) and what the hosts run, validated and rendered
+# by the module every cloud shares; this module passes what is its own: the provider's flags,
+# the driver's environment and address, the metadata service the agents watch.
+module "job" {
+  source = "../modules/elasticd-job"
+
+  name = var.name
+  provider_args = [
     "--provider", "gcp",
     "--project", var.project,
     local.location_args[0], local.location_args[1],
     "--mig", local.mig_name,
-    "--launcher", "agent",
-    "--listen", "0.0.0.0:${local.driver_port}",
-    "--agent-secret-file", "/etc/elasticd/agent-secret",
-    # A driver that crashes is started again by systemd and takes the job up: the agents
-    # keep the workers training meanwhile.
-    "--state-dir", "/var/lib/elasticd/state",
-    "-np", tostring(var.np),
-    "--min-np", tostring(var.min_np),
-    "--max-np", tostring(var.max_np),
-    "--",
-  ], var.training_command)
-
-  # Each argument in single quotes, for sh.
-  driver_command = join(" ", [for a in local.driver_args : "'${replace(a, "'", "'\\''")}'"])
-
-  install_script = templatefile("${path.module}/templates/install-elasticd.sh.tftpl", {
-    url    = var.elasticd_release_url
-    sha256 = var.elasticd_release_sha256 == null ? "" : var.elasticd_release_sha256
-  })
-
-  labels = merge(var.labels, { elasticd-cluster = var.name })
+  ]
+  driver_ip               = google_compute_instance.driver.network_interface[0].network_ip
+  agent_metadata          = "gcp"
+  agent_secret            = local.agent_secret
+  np                      = var.np
+  min_np                  = var.min_np
+  max_np                  = var.max_np
+  training_command        = var.training_command
+  worker_setup_commands   = var.worker_setup_commands
+  elasticd_release_url    = var.elasticd_release_url
+  elasticd_release_sha256 = var.elasticd_release_sha256
 }
 
 resource "random_password" "agent_secret" {
@@ -154,25 +153,12 @@ resource "google_compute_instance" "driver" {
   }
 
   metadata = {
-    user-data = templatefile("${path.module}/templates/driver.yaml.tftpl", {
-      name           = var.name
-      agent_secret   = local.agent_secret
-      install_script = local.install_script
-      command_line   = local.driver_command
-      environment    = {}
-    })
+    user-data = module.job.driver_user_data
   }
 
   service_account {
     email  = google_service_account.driver.email
     scopes = ["cloud-platform"]
-  }
-
-  lifecycle {
-    precondition {
-      condition     = var.min_np <= var.np && var.np <= var.max_np
-      error_message = "Need min_np <= np <= max_np."
-    }
   }
 
   # The role must be bound before elasticd's first poll, or that poll is refused.
@@ -217,15 +203,7 @@ resource "google_compute_instance_template" "gpu" {
   }
 
   metadata = {
-    user-data = templatefile("${path.module}/templates/agent.yaml.tftpl", {
-      name           = var.name
-      agent_secret   = local.agent_secret
-      install_script = local.install_script
-      setup_commands = var.worker_setup_commands
-      driver_ip      = google_compute_instance.driver.network_interface[0].network_ip
-      driver_port    = local.driver_port
-      metadata       = "gcp"
-    })
+    user-data = module.job.agent_user_data
   }
 
   service_account {

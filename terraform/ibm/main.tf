@@ -3,30 +3,10 @@
 
 locals {
   group_name  = "${var.name}-gpu"
-  driver_port = 29400
+  driver_port = module.job.driver_port
   profile     = var.credentials == "trusted_profile"
 
   agent_secret = var.agent_secret != null ? var.agent_secret : random_password.agent_secret[0].result
-
-  driver_args = concat([
-    "/usr/local/bin/elasticd", "run",
-    "--provider", "ibm",
-    "--region", var.region,
-    "--instance-group", local.group_name,
-    "--launcher", "agent",
-    "--listen", "0.0.0.0:${local.driver_port}",
-    "--agent-secret-file", "/etc/elasticd/agent-secret",
-    # A driver that crashes is started again by systemd and takes the job up: the agents
-    # keep the workers training meanwhile.
-    "--state-dir", "/var/lib/elasticd/state",
-    "-np", tostring(var.np),
-    "--min-np", tostring(var.min_np),
-    "--max-np", tostring(var.max_np),
-    "--",
-  ], var.training_command)
-
-  # Each argument in single quotes, for sh.
-  driver_command = join(" ", [for a in local.driver_args : "'${replace(a, "'", "'\\''")}'"])
 
   # How providers/ibm finds its credentials: the VPC SDK's "vpc" authenticator, which trades
   # the instance identity token for the trusted profile's IAM token; or an API key.
@@ -36,11 +16,31 @@ locals {
     } : {
     IBMCLOUD_API_KEY = var.driver_api_key
   }
+}
 
-  install_script = templatefile("${path.module}/templates/install-elasticd.sh.tftpl", {
-    url    = var.elasticd_release_url
-    sha256 = var.elasticd_release_sha256 == null ? "" : var.elasticd_release_sha256
-  })
+# The job (np, the training command, the release) and what the hosts run, validated and rendered
+# by the module every cloud shares; this module passes what is its own: the provider's flags,
+# the driver's environment and address, the metadata service the agents watch.
+module "job" {
+  source = "../modules/elasticd-job"
+
+  name = var.name
+  provider_args = [
+    "--provider", "ibm",
+    "--region", var.region,
+    "--instance-group", local.group_name,
+  ]
+  driver_environment      = local.driver_environment
+  driver_ip               = ibm_is_instance.driver.primary_network_interface[0].primary_ip[0].address
+  agent_metadata          = "none"
+  agent_secret            = local.agent_secret
+  np                      = var.np
+  min_np                  = var.min_np
+  max_np                  = var.max_np
+  training_command        = var.training_command
+  worker_setup_commands   = var.worker_setup_commands
+  elasticd_release_url    = var.elasticd_release_url
+  elasticd_release_sha256 = var.elasticd_release_sha256
 }
 
 resource "random_password" "agent_secret" {
@@ -136,19 +136,9 @@ resource "ibm_is_instance" "driver" {
     protocol = "https"
   }
 
-  user_data = templatefile("${path.module}/templates/driver.yaml.tftpl", {
-    name           = var.name
-    agent_secret   = local.agent_secret
-    install_script = local.install_script
-    command_line   = local.driver_command
-    environment    = local.driver_environment
-  })
+  user_data = module.job.driver_user_data
 
   lifecycle {
-    precondition {
-      condition     = var.min_np <= var.np && var.np <= var.max_np
-      error_message = "Need min_np <= np <= max_np."
-    }
     precondition {
       condition     = (var.credentials == "api_key") == (var.driver_api_key != null)
       error_message = "driver_api_key is needed with credentials = \"api_key\", and only then."
@@ -242,15 +232,7 @@ resource "ibm_is_instance_template" "gpu" {
     security_groups = [ibm_is_security_group.gpu.id]
   }
 
-  user_data = templatefile("${path.module}/templates/agent.yaml.tftpl", {
-    name           = var.name
-    agent_secret   = local.agent_secret
-    install_script = local.install_script
-    setup_commands = var.worker_setup_commands
-    driver_ip      = ibm_is_instance.driver.primary_network_interface[0].primary_ip[0].address
-    driver_port    = local.driver_port
-    metadata       = "none"
-  })
+  user_data = module.job.agent_user_data
 }
 
 resource "ibm_is_instance_group" "gpu" {

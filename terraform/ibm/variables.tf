@@ -135,44 +135,27 @@ variable "driver_api_key" {
   sensitive   = true
 }
 
+# The job's settings, np to agent_secret: passed to ../modules/elasticd-job (agent_secret, when
+# null, as the generated one), which validates them for every cloud.
+
 variable "np" {
   description = "Workers the job starts with (elasticd run -np)."
   type        = number
-
-  validation {
-    condition     = var.np >= 1 && floor(var.np) == var.np
-    error_message = "np must be a whole number, 1 or more."
-  }
 }
 
 variable "min_np" {
   description = "Fewest workers the job keeps training with (--min-np); at most np."
   type        = number
-
-  validation {
-    condition     = var.min_np >= 1 && floor(var.min_np) == var.min_np
-    error_message = "min_np must be a whole number, 1 or more."
-  }
 }
 
 variable "max_np" {
   description = "Most workers the job grows to (--max-np); at least np."
   type        = number
-
-  validation {
-    condition     = var.max_np >= 1 && floor(var.max_np) == var.max_np
-    error_message = "max_np must be a whole number, 1 or more."
-  }
 }
 
 variable "training_command" {
   description = "The training program and its arguments, run once per slot on the GPU instances (what follows -- on the elasticd run command line). It must already be on the GPU image or be installed by worker_setup_commands."
   type        = list(string)
-
-  validation {
-    condition     = length(var.training_command) > 0 && var.training_command[0] != ""
-    error_message = "training_command must name a program, e.g. [\"python3\", \"/opt/train/train.py\"]."
-  }
 }
 
 variable "worker_setup_commands" {
@@ -184,22 +167,12 @@ variable "worker_setup_commands" {
 variable "elasticd_release_url" {
   description = "HTTPS URL of the elasticd release to install: a .tar.gz holding an elasticd binary, or the binary itself."
   type        = string
-
-  validation {
-    condition     = can(regex("^https://[^[:space:]'\"]+$", var.elasticd_release_url))
-    error_message = "elasticd_release_url must be an https:// URL without spaces or quotes."
-  }
 }
 
 variable "elasticd_release_sha256" {
   description = "SHA-256 of the file at elasticd_release_url; when set, cloud-init refuses a download that does not match. Null: not checked."
   type        = string
   default     = null
-
-  validation {
-    condition     = var.elasticd_release_sha256 == null || can(regex("^[0-9a-f]{64}$", var.elasticd_release_sha256))
-    error_message = "elasticd_release_sha256 must be 64 lower-case hex digits, or null."
-  }
 }
 
 variable "agent_secret" {
@@ -207,11 +180,6 @@ variable "agent_secret" {
   type        = string
   default     = null
   sensitive   = true
-
-  validation {
-    condition     = var.agent_secret == null || try(length(var.agent_secret) >= 32 && !strcontains(var.agent_secret, "\n"), false)
-    error_message = "agent_secret must be at least 32 characters on one line, or null to generate one."
-  }
 }
 
 variable "ssh_cidr" {

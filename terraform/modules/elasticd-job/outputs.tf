@@ -1,0 +1,45 @@
+output "driver_port" {
+  description = "TCP port the driver listens on for the agents and the workers (--listen); the cloud modules open it from the GPU hosts to the driver."
+  value       = local.driver_port
+}
+
+output "driver_args" {
+  description = "The driver's `elasticd run` command line, argument by argument."
+  value       = local.driver_args
+}
+
+output "driver_command" {
+  description = "The exact `elasticd run` command line the driver runs (as the systemd unit elasticd-driver.service), each argument quoted for sh."
+  value       = local.driver_command
+}
+
+output "driver_user_data" {
+  description = "cloud-config of the driver: installs elasticd, writes the secret and the environment, and enables elasticd-driver.service. Plain text: base64-encode it where the cloud wants that."
+  value = templatefile("${path.module}/templates/driver.yaml.tftpl", {
+    name           = var.name
+    agent_secret   = var.agent_secret
+    install_script = local.install_script
+    command_line   = local.driver_command
+    environment    = var.driver_environment
+  })
+  sensitive = true
+
+  precondition {
+    condition     = var.min_np <= var.np && var.np <= var.max_np
+    error_message = "Need min_np <= np <= max_np."
+  }
+}
+
+output "agent_user_data" {
+  description = "cloud-config of a GPU host: installs elasticd, runs worker_setup_commands, and enables elasticd-agent.service dialling the driver. Plain text: base64-encode it where the cloud wants that."
+  value = templatefile("${path.module}/templates/agent.yaml.tftpl", {
+    name           = var.name
+    agent_secret   = var.agent_secret
+    install_script = local.install_script
+    setup_commands = var.worker_setup_commands
+    driver_ip      = var.driver_ip
+    driver_port    = local.driver_port
+    metadata       = var.agent_metadata
+  })
+  sensitive = true
+}
