@@ -1,0 +1,202 @@
+// Reports: what workers tell the driver (state, progress, load), queued for Server.Events.
+
+package rendezvous
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"time"
+
+	"github.com/elasticd/elasticd/protocol"
+)
+
+// Events delivers worker reports in arrival order. It never drops one and never blocks a
+// request on a slow reader: reports queue inside the server (up to MaxQueuedEvents) and one
+// goroutine feeds the channel. The channel is closed when Close returns; reports still queued
+// then are discarded.
+func (s *Server) Events() <-chan Event { return s.events }
+
+// feed hands queued reports to the Events channel, one at a time, until Close.
+func (s *Server) feed() {
+	defer close(s.fed)
+	defer close(s.events)
+	for {
+		s.qmu.Lock()
+		if len(s.queue) == 0 {
+			s.qmu.Unlock()
+			select {
+			case <-s.qwake:
+				continue
+			case <-s.closing:
+				return
+			}
+		}
+		ev := s.queue[0]
+		s.queue[0] = Event{}
+		s.queue = s.queue[1:]
+		if len(s.queue) == 0 {
+			s.queue = nil // give the backing array back
+		}
+		s.qmu.Unlock()
+		select {
+		case s.events <- ev:
+		case <-s.closing:
+			return
+		}
+	}
+}
+
+var (
+	errShuttingDown = errors.New("rendezvous shutting down")
+	errQueueFull    = errors.New("driver is behind on reports; retry")
+)
+
+func (s *Server) enqueue(ev Event) error {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if s.isClosing() {
+		return errShuttingDown
+	}
+	if len(s.queue) >= s.cfg.MaxQueuedEvents {
+		return errQueueFull
+	}
+	s.queue = append(s.queue, ev)
+	select {
+	case s.qwake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
+	id, ok := workerParam(w, r)
+	if !ok {
+		return
+	}
+	var req protocol.StateReport
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	switch {
+	case req.Protocol != 0 && req.Protocol != protocol.ProtocolVersion:
+		http.Error(w, fmt.Sprintf("rendezvous protocol version %d is not spoken by this driver, which speaks version %d: run workers and driver from the same elasticd release", req.Protocol, protocol.ProtocolVersion), http.StatusBadRequest)
+		return
+	case req.Generation == nil:
+		http.Error(w, `missing "generation"`, http.StatusBadRequest)
+		return
+	case !req.State.Valid():
+		http.Error(w, fmt.Sprintf("unknown state %q: want READY, SUCCESS or FAILURE", req.State), http.StatusBadRequest)
+		return
+	case len(req.Message) > protocol.MaxMessage:
+		http.Error(w, fmt.Sprintf("message of %d bytes is longer than %d", len(req.Message), protocol.MaxMessage), http.StatusBadRequest)
+		return
+	case len(req.ReportID) > maxReportIDLen:
+		http.Error(w, fmt.Sprintf("report_id longer than %d bytes", maxReportIDLen), http.StatusBadRequest)
+		return
+	case !(req.Seconds >= 0 && req.Seconds < maxRollbackSeconds):
+		http.Error(w, fmt.Sprintf(`"rolled_back_seconds" %v: want seconds, at least 0 and below a year`, req.Seconds), http.StatusBadRequest)
+		return
+	}
+	ev := Event{Worker: id, Generation: *req.Generation, State: req.State, Message: req.Message, At: time.Now(), Rollback: req.Rollback, SilentPeer: req.SilentPeer && req.State == protocol.Ready}
+
+	// De-duplication and queueing under one lock: a retry racing its original cannot slip
+	// in between, and a report refused by a full queue is not remembered as delivered.
+	s.mu.Lock()
+	dup := req.ReportID != "" && s.lastReport[id] == req.ReportID
+	var err error
+	if !dup {
+		if err = s.enqueue(ev); err == nil && req.ReportID != "" {
+			s.lastReport[id] = req.ReportID
+		}
+	}
+	s.mu.Unlock()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	s.log.Debug("worker report", "worker", id, "generation", ev.Generation, "state", string(ev.State), "duplicate", dup)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleLoad records a worker's recent mean step time (for --slot-policy loadaware).
+func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) {
+	id, ok := workerParam(w, r)
+	if !ok {
+		return
+	}
+	var req protocol.LoadReport
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	if !(req.StepSeconds > 0 && req.StepSeconds < 86400) {
+		http.Error(w, fmt.Sprintf(`"step_seconds" %v: want a step time in seconds, above 0 and below a day`, req.StepSeconds), http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	s.stepTimes[id] = time.Duration(req.StepSeconds * float64(time.Second))
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// maxRollbackSeconds bounds a reported rollback: a year of work since a commit is a bug.
+const maxRollbackSeconds = 365 * 24 * 3600
+
+// handleProgress records how far training has got. Reports of an older generation than the
+// newest one heard, or behind it in the same generation (a delayed request), are ignored:
+// after a rollback the step goes back only with a new generation.
+func (s *Server) handleProgress(w http.ResponseWriter, r *http.Request) {
+	if _, ok := workerParam(w, r); !ok {
+		return
+	}
+	var req protocol.ProgressReport
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	if req.Committed > req.Step {
+		http.Error(w, fmt.Sprintf(`"committed_step" %d is past "step" %d`, req.Committed, req.Step), http.StatusBadRequest)
+		return
+	}
+	now := time.Now()
+	s.mu.Lock()
+	p := &s.progress
+	if req.Generation > p.Generation || req.Generation == p.Generation && req.Step >= p.Step {
+		if req.Step < p.Step { // rolled back: the rate starts over
+			s.progressSamples = s.progressSamples[:0]
+		}
+		p.Generation, p.Step, p.Committed, p.At = req.Generation, req.Step, req.Committed, now
+		s.progressSamples = append(s.progressSamples, progressSample{at: now, step: req.Step})
+		// Keep the samples of the window, and the one just before it as its start.
+		i := 0
+		for i+1 < len(s.progressSamples) && now.Sub(s.progressSamples[i+1].at) >= ProgressWindow {
+			i++
+		}
+		s.progressSamples = append(s.progressSamples[:0], s.progressSamples[i:]...)
+		p.StepsPerSecond = 0
+		if first := s.progressSamples[0]; len(s.progressSamples) > 1 && now.After(first.at) {
+			p.StepsPerSecond = float64(req.Step-first.step) / now.Sub(first.at).Seconds()
+		}
+	}
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type progressSample struct {
+	at   time.Time
+	step uint64
+}
+
+// Progress returns how far training has got, as last reported.
+func (s *Server) Progress() Progress {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.progress
+}
+
+// StepTimes returns each worker's latest reported mean step time.
+func (s *Server) StepTimes() map[protocol.WorkerID]time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.stepTimes)
+}
