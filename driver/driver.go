@@ -133,6 +133,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Stderr == nil {
 		o.Stderr = io.Discard
 	}
+	// Every worker's PrefixWriters share these two: locked, so that lines never interleave.
+	if proc.SameWriter(o.Stdout, o.Stderr) {
+		o.Stdout = proc.NewLockedWriter(o.Stdout)
+		o.Stderr = o.Stdout
+	} else {
+		o.Stdout, o.Stderr = proc.NewLockedWriter(o.Stdout), proc.NewLockedWriter(o.Stderr)
+	}
 	if o.AdoptTimeout == 0 {
 		o.AdoptTimeout = DefaultAdoptTimeout
 	}

@@ -11,13 +11,10 @@ import (
 // (a progress bar redrawn with \r) gets its output cut into lines of this size instead.
 const MaxLine = 64 << 10
 
-// outputMu serialises the writes of all PrefixWriters, so that PrefixWriters sharing one
-// writer (the driver's stdout) never interleave their lines.
-var outputMu sync.Mutex
-
 // PrefixWriter writes each complete line to w with a prefix ("[3] "), holding a partial line
-// until its newline arrives or Flush or Close is called. It is safe for concurrent use, and
-// several PrefixWriters may share one w: each write to w is of whole lines and serialised.
+// until its newline arrives or Flush or Close is called. It is safe for concurrent use. Each
+// write to w is of whole lines, so PrefixWriters that share one w never interleave inside a
+// line as long as w serialises its writes: share a *LockedWriter (NewLockedWriter).
 type PrefixWriter struct {
 	w      io.Writer
 	prefix func() string
@@ -107,8 +104,6 @@ func (p *PrefixWriter) emit(out []byte) error {
 	if len(out) == 0 {
 		return nil
 	}
-	outputMu.Lock()
-	defer outputMu.Unlock()
 	_, err := p.w.Write(out)
 	return err
 }

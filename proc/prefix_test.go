@@ -82,14 +82,16 @@ func TestPrefixWriterFunc(t *testing.T) {
 	}
 }
 
-// PrefixWriters sharing one writer, written from many goroutines, never interleave inside a
-// line, and the shared writer (not safe for concurrent use) is never written concurrently.
+// PrefixWriters sharing one LockedWriter, written from many goroutines, never interleave
+// inside a line, and the writer under it (not safe for concurrent use) is never written
+// concurrently.
 func TestPrefixWriterShared(t *testing.T) {
 	var out bytes.Buffer
+	shared := proc.NewLockedWriter(&out)
 	var wg sync.WaitGroup
 	const writers, lines = 8, 500
 	for i := range writers {
-		w := proc.NewPrefixWriter(&out, fmt.Sprintf("[%d] ", i))
+		w := proc.NewPrefixWriter(shared, fmt.Sprintf("[%d] ", i))
 		wg.Go(func() {
 			for j := range lines {
 				// A line in three writes, so that unserialised output would show.

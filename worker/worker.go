@@ -40,6 +40,7 @@ type Worker struct {
 	secret      []byte
 	hostAddr    string
 	commTimeout time.Duration
+	loadEvery   time.Duration
 	log         *slog.Logger
 
 	assign protocol.Assignment
@@ -72,7 +73,7 @@ type Worker struct {
 type progressReport struct{ gen, step, committed uint64 }
 
 // progressEvery is how often rank 0 tells the driver how far training has got.
-var progressEvery = time.Second
+const progressEvery = time.Second
 
 // Config is what a worker needs to join its job; the driver passes it in the environment
 // (ConfigFromEnv).
@@ -88,7 +89,13 @@ type Config struct {
 	// commits (default protocol.DefaultCheckpointEvery), and where a job that lost every worker resumes from.
 	CheckpointDir   string
 	CheckpointEvery int
+	// LoadEvery is how often the worker tells the driver its mean step time (the input of
+	// --slot-policy loadaware); default DefaultLoadEvery.
+	LoadEvery time.Duration
 }
+
+// DefaultLoadEvery is Config.LoadEvery when it is not given.
+const DefaultLoadEvery = 5 * time.Second
 
 // Validate reports the first missing or invalid field.
 func (c Config) Validate() error {
@@ -174,7 +181,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 		ckptDir: cfg.CheckpointDir, ckptEvery: cmp.Or(cfg.CheckpointEvery, protocol.DefaultCheckpointEvery),
 		client:   rendezvous.NewClient(cfg.Rendezvous, cfg.Secret, cfg.ID, nil),
 		log:      log.With("worker", cfg.ID.String()),
-		progress: make(chan progressReport, 1),
+		progress: make(chan progressReport, 1), loadEvery: cmp.Or(cfg.LoadEvery, DefaultLoadEvery),
 	}
 	// Registering = READY for the generation before the one we were launched for.
 	if err := w.join(ctx, cfg.Generation-1, protocol.ReadyReport{Message: "registering"}, nil); err != nil {
@@ -257,15 +264,12 @@ func (w *Worker) watchHosts(ctx context.Context) {
 	}
 }
 
-// loadEvery is how often a worker tells the driver its mean step time.
-var loadEvery = 5 * time.Second
-
-// reportLoad sends the mean step time to the driver every loadEvery while it changes (an
+// reportLoad sends the mean step time to the driver every Config.LoadEvery while it changes (an
 // input of --slot-policy loadaware), and rank 0's progress as Step hands it over; failures
 // are only logged: both are for display and advice, not state.
 func (w *Worker) reportLoad(ctx context.Context) {
 	defer close(w.loadDone)
-	t := time.NewTicker(loadEvery)
+	t := time.NewTicker(w.loadEvery)
 	defer t.Stop()
 	var sent int64
 	for {

@@ -51,6 +51,12 @@ func (j *job) publish(gen uint64, ids ...protocol.WorkerID) {
 // start joins n workers to generation 1 concurrently.
 func (j *job) start(n int) []*worker.Worker {
 	j.t.Helper()
+	return j.startWith(n, 0)
+}
+
+// startWith is start with workers that report their step time every loadEvery (0: the default).
+func (j *job) startWith(n int, loadEvery time.Duration) []*worker.Worker {
+	j.t.Helper()
 	var ids []protocol.WorkerID
 	for i := range n {
 		ids = append(ids, id(i))
@@ -65,7 +71,7 @@ func (j *job) start(n int) []*worker.Worker {
 		wg.Go(func() {
 			ws[i], errs[i] = worker.New(ctx, worker.Config{
 				Rendezvous: j.url, Secret: j.secret, ID: ids[i], Generation: 1,
-				HostAddr: "127.0.0.1", CommTimeout: 10 * time.Second,
+				HostAddr: "127.0.0.1", CommTimeout: 10 * time.Second, LoadEvery: loadEvery,
 			}, nil)
 		})
 	}
@@ -283,9 +289,8 @@ func TestRunRestoresAndResetsOnPeerLost(t *testing.T) {
 
 // A worker's mean step time reaches the driver, the input of --slot-policy loadaware.
 func TestStepTimeReachesDriver(t *testing.T) {
-	defer worker.SetLoadEvery(20 * time.Millisecond)()
 	j := newJob(t)
-	w := j.start(1)[0]
+	w := j.startWith(1, 20*time.Millisecond)[0]
 	s := worker.NewState(w)
 	for range 4 {
 		time.Sleep(30 * time.Millisecond) // a step's work

@@ -99,14 +99,15 @@ const (
 // Catalog answers prices from a price file and a provider's spot prices. Safe for
 // concurrent use.
 type Catalog struct {
-	file  *File
-	spot  providers.SpotPricer
-	log   *slog.Logger
-	mu    sync.Mutex
-	api   map[[2]string][]point // (type, zone) -> the provider's spot prices, oldest first
-	asked map[string]bool       // types the provider was asked about
-	last  time.Time             // the last refresh
-	now   func() time.Time      // time.Now; tests set it
+	file         *File
+	spot         providers.SpotPricer
+	log          *slog.Logger
+	mu           sync.Mutex
+	api          map[[2]string][]point // (type, zone) -> the provider's spot prices, oldest first
+	asked        map[string]bool       // types the provider was asked about
+	last         time.Time             // the last refresh
+	now          func() time.Time      // time.Now; tests set it
+	newTypeEvery time.Duration         // how often Run looks for new types: newTypeEvery; tests shorten it
 }
 
 // NewCatalog returns a catalog over file and spot, either of which may be nil.
@@ -114,7 +115,7 @@ func NewCatalog(file *File, spot providers.SpotPricer, log *slog.Logger) *Catalo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Catalog{file: file, spot: spot, log: log, api: map[[2]string][]point{}, asked: map[string]bool{}, now: time.Now}
+	return &Catalog{file: file, spot: spot, log: log, api: map[[2]string][]point{}, asked: map[string]bool{}, now: time.Now, newTypeEvery: newTypeEvery}
 }
 
 // point is a spot price in effect from a time on.
@@ -233,8 +234,9 @@ func (c *Catalog) cost(typ, zone string, spot bool, from, to time.Time) (float64
 // RefreshEvery is how often Run asks the provider again.
 const RefreshEvery = time.Hour
 
-// newTypeEvery is how often Run looks for types it has not asked about yet.
-var newTypeEvery = time.Minute
+// newTypeEvery is how often Run looks for types it has not asked about yet (a Catalog's
+// newTypeEvery, which its tests shorten).
+const newTypeEvery = time.Minute
 
 // Run keeps the spot prices of the types in use (types is called at once, then each minute)
 // up to date: every type is asked about within a minute of its first appearing (the first
@@ -245,7 +247,7 @@ func (c *Catalog) Run(ctx context.Context, types func() []string) {
 	if c == nil || c.spot == nil {
 		return
 	}
-	t := time.NewTicker(newTypeEvery)
+	t := time.NewTicker(c.newTypeEvery)
 	defer t.Stop()
 	for {
 		ts := types()

@@ -229,11 +229,9 @@ func TestFormat(t *testing.T) {
 // Run asks at once, again as soon as a new type appears, and keeps the old prices when a
 // refresh fails.
 func TestRunRefreshesNewTypes(t *testing.T) {
-	old := newTypeEvery
-	newTypeEvery = 10 * time.Millisecond
-	defer func() { newTypeEvery = old }()
 	spot := &fakeSpot{prices: map[string]map[string]float64{"a": {"z": 0.1}, "b": {"z": 0.2}}}
 	c := NewCatalog(nil, spot, nil)
+	c.newTypeEvery = 10 * time.Millisecond
 	var mu sync.Mutex
 	types := []string{"a"}
 	ctx, cancel := context.WithCancel(context.Background())
