@@ -2,6 +2,7 @@ package driver
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -642,10 +643,17 @@ func (m *Machine) slotFailed(now time.Time, id protocol.WorkerID) (string, []Act
 	return "quarantined (flapping)", []Action{Note{msg, nil}}
 }
 
+// sortedIDs returns the keys of a map by worker ID in a stable order, for loops that emit
+// actions: the machine's actions depend only on its events, not on map order.
+func sortedIDs[V any](m map[protocol.WorkerID]V) []protocol.WorkerID {
+	return slices.SortedFunc(maps.Keys(m), func(a, b protocol.WorkerID) int { return strings.Compare(a.String(), b.String()) })
+}
+
 // completeNotices completes the notices of hosts that have no worker left.
 func (m *Machine) completeNotices() []Action {
 	var acts []Action
-	for host, ns := range m.pending {
+	for _, host := range slices.Sorted(maps.Keys(m.pending)) { // in a stable order, as every action
+		ns := m.pending[host]
 		busy := false
 		for id, w := range m.workers {
 			if id.Host == host && !w.exited {
@@ -690,8 +698,8 @@ func (m *Machine) tick(now time.Time) []Action {
 	acts = append(acts, m.refreshHosts(now)...)
 	// Workers that did not register in time are failed, where workers register: a script
 	// that never talks to elasticd (restart mode) is not failed for it.
-	for id, due := range m.regDue {
-		if !now.Before(due) {
+	for _, id := range sortedIDs(m.regDue) {
+		if due := m.regDue[id]; !now.Before(due) {
 			delete(m.regDue, id)
 			if m.inProcess() {
 				acts = append(acts, m.failWorker(now, id, fmt.Sprintf("did not register within --start-timeout %v", m.cfg.StartTimeout), false)...)
@@ -912,7 +920,10 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 				Group: group[addrOf[id]], Groups: len(group), Restarts: m.Resets, InProcess: m.inProcess()})
 		}
 	}
-	for id, w := range m.workers { // workers left out (removed hosts, over --max-np) are stopped
+	// Workers left out (removed hosts, over --max-np) are stopped, in a stable order: the machine's
+	// actions depend only on its events (see the golden transcripts).
+	for _, id := range sortedIDs(m.workers) {
+		w := m.workers[id]
 		if _, ok := m.plan[id]; !ok && !w.exited && !w.stopping {
 			w.stopping = true
 			acts = append(acts, Stop{Worker: id, Reason: "not part of generation " + strconv.FormatUint(m.gen, 10)})
