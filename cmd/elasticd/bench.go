@@ -1,25 +1,18 @@
 package main
 
 import (
-	"bufio"
-	"cmp"
-	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"math"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"text/tabwriter"
 	"time"
 
+	"github.com/elasticd/elasticd/bench"
 	"github.com/urfave/cli/v2"
 )
+
+// The bench commands parse their flags into the options of package bench, which runs the
+// benchmarks; a *bench.UsageError exits 2 like every other bad input.
 
 func benchCommand() *cli.Command {
 	return &cli.Command{
@@ -34,23 +27,6 @@ func benchCommand() *cli.Command {
 			benchPeerCommand(),
 		},
 	}
-}
-
-// allreduceResult is one line of `elasticd bench allreduce --json`.
-type allreduceResult struct {
-	SizeBytes  int64   `json:"size_bytes"`
-	Ranks      int     `json:"ranks"`
-	Iters      int     `json:"iters"`
-	MedianS    float64 `json:"median_s"`
-	AlgbwGbps  float64 `json:"algbw_gbps"`
-	BusbwGbps  float64 `json:"busbw_gbps"`
-	MemcpyGbps float64 `json:"memcpy_gbps,omitempty"`
-	TCPGbps    float64 `json:"tcp_gbps,omitempty"`
-	RTTS       float64 `json:"rtt_s,omitempty"`
-	// Ratios measured side by side in this run (0 when --no-baseline).
-	BusbwVsTCP    float64 `json:"busbw_vs_tcp,omitempty"`
-	BusbwVsMemcpy float64 `json:"busbw_vs_memcpy,omitempty"`
-	MedianVsRTT   float64 `json:"median_vs_rtt,omitempty"`
 }
 
 func benchAllreduceCommand() *cli.Command {
@@ -84,264 +60,150 @@ Example: elasticd bench allreduce --np 4 --sizes 4KB,64MB,256MB --json`,
 	}
 }
 
-type benchOptions struct {
-	np, iters, chunk, small int
-	sizes                   []int64
-	timeout                 time.Duration
-	profileDir              string
-}
-
-func parseBenchFlags(c *cli.Context) (benchOptions, error) {
-	o := benchOptions{np: c.Int("np"), iters: c.Int("iters"), chunk: c.Int("chunk-bytes"), small: c.Int("small-bytes"), timeout: c.Duration("timeout"), profileDir: c.String("cpuprofile")}
-	var err error
-	switch {
-	case o.np < 1 || o.np > 64:
-		return o, usageError("np", "%d ranks: must be between 1 and 64", o.np)
-	case o.iters < 0 || o.iters > 100000:
-		return o, usageError("iters", "%d: must be between 0 (automatic) and 100000", o.iters)
-	case o.chunk < 0 || (o.chunk > 0 && o.chunk < 64) || o.chunk > 64<<20:
-		return o, usageError("chunk-bytes", "%d: must be 0 (default) or between 64 and %d", o.chunk, 64<<20)
-	case o.small < 0:
-		return o, usageError("small-bytes", "%d: must not be negative", o.small)
-	case o.timeout <= 0:
-		return o, usageError("timeout", "%v: must be positive, e.g. 30s", o.timeout)
-	}
-	if o.profileDir != "" {
-		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
-			return o, usageError("cpuprofile", "%v", err)
-		}
-	}
-	if o.sizes, err = parseSizes(c.String("sizes")); err != nil {
-		return o, usageError("sizes", "%v", err)
-	}
-	return o, nil
-}
-
-// parseSizes reads "4KB,64MB,1GB"; units are powers of 1024.
-func parseSizes(s string) ([]int64, error) {
-	var out []int64
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		n, err := parseSize(f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%q: give at least one size, e.g. 4KB,64MB", s)
-	}
-	return out, nil
-}
-
-func parseSize(f string) (int64, error) {
-	u := strings.ToUpper(f)
-	mult := int64(1)
-	for _, s := range []struct {
-		suffix string
-		mult   int64
-	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
-		if strings.HasSuffix(u, s.suffix) {
-			u, mult = strings.TrimSuffix(u, s.suffix), s.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(u), 10, 64)
-	switch {
-	case err != nil || n < 0:
-		return 0, fmt.Errorf("%q is not a size (use e.g. 4096, 4KB, 64MB, 1GB)", f)
-	case n*mult > 4<<30 || n > 4<<30:
-		return 0, fmt.Errorf("%q is larger than 4GB", f)
-	case n*mult%4 != 0:
-		return 0, fmt.Errorf("%q is not a multiple of 4 bytes (the elements are float32)", f)
-	}
-	return n * mult, nil
-}
-
-// autoIters aims at about 1 GB of traffic per size, within [5, 500] iterations.
-func autoIters(size int64) int {
-	if size == 0 {
-		return 500
-	}
-	return int(min(500, max(5, (1<<30)/size)))
-}
-
 func benchAllreduce(c *cli.Context) error {
-	o, err := parseBenchFlags(c)
-	if err != nil {
-		return err
+	o := bench.AllreduceOptions{NP: c.Int("np"), Iters: c.Int("iters"), ChunkBytes: c.Int("chunk-bytes"), SmallBytes: c.Int("small-bytes"),
+		Timeout: c.Duration("timeout"), ProfileDir: c.String("cpuprofile"), NoBaseline: c.Bool("no-baseline"), JSON: c.Bool("json"),
+		Out: c.App.Writer, Err: c.App.ErrWriter}
+	if err := o.Validate(); err != nil {
+		return benchExit(err)
+	}
+	if err := o.MakeProfileDir(); err != nil {
+		return benchExit(err)
+	}
+	var err error
+	if o.Sizes, err = bench.ParseSizes(c.String("sizes")); err != nil {
+		return usageError("sizes", "%v", err)
 	}
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("bench allreduce takes no arguments, got %q (sizes go in --sizes)", c.Args().First()), 2)
 	}
-	ctx := c.Context
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find own executable to start ranks: %w", err)
-	}
-	var m machine
-	if !c.Bool("no-baseline") {
-		if m, err = measureMachine(ctx, self); err != nil {
-			return fmt.Errorf("measure machine: %w", err)
-		}
-	}
-	results, err := runRanks(ctx, self, o)
-	if err != nil {
-		return err
-	}
-	for i := range results {
-		results[i].addBaseline(m)
-	}
-	if c.Bool("json") {
-		enc := json.NewEncoder(c.App.Writer)
-		for _, r := range results {
-			if err := enc.Encode(r); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	printTable(c.App.Writer, o.np, m, results)
-	return nil
+	_, err = bench.Allreduce(c.Context, o)
+	return benchExit(err)
 }
 
-func (r *allreduceResult) addBaseline(m machine) {
-	if m.memcpyGbps == 0 {
-		return
+func benchRecoveryCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "recovery",
+		Usage: "time cold start, recovery from a SIGKILLed worker, and rejoin, with the demo trainer",
+		Description: `Runs 'elasticd run -np N' on this machine with the demo trainer (examples/train) --runs
+times. In each run it waits for training, SIGKILLs the last-ranked worker by PID, and
+measures, from the trainer's own timestamped step events:
+
+   cold_start  elasticd run started           -> first step done
+   recovery    the SIGKILL                    -> first step done by the N-1 survivors
+   join        the dead slot listed again     -> first step done by N workers again
+               (after its 1 s cooldown)
+   steps_lost  last step done before the kill - the step the survivors resumed at
+
+and prints the medians over the runs.`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "np", Value: 4, Usage: "workers (2-32)", EnvVars: []string{"ELASTICD_NP"}},
+			&cli.IntFlag{Name: "runs", Value: 5, Usage: "jobs to run; medians are over them", EnvVars: []string{"ELASTICD_RUNS"}},
+			&cli.StringFlag{Name: "trainer", Usage: "demo trainer binary (default: train beside elasticd, as make build puts it)", EnvVars: []string{"ELASTICD_TRAINER"}},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object", EnvVars: []string{"ELASTICD_JSON"}},
+			&cli.StringFlag{Name: "fault", Value: "kill", Usage: "what happens to the last-ranked worker: kill (SIGKILL) or stop (SIGSTOP: a hung worker, found by its peers after --comm-timeout)", EnvVars: []string{"ELASTICD_FAULT"}},
+			&cli.DurationFlag{Name: "comm-timeout", Value: time.Second, Usage: "the job's --comm-timeout (what a stopped worker costs at least)", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
+			&cli.IntFlag{Name: "flood", Usage: "open this many idle TCP connections to the driver's port just before the kill and hold them (a connection flood; mind this process's open-file limit)", EnvVars: []string{"ELASTICD_FLOOD"}},
+		},
+		Action: func(c *cli.Context) error {
+			_, err := bench.Recovery(c.Context, bench.RecoveryOptions{NP: c.Int("np"), Runs: c.Int("runs"), Trainer: c.String("trainer"),
+				Fault: c.String("fault"), CommTimeout: c.Duration("comm-timeout"), Flood: c.Int("flood"), JSON: c.Bool("json"),
+				Out: c.App.Writer, Err: c.App.ErrWriter})
+			return benchExit(err)
+		},
 	}
-	r.MemcpyGbps, r.TCPGbps, r.RTTS = m.memcpyGbps, m.tcpGbps, m.rttS
-	r.BusbwVsMemcpy = r.BusbwGbps / m.memcpyGbps
-	r.BusbwVsTCP = r.BusbwGbps / m.tcpGbps
-	r.MedianVsRTT = r.MedianS / m.rttS
 }
 
-// runRanks starts the rank processes, waits for all of them, and returns rank 0's results.
-// Any rank failing fails the run; on ctx cancellation every rank is killed.
-func runRanks(ctx context.Context, self string, o benchOptions) ([]allreduceResult, error) {
-	dir, err := os.MkdirTemp("", "elasticd-bench-*")
-	if err != nil {
-		return nil, err
+func benchNoticeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "notice",
+		Usage: "time a spot interruption notice on a host's metadata until training goes on without that host",
+		Description: `Runs 'elasticd run -np 4 --launcher agent' on this machine with two real agents, each
+its own host on a loopback address (127.0.0.2 and 127.0.0.3, two slots each) watching a
+simulated EC2 metadata service (IMDSv2) served by this command on 127.0.0.1, and the demo
+trainer. In each of --runs jobs it waits for training, puts a spot interruption (2 minutes
+ahead) on the metadata of the host that does not hold rank 0, at a random point of the
+agent's polling cycle, and measures:
+
+   detect      the notice appears       -> the driver has it (the agent polls every 1 s,
+                                           as AWS advises; GCP's agent waits for the change)
+   move        the driver has it        -> first step done by the 2 workers left
+   total       the notice appears       -> first step done by the 2 workers left
+   steps_lost  last step done with the host - the step training resumed at (0: no rollback)
+
+and prints the medians over the runs.`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "runs", Value: 5, Usage: "jobs to run; medians are over them", EnvVars: []string{"ELASTICD_RUNS"}},
+			&cli.StringFlag{Name: "trainer", Usage: "demo trainer binary (default: train beside elasticd, as make build puts it)", EnvVars: []string{"ELASTICD_TRAINER"}},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object", EnvVars: []string{"ELASTICD_JSON"}},
+		},
+		Action: func(c *cli.Context) error {
+			_, err := bench.Notice(c.Context, bench.NoticeOptions{Runs: c.Int("runs"), Trainer: c.String("trainer"), JSON: c.Bool("json"),
+				Out: c.App.Writer, Err: c.App.ErrWriter})
+			return benchExit(err)
+		},
 	}
-	defer os.RemoveAll(dir)
-	sizes := make([]string, len(o.sizes))
-	for i, s := range o.sizes {
-		sizes[i] = strconv.FormatInt(s, 10)
+}
+
+// benchReportCommand summarises JSON lines from several implementations and rounds (the
+// output of bench/baselines/run.sh) into medians side by side.
+func benchReportCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "report",
+		Usage:     "compare allreduce results of several implementations (JSON lines) side by side",
+		ArgsUsage: "[FILE...]",
+		Description: `Reads JSON lines as printed by 'bench allreduce --json' and bench/baselines/run.sh
+(with an "impl" field; lines without one count as "elasticd") from the files, or from
+standard input, and prints for each rank count and size the median time over all
+rounds of each implementation, and how many times faster elasticd is than each other.
+
+Example: ROUNDS=3 bench/baselines/run.sh | elasticd bench report`,
+		Action: func(c *cli.Context) error {
+			return benchExit(bench.Report(bench.ReportOptions{Files: c.Args().Slice(), Stdin: c.App.Reader, Out: c.App.Writer}))
+		},
 	}
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		errs    []error
-		results []allreduceResult
-	)
-	parent := ctx
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for r := range o.np {
-		args := []string{"bench", "allreduce-rank", "--rank", strconv.Itoa(r), "--np", strconv.Itoa(o.np),
-			"--store", dir, "--sizes", strings.Join(sizes, ","), "--iters", strconv.Itoa(o.iters),
-			"--chunk-bytes", strconv.Itoa(o.chunk), "--small-bytes", strconv.Itoa(o.small), "--timeout", o.timeout.String()}
-		if o.profileDir != "" {
-			args = append(args, "--cpuprofile", filepath.Join(o.profileDir, fmt.Sprintf("rank-%d.pprof", r)))
-		}
-		cmd := exec.CommandContext(ctx, self, args...)
-		cmd.SysProcAttr = childProcAttr()
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			return nil, fmt.Errorf("start rank %d: %w", r, err)
-		}
-		wg.Go(func() {
-			var lines []allreduceResult
-			sc := bufio.NewScanner(out)
-			var perr error
-			for sc.Scan() {
-				var res allreduceResult
-				if err := json.Unmarshal(sc.Bytes(), &res); err != nil {
-					perr = fmt.Errorf("rank %d printed %q: %w", r, sc.Text(), err)
-					continue
+}
+
+// benchRankCommand is one rank of `bench allreduce`, started by it; not for people.
+func benchRankCommand() *cli.Command {
+	return &cli.Command{
+		Name:   bench.RankCommand,
+		Hidden: true,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "rank"}, &cli.IntFlag{Name: "np"}, &cli.StringFlag{Name: "store"},
+			&cli.StringFlag{Name: "sizes"}, &cli.IntFlag{Name: "iters"}, &cli.IntFlag{Name: "chunk-bytes"},
+			&cli.IntFlag{Name: "small-bytes"}, &cli.DurationFlag{Name: "timeout"}, &cli.StringFlag{Name: "cpuprofile"},
+		},
+		Action: func(c *cli.Context) error {
+			var sizes []int64
+			for _, f := range strings.Split(c.String("sizes"), ",") {
+				size, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					return fmt.Errorf("size %q: %w", f, err)
 				}
-				lines = append(lines, res)
+				sizes = append(sizes, size)
 			}
-			err := cmd.Wait()
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil || perr != nil {
-				errs = append(errs, fmt.Errorf("rank %d: %w", r, cmp.Or(err, perr)))
-				cancel() // one rank failing dooms the run: stop the others now
-				return
-			}
-			if r == 0 {
-				results = lines
-			}
-		})
+			return bench.Rank(c.Context, bench.RankOptions{Rank: c.Int("rank"), NP: c.Int("np"), Store: c.String("store"), Sizes: sizes,
+				Iters: c.Int("iters"), ChunkBytes: c.Int("chunk-bytes"), SmallBytes: c.Int("small-bytes"), Timeout: c.Duration("timeout"),
+				CPUProfile: c.String("cpuprofile"), Out: c.App.Writer})
+		},
 	}
-	wg.Wait()
-	if err := parent.Err(); err != nil {
-		return nil, fmt.Errorf("allreduce benchmark interrupted: %w", err)
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("allreduce benchmark failed: %w", errs[0]) // the first to fail; the rest were stopped
-	}
-	if len(results) != len(o.sizes) {
-		return nil, fmt.Errorf("allreduce benchmark: rank 0 reported %d results for %d sizes", len(results), len(o.sizes))
-	}
-	return results, nil
 }
 
-func printTable(w io.Writer, np int, m machine, results []allreduceResult) {
-	fmt.Fprintf(w, "allreduce: float32 sum, %d rank processes on loopback TCP, median of iterations\n", np)
-	if m.memcpyGbps > 0 {
-		fmt.Fprintf(w, "machine:   memcpy %.2f GB/s (one core), TCP %.2f GB/s (one loopback stream), round trip %s\n\n",
-			m.memcpyGbps, m.tcpGbps, fmtDur(m.rttS))
-	} else {
-		fmt.Fprintln(w)
+// benchPeerCommand is the other end of the TCP measurements of `bench allreduce`; not for
+// people. It serves until its parent kills it.
+func benchPeerCommand() *cli.Command {
+	return &cli.Command{
+		Name:   bench.PeerCommand,
+		Hidden: true,
+		Action: func(c *cli.Context) error { return bench.Peer(c.Context, c.App.Writer) },
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "size\titers\tmedian\talgbw GB/s\tbusbw GB/s\t"
-	if m.memcpyGbps > 0 {
-		head += "busbw/tcp\tbusbw/memcpy\tmedian/rtt\t"
-	}
-	fmt.Fprintln(tw, head)
-	for _, r := range results {
-		line := fmt.Sprintf("%s\t%d\t%s\t%.3f\t%.3f\t", fmtSize(r.SizeBytes), r.Iters, fmtDur(r.MedianS), r.AlgbwGbps, r.BusbwGbps)
-		if m.memcpyGbps > 0 {
-			line += fmt.Sprintf("%.2f\t%.2f\t%.1f\t", r.BusbwVsTCP, r.BusbwVsMemcpy, r.MedianVsRTT)
-		}
-		fmt.Fprintln(tw, line)
-	}
-	tw.Flush()
 }
 
-func fmtSize(b int64) string {
-	switch {
-	case b >= 1<<30 && b%(1<<30) == 0:
-		return fmt.Sprintf("%dGB", b>>30)
-	case b >= 1<<20 && b%(1<<20) == 0:
-		return fmt.Sprintf("%dMB", b>>20)
-	case b >= 1<<10 && b%(1<<10) == 0:
-		return fmt.Sprintf("%dKB", b>>10)
+// benchExit makes a *bench.UsageError exit 2 with its one line, as usageError does.
+func benchExit(err error) error {
+	if ue := (*bench.UsageError)(nil); errors.As(err, &ue) {
+		return cli.Exit(ue.Error(), 2)
 	}
-	return fmt.Sprintf("%dB", b)
-}
-
-func fmtDur(s float64) string {
-	return time.Duration(math.Round(s * 1e9)).Round(100 * time.Nanosecond).String()
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return err
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
-
-	"github.com/urfave/cli/v2"
 )
 
 // machine holds the limits of this machine that allreduce results are compared with,
@@ -24,10 +22,10 @@ type machine struct {
 	rttS       float64 // one 8-byte loopback TCP round trip between two processes
 }
 
-func measureMachine(ctx context.Context, self string) (machine, error) {
+func measureMachine(ctx context.Context, self string, stderr io.Writer) (machine, error) {
 	var m machine
 	m.memcpyGbps = measureMemcpy(256<<20, 7)
-	peer, addr, err := startPeer(ctx, self)
+	peer, addr, err := startPeer(ctx, self, stderr)
 	if err != nil {
 		return m, err
 	}
@@ -59,11 +57,11 @@ func measureMemcpy(size, runs int) float64 {
 	return median(rates)
 }
 
-// startPeer runs `elasticd bench peer`, which prints its loopback address.
-func startPeer(ctx context.Context, self string) (*exec.Cmd, string, error) {
-	cmd := exec.CommandContext(ctx, self, "bench", "peer")
+// startPeer runs `elasticd bench peer` (Peer), which prints its loopback address.
+func startPeer(ctx context.Context, self string, stderr io.Writer) (*exec.Cmd, string, error) {
+	cmd := exec.CommandContext(ctx, self, "bench", PeerCommand)
 	cmd.SysProcAttr = childProcAttr()
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, "", err
@@ -148,28 +146,49 @@ func dialPeer(ctx context.Context, addr string, mode byte) (net.Conn, error) {
 	return conn, nil
 }
 
-// benchPeerCommand is the other end of the TCP measurements; not for people. It serves
-// until its parent kills it or stdin closes.
-func benchPeerCommand() *cli.Command {
-	return &cli.Command{
-		Name:   "peer",
-		Hidden: true,
-		Action: func(c *cli.Context) error {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				return err
-			}
-			defer ln.Close()
-			fmt.Fprintln(c.App.Writer, ln.Addr().String())
-			go func() { <-c.Context.Done(); ln.Close() }()
-			for {
-				conn, err := ln.Accept()
-				if err != nil {
-					return nil
-				}
-				go servePeer(conn)
-			}
-		},
+// PeerCommand is the hidden subcommand of `elasticd bench` that runs Peer.
+const PeerCommand = "peer"
+
+// Peer is the other end of the TCP measurements, run by Allreduce as `Exe bench peer`; not
+// for people. It prints its loopback address to out and serves until ctx ends (its parent
+// kills it or stops it by signal).
+func Peer(ctx context.Context, out io.Writer) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	fmt.Fprintln(out, ln.Addr().String())
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns = map[net.Conn]bool{}
+	)
+	// On the way out: no more connections, the open ones closed, and their servers waited for.
+	defer func() {
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			return nil
+		}
+		mu.Lock()
+		conns[conn] = true
+		mu.Unlock()
+		wg.Go(func() {
+			servePeer(conn)
+			mu.Lock()
+			delete(conns, conn)
+			mu.Unlock()
+		})
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -12,17 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/urfave/cli/v2"
 )
 
-// noticeResult is `elasticd bench notice --json`.
-type noticeResult struct {
+// NoticeResult is what Notice measures: `elasticd bench notice --json`.
+type NoticeResult struct {
 	Runs      int     `json:"runs"`
 	DetectS   float64 `json:"detect_s"`   // notice on the metadata service → the driver has it (the agent polls every second)
 	MoveS     float64 `json:"move_s"`     // the driver has it → first step done without the host
@@ -30,64 +27,53 @@ type noticeResult struct {
 	StepsLost float64 `json:"steps_lost"` // last step done with the host − the step training resumed at
 }
 
-func benchNoticeCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "notice",
-		Usage: "time a spot interruption notice on a host's metadata until training goes on without that host",
-		Description: `Runs 'elasticd run -np 4 --launcher agent' on this machine with two real agents, each
-its own host on a loopback address (127.0.0.2 and 127.0.0.3, two slots each) watching a
-simulated EC2 metadata service (IMDSv2) served by this command on 127.0.0.1, and the demo
-trainer. In each of --runs jobs it waits for training, puts a spot interruption (2 minutes
-ahead) on the metadata of the host that does not hold rank 0, at a random point of the
-agent's polling cycle, and measures:
-
-   detect      the notice appears       -> the driver has it (the agent polls every 1 s,
-                                           as AWS advises; GCP's agent waits for the change)
-   move        the driver has it        -> first step done by the 2 workers left
-   total       the notice appears       -> first step done by the 2 workers left
-   steps_lost  last step done with the host - the step training resumed at (0: no rollback)
-
-and prints the medians over the runs.`,
-		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "runs", Value: 5, Usage: "jobs to run; medians are over them", EnvVars: []string{"ELASTICD_RUNS"}},
-			&cli.StringFlag{Name: "trainer", Usage: "demo trainer binary (default: train beside elasticd, as make build puts it)", EnvVars: []string{"ELASTICD_TRAINER"}},
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object", EnvVars: []string{"ELASTICD_JSON"}},
-		},
-		Action: benchNotice,
-	}
+// NoticeOptions configure Notice; the flags of `elasticd bench notice`.
+type NoticeOptions struct {
+	Exe     string    // the elasticd binary the job and its agents run as ("": this process's)
+	Trainer string    // the demo trainer ("": train beside Exe, as make build puts it)
+	Runs    int       // jobs to run, 1 to 100; medians are over them
+	JSON    bool      // one JSON object instead of text
+	Out     io.Writer // the medians (nil: discarded)
+	Err     io.Writer // one line per run unless JSON (nil: discarded)
 }
 
-func benchNotice(c *cli.Context) error {
-	runs := c.Int("runs")
+// Notice runs `Exe run -np 4 --launcher agent` with two agents on loopback addresses, each
+// watching a simulated EC2 metadata service, Runs times; in each it puts a spot interruption
+// on the metadata of the host without rank 0 and measures until training goes on without
+// that host. It prints the medians to Out and returns them.
+func Notice(ctx context.Context, o NoticeOptions) (NoticeResult, error) {
+	runs := o.Runs
 	if runs < 1 || runs > 100 {
-		return usageError("runs", "%d: must be between 1 and 100", runs)
+		return NoticeResult{}, usageError("runs", "%d: must be between 1 and 100", runs)
 	}
-	self, err := os.Executable()
+	self, err := executable(o.Exe)
 	if err != nil {
-		return err
+		return NoticeResult{}, err
 	}
-	trainer, err := demoTrainer(c, self)
+	trainer, err := demoTrainer(o.Trainer, self)
 	if err != nil {
-		return err
+		return NoticeResult{}, err
 	}
+	out, errw := writers(o.Out, o.Err)
+	logs := newJobLog()
 	var detect, move, total, lost []float64
 	for i := range runs {
-		r, err := noticeRun(c.Context, self, trainer)
+		r, err := noticeRun(ctx, logs, self, trainer)
 		if err != nil {
-			return fmt.Errorf("run %d: %w", i+1, err)
+			return NoticeResult{}, fmt.Errorf("run %d: %w", i+1, err)
 		}
 		detect, move, total, lost = append(detect, r.DetectS), append(move, r.MoveS), append(total, r.TotalS), append(lost, r.StepsLost)
-		if !c.Bool("json") {
-			fmt.Fprintf(c.App.ErrWriter, "run %d: detect %s, move %s, total %s, steps lost %.0f\n", i+1, fmtDur(r.DetectS), fmtDur(r.MoveS), fmtDur(r.TotalS), r.StepsLost)
+		if !o.JSON {
+			fmt.Fprintf(errw, "run %d: detect %s, move %s, total %s, steps lost %.0f\n", i+1, fmtDur(r.DetectS), fmtDur(r.MoveS), fmtDur(r.TotalS), r.StepsLost)
 		}
 	}
-	res := noticeResult{Runs: runs, DetectS: median(detect), MoveS: median(move), TotalS: median(total), StepsLost: median(lost)}
-	if c.Bool("json") {
-		return json.NewEncoder(c.App.Writer).Encode(res)
+	res := NoticeResult{Runs: runs, DetectS: median(detect), MoveS: median(move), TotalS: median(total), StepsLost: median(lost)}
+	if o.JSON {
+		return res, json.NewEncoder(out).Encode(res)
 	}
-	fmt.Fprintf(c.App.Writer, "notice: 4 workers on 2 agent hosts, demo trainer, medians of %d runs\n  detect      %s\n  move        %s\n  total       %s\n  steps lost  %.0f\n",
+	fmt.Fprintf(out, "notice: 4 workers on 2 agent hosts, demo trainer, medians of %d runs\n  detect      %s\n  move        %s\n  total       %s\n  steps lost  %.0f\n",
 		runs, fmtDur(res.DetectS), fmtDur(res.MoveS), fmtDur(res.TotalS), res.StepsLost)
-	return nil
+	return res, nil
 }
 
 // simIMDS is a simulated EC2 instance metadata service for one instance: IMDSv2 tokens,
@@ -126,25 +112,19 @@ func (s *simIMDS) interrupt(deadline time.Time) {
 	s.mu.Unlock()
 }
 
-var (
-	listeningRe   = regexp.MustCompile(`rendezvous listening" addr=(\S+)`)
-	rank0HostRe   = regexp.MustCompile(`launched worker" worker=(\S+)/\d+ rank=0 generation=1`)
-	agentNoticeRe = regexp.MustCompile(`msg="agent notice"`)
-)
-
 // noticeRun runs one job with two agents and measures one notice; everything it started is
 // stopped (SIGTERM, then SIGKILL) by PID at the end.
-func noticeRun(ctx context.Context, self, trainer string) (noticeResult, error) {
+func noticeRun(ctx context.Context, logs *jobLog, self, trainer string) (NoticeResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "elasticd-bench-notice-*")
 	if err != nil {
-		return noticeResult{}, err
+		return NoticeResult{}, err
 	}
 	defer os.RemoveAll(dir)
 	secret := filepath.Join(dir, "agent-secret")
 	if err := os.WriteFile(secret, []byte(strconv.FormatInt(time.Now().UnixNano(), 36)+"-bench-notice-secret\n"), 0o600); err != nil {
-		return noticeResult{}, err
+		return NoticeResult{}, err
 	}
 	var procs sync.WaitGroup
 	defer procs.Wait()
@@ -155,10 +135,10 @@ func noticeRun(ctx context.Context, self, trainer string) (noticeResult, error) 
 		"--listen", "127.0.0.1:0", "--stop-grace", "1s",
 		"--", trainer, "--steps", "100000000", "--step-delay", "2ms", "--events", "--log-every", "100000000")
 	if err != nil {
-		return noticeResult{}, err
+		return NoticeResult{}, err
 	}
 	lines := make(chan string, 1024)
-	go func() {
+	procs.Go(func() { // ends with the job's output, once the deferred cancel has stopped the job
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			select {
@@ -168,10 +148,10 @@ func noticeRun(ctx context.Context, self, trainer string) (noticeResult, error) 
 		}
 		io.Copy(io.Discard, out)
 		close(lines)
-	}()
+	})
 
 	imds := map[string]*simIMDS{}
-	var r noticeResult
+	var r NoticeResult
 	var (
 		doomed                     *simIMDS
 		armed, detected            time.Time
@@ -181,7 +161,7 @@ func noticeRun(ctx context.Context, self, trainer string) (noticeResult, error) 
 		armAt = 50 + mrand.IntN(400)
 	)
 	for line := range lines {
-		if m := listeningRe.FindStringSubmatch(line); m != nil && len(imds) == 0 {
+		if m := logs.listening.FindStringSubmatch(line); m != nil && len(imds) == 0 {
 			for _, addr := range []string{"127.0.0.2", "127.0.0.3"} {
 				s := &simIMDS{id: "i-" + strings.ReplaceAll(addr, ".", "")}
 				ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -189,31 +169,31 @@ func noticeRun(ctx context.Context, self, trainer string) (noticeResult, error) 
 					return r, err
 				}
 				srv := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
-				go srv.Serve(ln)
-				defer srv.Close()
+				procs.Go(func() { srv.Serve(ln) })
+				defer srv.Close() // before procs.Wait, which waits for Serve to return
 				imds[s.id] = s
 				if _, aout, err := start("agent", "--driver", "http://"+m[1], "--agent-secret-file", secret, "--addr", addr,
 					"--slots", "2", "--metadata", "aws", "--metadata-url", "http://"+ln.Addr().String()); err != nil {
 					return r, err
 				} else {
-					go io.Copy(io.Discard, aout)
+					procs.Go(func() { io.Copy(io.Discard, aout) })
 				}
 			}
 		}
-		if m := rank0HostRe.FindStringSubmatch(line); m != nil {
+		if m := logs.rank0Host.FindStringSubmatch(line); m != nil {
 			for id, s := range imds {
 				if id != m[1] {
 					doomed = s
 				}
 			}
 		}
-		if !armed.IsZero() && detected.IsZero() && agentNoticeRe.MatchString(line) {
+		if !armed.IsZero() && detected.IsZero() && logs.agentNotice.MatchString(line) {
 			detected = time.Now()
 		}
-		if m := resumeRe.FindStringSubmatch(line); m != nil && m[1] == "2" {
+		if m := logs.resume.FindStringSubmatch(line); m != nil && m[1] == "2" {
 			resumed, _ = strconv.Atoi(m[2])
 		}
-		m := eventRe.FindStringSubmatch(line)
+		m := logs.event.FindStringSubmatch(line)
 		if m == nil {
 			continue
 		}

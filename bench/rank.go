@@ -1,36 +1,38 @@
-package main
+package bench
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/elasticd/elasticd/allreduce"
-	"github.com/urfave/cli/v2"
 )
 
-// benchRankCommand is one rank of `bench allreduce`, started by it; not for people.
-func benchRankCommand() *cli.Command {
-	return &cli.Command{
-		Name:   "allreduce-rank",
-		Hidden: true,
-		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "rank"}, &cli.IntFlag{Name: "np"}, &cli.StringFlag{Name: "store"},
-			&cli.StringFlag{Name: "sizes"}, &cli.IntFlag{Name: "iters"}, &cli.IntFlag{Name: "chunk-bytes"},
-			&cli.IntFlag{Name: "small-bytes"}, &cli.DurationFlag{Name: "timeout"}, &cli.StringFlag{Name: "cpuprofile"},
-		},
-		Action: benchRank,
-	}
+// RankCommand is the hidden subcommand of `elasticd bench` that runs Rank; Allreduce starts
+// it with the flags --rank, --np, --store, --sizes (bytes, comma-separated), --iters,
+// --chunk-bytes, --small-bytes, --timeout and --cpuprofile, one per field of RankOptions.
+const RankCommand = "allreduce-rank"
+
+// RankOptions configure Rank: one rank process of Allreduce.
+type RankOptions struct {
+	Rank, NP   int
+	Store      string  // the allreduce.FileStore directory the ranks meet in
+	Sizes      []int64 // bytes
+	Iters      int     // 0: autoIters
+	ChunkBytes int
+	SmallBytes int
+	Timeout    time.Duration
+	CPUProfile string    // this rank's CPU profile file ("": none)
+	Out        io.Writer // rank 0 prints one AllreduceResult per size here as a JSON line
 }
 
-func benchRank(c *cli.Context) error {
-	ctx := c.Context
-	rank, np := c.Int("rank"), c.Int("np")
-	if path := c.String("cpuprofile"); path != "" {
+// Rank is one rank of Allreduce, started by it as `Exe bench allreduce-rank`; not for people.
+func Rank(ctx context.Context, o RankOptions) error {
+	if path := o.CPUProfile; path != "" {
 		f, err := os.Create(path)
 		if err != nil {
 			return err
@@ -42,31 +44,28 @@ func benchRank(c *cli.Context) error {
 		defer pprof.StopCPUProfile()
 	}
 	comm, err := allreduce.New(ctx, allreduce.Config{
-		Rank: rank, Size: np, Generation: 1,
-		Store:      &allreduce.FileStore{Dir: c.String("store")},
-		Timeout:    c.Duration("timeout"),
-		ChunkBytes: c.Int("chunk-bytes"),
-		SmallBytes: c.Int("small-bytes"),
+		Rank: o.Rank, Size: o.NP, Generation: 1,
+		Store:      &allreduce.FileStore{Dir: o.Store},
+		Timeout:    o.Timeout,
+		ChunkBytes: o.ChunkBytes,
+		SmallBytes: o.SmallBytes,
 	})
 	if err != nil {
 		return err
 	}
 	defer comm.Close()
-	enc := json.NewEncoder(os.Stdout)
-	for _, f := range strings.Split(c.String("sizes"), ",") {
-		size, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return fmt.Errorf("size %q: %w", f, err)
-		}
-		iters := c.Int("iters")
+	out, _ := writers(o.Out, nil)
+	enc := json.NewEncoder(out)
+	for _, size := range o.Sizes {
+		iters := o.Iters
 		if iters == 0 {
 			iters = autoIters(size)
 		}
-		res, err := timeAllreduce(c, comm, size, iters)
+		res, err := timeAllreduce(ctx, comm, size, iters)
 		if err != nil {
 			return err
 		}
-		if rank == 0 {
+		if o.Rank == 0 {
 			if err := enc.Encode(res); err != nil {
 				return err
 			}
@@ -78,44 +77,43 @@ func benchRank(c *cli.Context) error {
 // timeAllreduce checks one result, then times iters allreduces of size bytes. Each
 // iteration starts after a barrier; its time is the slowest rank's (an allreduce(max) of
 // the per-iteration times at the end, outside the timed region).
-func timeAllreduce(c *cli.Context, comm *allreduce.Comm, size int64, iters int) (allreduceResult, error) {
-	ctx := c.Context
+func timeAllreduce(ctx context.Context, comm *allreduce.Comm, size int64, iters int) (AllreduceResult, error) {
 	n := comm.Size()
 	buf := make([]float32, size/4)
 	for i := range buf {
 		buf[i] = float32(comm.Rank() + 1)
 	}
 	if err := comm.Allreduce(ctx, buf, allreduce.Sum); err != nil {
-		return allreduceResult{}, err
+		return AllreduceResult{}, err
 	}
 	want := float32(n * (n + 1) / 2)
 	for i, v := range buf {
 		if v != want {
-			return allreduceResult{}, fmt.Errorf("wrong result at element %d of %d: %v, want %v", i, len(buf), v, want)
+			return AllreduceResult{}, fmt.Errorf("wrong result at element %d of %d: %v, want %v", i, len(buf), v, want)
 		}
 	}
 	clear(buf) // zeros stay zeros however often they are summed
 	for range 2 {
 		if err := comm.Allreduce(ctx, buf, allreduce.Sum); err != nil {
-			return allreduceResult{}, err
+			return AllreduceResult{}, err
 		}
 	}
 	times := make([]float64, iters)
 	for i := range times {
 		if err := comm.Barrier(ctx); err != nil {
-			return allreduceResult{}, err
+			return AllreduceResult{}, err
 		}
 		t0 := time.Now()
 		if err := comm.Allreduce(ctx, buf, allreduce.Sum); err != nil {
-			return allreduceResult{}, err
+			return AllreduceResult{}, err
 		}
 		times[i] = time.Since(t0).Seconds()
 	}
 	if err := comm.Allreduce(ctx, times, allreduce.Max); err != nil {
-		return allreduceResult{}, err
+		return AllreduceResult{}, err
 	}
 	med := median(times)
-	res := allreduceResult{SizeBytes: size, Ranks: n, Iters: iters, MedianS: med}
+	res := AllreduceResult{SizeBytes: size, Ranks: n, Iters: iters, MedianS: med}
 	if med > 0 {
 		res.AlgbwGbps = float64(size) / med / 1e9
 		res.BusbwGbps = busbw(res.AlgbwGbps, n)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -8,65 +8,60 @@ import (
 	"os"
 	"slices"
 	"text/tabwriter"
-
-	"github.com/urfave/cli/v2"
 )
 
-// benchReportCommand summarises JSON lines from several implementations and rounds (the
-// output of bench/baselines/run.sh) into medians side by side.
-func benchReportCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "report",
-		Usage:     "compare allreduce results of several implementations (JSON lines) side by side",
-		ArgsUsage: "[FILE...]",
-		Description: `Reads JSON lines as printed by 'bench allreduce --json' and bench/baselines/run.sh
-(with an "impl" field; lines without one count as "elasticd") from the files, or from
-standard input, and prints for each rank count and size the median time over all
-rounds of each implementation, and how many times faster elasticd is than each other.
+// ReportOptions configure Report; the arguments of `elasticd bench report`.
+type ReportOptions struct {
+	Files []string  // JSON lines files, read in order
+	Stdin io.Reader // read when there are no Files
+	Out   io.Writer // the table (nil: discarded)
+}
 
-Example: ROUNDS=3 bench/baselines/run.sh | elasticd bench report`,
-		Action: func(c *cli.Context) error {
-			var lines []reportLine
-			read := func(name string, r io.Reader) error {
-				sc := bufio.NewScanner(r)
-				for n := 1; sc.Scan(); n++ {
-					if len(sc.Bytes()) == 0 || sc.Bytes()[0] != '{' {
-						continue
-					}
-					var l reportLine
-					if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-						return fmt.Errorf("%s line %d: %w", name, n, err)
-					}
-					if l.Impl == "" {
-						l.Impl = "elasticd"
-					}
-					lines = append(lines, l)
-				}
-				return sc.Err()
+// Report summarises JSON lines of allreduce results from several implementations and rounds
+// (`bench allreduce --json` and bench/baselines/run.sh, whose lines carry an "impl" field;
+// lines without one count as "elasticd") into the median time of each implementation per rank
+// count and size, side by side, and how many times faster elasticd is than each other.
+func Report(o ReportOptions) error {
+	out, _ := writers(o.Out, nil)
+	var lines []reportLine
+	read := func(name string, r io.Reader) error {
+		sc := bufio.NewScanner(r)
+		for n := 1; sc.Scan(); n++ {
+			if len(sc.Bytes()) == 0 || sc.Bytes()[0] != '{' {
+				continue
 			}
-			if c.NArg() == 0 {
-				if err := read("stdin", c.App.Reader); err != nil {
-					return err
-				}
+			var l reportLine
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				return fmt.Errorf("%s line %d: %w", name, n, err)
 			}
-			for _, name := range c.Args().Slice() {
-				f, err := os.Open(name)
-				if err != nil {
-					return cli.Exit(fmt.Sprintf("bench report: %v", err), 2)
-				}
-				err = read(name, f)
-				f.Close()
-				if err != nil {
-					return err
-				}
+			if l.Impl == "" {
+				l.Impl = "elasticd"
 			}
-			if len(lines) == 0 {
-				return cli.Exit("bench report: no JSON result lines in the input", 2)
-			}
-			printReport(c.App.Writer, lines)
-			return nil
-		},
+			lines = append(lines, l)
+		}
+		return sc.Err()
 	}
+	if len(o.Files) == 0 && o.Stdin != nil {
+		if err := read("stdin", o.Stdin); err != nil {
+			return err
+		}
+	}
+	for _, name := range o.Files {
+		f, err := os.Open(name)
+		if err != nil {
+			return &UsageError{Msg: fmt.Sprintf("bench report: %v", err)}
+		}
+		err = read(name, f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if len(lines) == 0 {
+		return &UsageError{Msg: "bench report: no JSON result lines in the input"}
+	}
+	printReport(out, lines)
+	return nil
 }
 
 type reportLine struct {

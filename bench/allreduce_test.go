@@ -1,0 +1,119 @@
+package bench_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/elasticd/elasticd/bench"
+)
+
+// A real run: rank processes over loopback, JSON out, with the fields users track.
+func TestAllreduceJSON(t *testing.T) {
+	var out bytes.Buffer
+	var stderr syncBuffer
+	_, err := bench.Allreduce(bounded(t), bench.AllreduceOptions{Exe: binary, NP: 3, Sizes: []int64{4 << 10, 1048580}, Iters: 3,
+		Timeout: time.Minute, JSON: true, Out: &out, Err: &stderr})
+	if err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 JSON lines, got %d:\n%s", len(lines), out.String())
+	}
+	for i, line := range lines {
+		var r map[string]float64
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %d %q: %v", i, line, err)
+		}
+		wantSize := []float64{4096, 1048580}[i]
+		if r["size_bytes"] != wantSize || r["ranks"] != 3 || r["iters"] != 3 {
+			t.Errorf("line %d: %v", i, r)
+		}
+		for _, k := range []string{"median_s", "algbw_gbps", "busbw_gbps", "memcpy_gbps", "tcp_gbps", "rtt_s", "busbw_vs_tcp"} {
+			if !(r[k] > 0) {
+				t.Errorf("line %d: %s = %v, want > 0", i, k, r[k])
+			}
+		}
+		if got, want := r["algbw_gbps"], r["size_bytes"]/r["median_s"]/1e9; !near(got, want) {
+			t.Errorf("algbw %v, want size/median = %v", got, want)
+		}
+		if got, want := r["busbw_gbps"], r["algbw_gbps"]*2*2/3; !near(got, want) {
+			t.Errorf("busbw %v, want algbw*2(n-1)/n = %v", got, want)
+		}
+		if got, want := r["busbw_vs_tcp"], r["busbw_gbps"]/r["tcp_gbps"]; !near(got, want) {
+			t.Errorf("busbw_vs_tcp %v, want %v", got, want)
+		}
+	}
+}
+
+func TestAllreduceTableOneRank(t *testing.T) {
+	var out bytes.Buffer
+	var stderr syncBuffer
+	res, err := bench.Allreduce(bounded(t), bench.AllreduceOptions{Exe: binary, NP: 1, Sizes: []int64{4 << 10}, Iters: 2,
+		Timeout: time.Minute, NoBaseline: true, Out: &out, Err: &stderr})
+	if err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	if !strings.Contains(out.String(), "1 rank processes") || !strings.Contains(out.String(), "4KB") {
+		t.Fatalf("table:\n%s", out.String())
+	}
+	if len(res) != 1 || res[0].SizeBytes != 4096 || res[0].Iters != 2 || res[0].MemcpyGbps != 0 {
+		t.Errorf("results %+v, want one of 4096 bytes, 2 iterations, no baseline", res)
+	}
+}
+
+// Bad options are a *UsageError that names the flag and what is allowed, before anything runs.
+func TestBadOptionsAreUsageErrors(t *testing.T) {
+	ok := bench.AllreduceOptions{Exe: "/nonexistent/elasticd", NP: 2, Sizes: []int64{4096}, Timeout: time.Minute}
+	for _, tc := range []struct {
+		name string
+		edit func(o *bench.AllreduceOptions)
+		want string
+	}{
+		{"np 0", func(o *bench.AllreduceOptions) { o.NP = 0 }, "--np: 0 ranks: must be between 1 and 64"},
+		{"np 65", func(o *bench.AllreduceOptions) { o.NP = 65 }, "--np: 65 ranks"},
+		{"iters", func(o *bench.AllreduceOptions) { o.Iters = -1 }, "--iters: -1"},
+		{"chunk", func(o *bench.AllreduceOptions) { o.ChunkBytes = 3 }, "--chunk-bytes: 3"},
+		{"small", func(o *bench.AllreduceOptions) { o.SmallBytes = -1 }, "--small-bytes: -1"},
+		{"timeout", func(o *bench.AllreduceOptions) { o.Timeout = -time.Second }, "--timeout: "},
+		{"no sizes", func(o *bench.AllreduceOptions) { o.Sizes = nil }, "--sizes: "},
+		{"odd size", func(o *bench.AllreduceOptions) { o.Sizes = []int64{1001} }, "--sizes: 1001 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := ok
+			tc.edit(&o)
+			_, err := bench.Allreduce(bounded(t), o)
+			var ue *bench.UsageError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v (%T), want a *UsageError containing %q", err, err, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"4XB", `"4XB" is not a size`},
+		{"1001", "not a multiple of 4 bytes"},
+		{",", "give at least one size"},
+		{"5GB", "larger than 4GB"},
+	} {
+		if _, err := bench.ParseSizes(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseSizes(%q): %v, want an error containing %q", tc.in, err, tc.want)
+		}
+	}
+	got, err := bench.ParseSizes("4096, 4KB,64mb,1GiB")
+	if want := []int64{4096, 4 << 10, 64 << 20, 1 << 30}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("ParseSizes: %v, %v, want %v", got, err, want)
+	}
+	_, err = bench.Recovery(bounded(t), bench.RecoveryOptions{Exe: binary, Trainer: trainer, NP: 3, Runs: 1, Fault: "pause", CommTimeout: time.Second})
+	if ue := (*bench.UsageError)(nil); !errors.As(err, &ue) || err.Error() != `--fault: "pause": want kill or stop` {
+		t.Errorf("Recovery with fault pause: %v", err)
+	}
+	_, err = bench.Notice(bounded(t), bench.NoticeOptions{Exe: binary, Trainer: "/nonexistent/train", Runs: 1})
+	if ue := (*bench.UsageError)(nil); !errors.As(err, &ue) || !strings.Contains(err.Error(), "--trainer: ") {
+		t.Errorf("Notice without a trainer: %v", err)
+	}
+}
