@@ -270,141 +270,25 @@ func (c *Comm) peerRanks() []int {
 func (c *Comm) connect(ctx context.Context, ln net.Listener, self record, cands map[string]*handover) error {
 	nb := neighbours(c.cfg.Rank, c.cfg.Size)
 	reuse := self.ID != ""
-	accept := map[int]bool{}
-	for _, q := range nb {
-		if q > c.cfg.Rank {
-			accept[q] = true
-		}
-	}
 	ctx, cancel := context.WithCancel(ctx)
-	got := make(chan *peer)
-	errc := make(chan error, len(nb))
-	type named struct {
-		rank int
-		id   string
-	}
-	ids := make(chan named, len(nb))
-	var wg sync.WaitGroup
-	var pendingMu sync.Mutex
-	pending := map[net.Conn]bool{} // accepted connections still in their hello
-	var refused error              // the last hello refused; guarded by pendingMu
-	offer := func(p *peer) {
-		select {
-		case got <- p:
-		case <-ctx.Done():
-			p.conn.Close()
-		}
-	}
-
-	wg.Go(func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			pendingMu.Lock()
-			pending[conn] = true
-			pendingMu.Unlock()
-			wg.Go(func() {
-				p, err := c.acceptHello(conn.(*net.TCPConn), accept)
-				pendingMu.Lock()
-				delete(pending, conn)
-				if err != nil {
-					refused = fmt.Errorf("refused %s: %w", conn.RemoteAddr(), err)
-				}
-				pendingMu.Unlock()
-				if err != nil {
-					// A stranger or a rank of another generation: tell it why, keep waiting.
-					c.log.Warn("refused connection", "remote", conn.RemoteAddr().String(), "err", err)
-					refuse(conn, c.cfg.Rank, err)
-					return
-				}
-				offer(p)
-			})
-		}
-	})
+	k := newConnector(ctx, c, nb)
+	k.wg.Go(func() { k.acceptLoop(ln) })
 	for _, q := range nb {
 		if q > c.cfg.Rank && !reuse {
 			continue // it dials this rank, and there is nothing to agree on
 		}
-		wg.Go(func() {
-			rec, err := c.lookup(ctx, q)
-			if err != nil {
-				errc <- err
-				return
-			}
-			if reuse {
-				ids <- named{q, rec.ID}
-			}
-			if h := agree(self, rec, cands); h != nil {
-				p, err := c.rehello(ctx, q, rec.Addr, h)
-				if err != nil {
-					errc <- err
-					return
-				}
-				offer(p) // its id is set from ids below, as every peer's
-				return
-			}
-			if q > c.cfg.Rank {
-				return // it dials this rank
-			}
-			p, err := c.dial(ctx, q, rec.Addr)
-			if err != nil {
-				errc <- err
-				return
-			}
-			offer(p)
-		})
+		k.wg.Go(func() { k.reach(q, self, cands, reuse) })
 	}
-
-	peerIDs := make([]string, c.cfg.Size)
 	needIDs := 0
 	if reuse {
 		needIDs = len(nb)
 	}
-	// ended is the error once ctx has ended: what is missing and why. A peer that was refused
-	// (wrong secret, generation or world size) is the likely reason; say so here too, not
-	// only in the peer's error.
-	ended := func() error {
-		err := fmt.Errorf("waiting for peers %v: %w", c.missing(), context.Cause(ctx))
-		pendingMu.Lock()
-		defer pendingMu.Unlock()
-		if refused != nil {
-			err = fmt.Errorf("%w (last connection %v)", err, refused)
-		}
-		return err
-	}
-	var err error
-	for need := len(nb); (need > 0 || needIDs > 0) && err == nil; {
-		select {
-		case p := <-got:
-			if c.peers[p.rank] != nil {
-				p.conn.Close()
-				err = fmt.Errorf("two connections claim rank %d", p.rank)
-				continue
-			}
-			c.peers[p.rank] = p
-			need--
-		case n := <-ids:
-			peerIDs[n.rank] = n.id
-			needIDs--
-		case err = <-errc:
-			if ctx.Err() != nil { // the error is the end of the wait, not its reason
-				err = ended()
-			}
-		case <-ctx.Done():
-			err = ended()
-		}
-	}
+	peerIDs, err := k.collect(len(nb), needIDs)
 	// Stop the accept loop, the dialers and the hellos in progress, and wait for them all.
 	cancel()
 	ln.Close()
-	pendingMu.Lock()
-	for conn := range pending {
-		conn.Close()
-	}
-	pendingMu.Unlock()
-	wg.Wait()
+	k.closePending()
+	k.wg.Wait()
 	for _, p := range c.peers {
 		if p == nil {
 			continue
@@ -417,6 +301,168 @@ func (c *Comm) connect(ctx context.Context, ln net.Listener, self record, cands 
 		}
 	}
 	return err
+}
+
+// connector is one connect in progress: the goroutines that accept, dial and say hello (wg
+// owns them), and the channels they report on.
+type connector struct {
+	c      *Comm
+	ctx    context.Context
+	accept map[int]bool // the ranks that dial this one
+	got    chan *peer
+	errc   chan error
+	ids    chan namedRank
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	pending map[net.Conn]bool // accepted connections still in their hello
+	refused error             // the last hello refused
+}
+
+// namedRank is a neighbour's ID, as it published it.
+type namedRank struct {
+	rank int
+	id   string
+}
+
+func newConnector(ctx context.Context, c *Comm, nb []int) *connector {
+	k := &connector{
+		c: c, ctx: ctx, accept: map[int]bool{},
+		got: make(chan *peer), errc: make(chan error, len(nb)), ids: make(chan namedRank, len(nb)),
+		pending: map[net.Conn]bool{},
+	}
+	for _, q := range nb {
+		if q > c.cfg.Rank {
+			k.accept[q] = true
+		}
+	}
+	return k
+}
+
+// offer hands a connected peer to collect, or closes it once connect is over.
+func (k *connector) offer(p *peer) {
+	select {
+	case k.got <- p:
+	case <-k.ctx.Done():
+		p.conn.Close()
+	}
+}
+
+// acceptLoop takes connections until ln is closed, each to its hello.
+func (k *connector) acceptLoop(ln net.Listener) {
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		k.mu.Lock()
+		k.pending[conn] = true
+		k.mu.Unlock()
+		k.wg.Go(func() { k.hello(conn) })
+	}
+}
+
+// hello checks an accepted connection's hello and offers its peer; a stranger or a rank of
+// another generation is told why, and the wait goes on.
+func (k *connector) hello(conn net.Conn) {
+	p, err := k.c.acceptHello(conn.(*net.TCPConn), k.accept)
+	k.mu.Lock()
+	delete(k.pending, conn)
+	if err != nil {
+		k.refused = fmt.Errorf("refused %s: %w", conn.RemoteAddr(), err)
+	}
+	k.mu.Unlock()
+	if err != nil {
+		k.c.log.Warn("refused connection", "remote", conn.RemoteAddr().String(), "err", err)
+		refuse(conn, k.c.cfg.Rank, err)
+		return
+	}
+	k.offer(p)
+}
+
+// reach looks neighbour q up and connects to it: over the connection both carry over when
+// they agree to, else by dialing it when it ranks lower (a higher one dials this rank). With
+// reuse, q's published ID is reported too.
+func (k *connector) reach(q int, self record, cands map[string]*handover, reuse bool) {
+	c := k.c
+	rec, err := c.lookup(k.ctx, q)
+	if err != nil {
+		k.errc <- err
+		return
+	}
+	if reuse {
+		k.ids <- namedRank{q, rec.ID}
+	}
+	if h := agree(self, rec, cands); h != nil {
+		p, err := c.rehello(k.ctx, q, rec.Addr, h)
+		if err != nil {
+			k.errc <- err
+			return
+		}
+		k.offer(p) // its id is set from ids, as every peer's
+		return
+	}
+	if q > c.cfg.Rank {
+		return // it dials this rank
+	}
+	p, err := c.dial(k.ctx, q, rec.Addr)
+	if err != nil {
+		k.errc <- err
+		return
+	}
+	k.offer(p)
+}
+
+// collect takes need peers and needIDs neighbour IDs, or the first error, or the end of the
+// context, and returns the IDs by rank.
+func (k *connector) collect(need, needIDs int) ([]string, error) {
+	c := k.c
+	peerIDs := make([]string, c.cfg.Size)
+	var err error
+	for (need > 0 || needIDs > 0) && err == nil {
+		select {
+		case p := <-k.got:
+			if c.peers[p.rank] != nil {
+				p.conn.Close()
+				err = fmt.Errorf("two connections claim rank %d", p.rank)
+				continue
+			}
+			c.peers[p.rank] = p
+			need--
+		case n := <-k.ids:
+			peerIDs[n.rank] = n.id
+			needIDs--
+		case err = <-k.errc:
+			if k.ctx.Err() != nil { // the error is the end of the wait, not its reason
+				err = k.ended()
+			}
+		case <-k.ctx.Done():
+			err = k.ended()
+		}
+	}
+	return peerIDs, err
+}
+
+// ended is the error once the context has ended: what is missing and why. A peer that was
+// refused (wrong secret, generation or world size) is the likely reason; say so here too, not
+// only in the peer's error.
+func (k *connector) ended() error {
+	err := fmt.Errorf("waiting for peers %v: %w", k.c.missing(), context.Cause(k.ctx))
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.refused != nil {
+		err = fmt.Errorf("%w (last connection %v)", err, k.refused)
+	}
+	return err
+}
+
+// closePending ends the hellos in progress.
+func (k *connector) closePending() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for conn := range k.pending {
+		conn.Close()
+	}
 }
 
 // missing lists the neighbours not connected yet.
