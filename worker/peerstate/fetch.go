@@ -149,195 +149,243 @@ func (f *Fetcher) Fetch(ctx context.Context, version uint64, holders []Holder) (
 func (f *Fetcher) FetchInto(ctx context.Context, version uint64, holders []Holder, dst []byte) ([]byte, FetchStats, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st := FetchStats{FromHolder: map[string]int{}}
-	known := map[string]*holder{}
-	var order []*holder // shuffled once, so that joiners spread over equal holders
-	add := func(hs []Holder) int {
-		added := 0
-		for _, h := range mrand.Perm(len(hs)) {
-			if hs[h].Addr == "" || known[hs[h].Addr] != nil {
-				continue
-			}
-			x := &holder{Holder: hs[h], local: f.cfg.Host != "" && hs[h].Host == f.cfg.Host}
-			known[x.Addr] = x
-			order = append(order, x)
-			added++
-		}
-		return added
+	x := &fetch{
+		f: f, ctx: ctx, version: version, dst: dst,
+		st:      FetchStats{FromHolder: map[string]int{}},
+		known:   map[string]*holder{},
+		results: make(chan result, f.cfg.Parallel),
+		timer:   time.NewTimer(time.Hour),
 	}
-	add(holders)
-
-	var (
-		m        *manifest
-		out      []byte
-		pending  []int // chunks to fetch
-		left     int   // chunks not yet verified
-		inflight int
-		asked    time.Time // last Directory query
-		results  = make(chan result, f.cfg.Parallel)
-		timer    = time.NewTimer(time.Hour)
-	)
-	timer.Stop()
-	defer timer.Stop()
-	defer func() { // stop the transfers still running, wait for them, close every connection
-		cancel()
-		for ; inflight > 0; inflight-- {
-			if r := <-results; r.conn != nil {
-				r.conn.Close()
-			}
-		}
-		for _, h := range order {
-			for _, c := range h.idle {
-				c.Close()
-			}
-		}
-	}()
-
-	// pick returns the best holder that can take a request now, or nil.
-	pick := func(now time.Time) *holder {
-		var best *holder
-		for _, h := range order {
-			if h.failed != nil || h.busyUntil.After(now) || h.inflight >= f.cfg.PerHolder {
-				continue
-			}
-			if best == nil || (h.local && !best.local) || (h.local == best.local && h.inflight < best.inflight) {
-				best = h
-			}
-		}
-		return best
-	}
-	// available reports whether some holder is neither busy nor failed.
-	available := func(now time.Time) bool {
-		return slices.ContainsFunc(order, func(h *holder) bool { return h.failed == nil && !h.busyUntil.After(now) })
-	}
-	start := func(t task) {
-		t.h.inflight++
-		inflight++
-		if n := len(t.h.idle); n > 0 {
-			t.conn, t.h.idle = t.h.idle[n-1], t.h.idle[:n-1]
-		}
-		go func(m *manifest, out []byte) { results <- f.do(ctx, version, t, m, out) }(m, out)
-	}
-	manifestInFlight := false
-
+	x.timer.Stop()
+	defer x.close(cancel)
+	x.add(holders)
 	for {
-		if m != nil && left == 0 {
-			st.Bytes, st.Chunks = m.size, m.count()
-			return out, st, nil
+		if x.m != nil && x.left == 0 {
+			x.st.Bytes, x.st.Chunks = x.m.size, x.m.count()
+			return x.out, x.st, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, st, fmt.Errorf("fetch state version %d: %w", version, err)
+			return nil, x.st, fmt.Errorf("fetch state version %d: %w", version, err)
 		}
 		now := time.Now()
-		// Hand out work to holders that can take it.
-		for inflight < f.cfg.Parallel {
-			if m == nil && manifestInFlight || m != nil && len(pending) == 0 {
-				break
-			}
-			h := pick(now)
-			if h == nil {
-				break
-			}
-			if m == nil {
-				manifestInFlight = true
-				start(task{h: h, kind: KindManifest})
-				continue
-			}
-			c := pending[0]
-			pending = pending[1:]
-			start(task{h: h, kind: KindChunk, chunk: c})
+		x.dispatch(now)
+		again, err := x.whenStuck(now)
+		if err != nil {
+			return nil, x.st, err
 		}
-		waiting := (m == nil && !manifestInFlight) || len(pending) > 0
-		if waiting && !available(now) {
-			// Every known holder is busy or failed: ask who else holds it (once per BusyFor).
-			if f.cfg.Directory != nil && (asked.IsZero() || now.Sub(asked) >= f.cfg.BusyFor) {
-				asked = now
-				st.DirectoryQueries++
-				hs, err := f.cfg.Directory.Holders(ctx, version)
-				if err != nil {
-					if ctx.Err() != nil {
-						continue
-					}
-					f.log.Warn("peerstate: directory query failed", "version", version, "err", err)
-				}
-				if add(hs) > 0 {
-					continue
-				}
-			}
-			next := time.Time{}
-			for _, h := range order {
-				if h.failed == nil && (next.IsZero() || h.busyUntil.Before(next)) {
-					next = h.busyUntil
-				}
-			}
-			if next.IsZero() && inflight == 0 {
-				return nil, st, f.noHolder(version, order)
-			}
-			if !next.IsZero() {
-				st.Waits++
-				timer.Reset(next.Sub(now))
-			}
+		if again {
+			continue
 		}
 		select {
 		case <-ctx.Done():
-		case <-timer.C:
-		case r := <-results:
-			inflight--
-			r.h.inflight--
-			if r.kind == KindManifest {
-				manifestInFlight = false
-			}
-			switch {
-			case r.err != nil:
-				if r.conn != nil {
-					r.conn.Close()
-				}
-				if ctx.Err() != nil {
-					continue
-				}
-				if r.corrupt {
-					st.Corrupt++
-				}
-				st.Failed++
-				r.h.failed = r.err
-				f.log.Warn("peerstate: dropping a holder", "holder", r.h.Addr, "version", version, "err", r.err)
-				if r.kind == KindChunk {
-					pending = append(pending, r.chunk)
-				}
-				continue
-			case r.status == StatusBusy:
-				st.Busy++
-				r.h.busyUntil = time.Now().Add(f.cfg.BusyFor)
-				if r.kind == KindChunk {
-					pending = append([]int{r.chunk}, pending...)
-				}
-			case r.status == StatusNoVersion:
-				st.Failed++
-				r.h.failed = fmt.Errorf("holds version %d, not %d", r.held, version)
-				if r.kind == KindChunk {
-					pending = append(pending, r.chunk)
-				}
-			case r.kind == KindManifest:
-				if m == nil {
-					m = r.m
-					if int64(cap(dst)) >= m.size {
-						out = dst[:m.size]
-					} else {
-						out = make([]byte, m.size)
-					}
-					left = m.count()
-					pending = make([]int, left)
-					for i := range pending {
-						pending[i] = i
-					}
-				}
-			default:
-				left--
-				st.FromHolder[r.h.Addr]++
-			}
-			r.h.idle = append(r.h.idle, r.conn)
+		case <-x.timer.C:
+		case r := <-x.results:
+			x.take(r)
 		}
 	}
+}
+
+// fetch is one FetchInto in progress. Only FetchInto's goroutine touches it; the transfers run
+// on goroutines of their own (inflight of them) and report on results.
+type fetch struct {
+	f       *Fetcher
+	ctx     context.Context
+	version uint64
+	dst     []byte
+	st      FetchStats
+
+	known map[string]*holder
+	order []*holder // shuffled once, so that joiners spread over equal holders
+
+	m                *manifest
+	out              []byte
+	pending          []int // chunks to fetch
+	left             int   // chunks not yet verified
+	inflight         int
+	manifestInFlight bool
+	asked            time.Time // last Directory query
+	results          chan result
+	timer            *time.Timer
+}
+
+// add learns holders not known yet and returns how many.
+func (x *fetch) add(hs []Holder) int {
+	added := 0
+	for _, i := range mrand.Perm(len(hs)) {
+		if hs[i].Addr == "" || x.known[hs[i].Addr] != nil {
+			continue
+		}
+		h := &holder{Holder: hs[i], local: x.f.cfg.Host != "" && hs[i].Host == x.f.cfg.Host}
+		x.known[h.Addr] = h
+		x.order = append(x.order, h)
+		added++
+	}
+	return added
+}
+
+// close stops the transfers still running, waits for them, and closes every connection.
+func (x *fetch) close(cancel context.CancelFunc) {
+	x.timer.Stop()
+	cancel()
+	for ; x.inflight > 0; x.inflight-- {
+		if r := <-x.results; r.conn != nil {
+			r.conn.Close()
+		}
+	}
+	for _, h := range x.order {
+		for _, c := range h.idle {
+			c.Close()
+		}
+	}
+}
+
+// pick returns the best holder that can take a request now, or nil.
+func (x *fetch) pick(now time.Time) *holder {
+	var best *holder
+	for _, h := range x.order {
+		if h.failed != nil || h.busyUntil.After(now) || h.inflight >= x.f.cfg.PerHolder {
+			continue
+		}
+		if best == nil || (h.local && !best.local) || (h.local == best.local && h.inflight < best.inflight) {
+			best = h
+		}
+	}
+	return best
+}
+
+// available reports whether some holder is neither busy nor failed.
+func (x *fetch) available(now time.Time) bool {
+	return slices.ContainsFunc(x.order, func(h *holder) bool { return h.failed == nil && !h.busyUntil.After(now) })
+}
+
+func (x *fetch) start(t task) {
+	t.h.inflight++
+	x.inflight++
+	if n := len(t.h.idle); n > 0 {
+		t.conn, t.h.idle = t.h.idle[n-1], t.h.idle[:n-1]
+	}
+	f, ctx, version, m, out := x.f, x.ctx, x.version, x.m, x.out
+	go func() { x.results <- f.do(ctx, version, t, m, out) }()
+}
+
+// dispatch hands out work to holders that can take it: the manifest first, then the chunks.
+func (x *fetch) dispatch(now time.Time) {
+	for x.inflight < x.f.cfg.Parallel {
+		if x.m == nil && x.manifestInFlight || x.m != nil && len(x.pending) == 0 {
+			return
+		}
+		h := x.pick(now)
+		if h == nil {
+			return
+		}
+		if x.m == nil {
+			x.manifestInFlight = true
+			x.start(task{h: h, kind: KindManifest})
+			continue
+		}
+		c := x.pending[0]
+		x.pending = x.pending[1:]
+		x.start(task{h: h, kind: KindChunk, chunk: c})
+	}
+}
+
+// whenStuck handles work waiting while every known holder is busy or failed: it asks the
+// Directory who else holds the version (once per BusyFor; again reports that it named new
+// holders), else sets the timer for the first busy holder to be free, or fails when none is
+// left and nothing is in flight.
+func (x *fetch) whenStuck(now time.Time) (again bool, err error) {
+	waiting := (x.m == nil && !x.manifestInFlight) || len(x.pending) > 0
+	if !waiting || x.available(now) {
+		return false, nil
+	}
+	f := x.f
+	if f.cfg.Directory != nil && (x.asked.IsZero() || now.Sub(x.asked) >= f.cfg.BusyFor) {
+		x.asked = now
+		x.st.DirectoryQueries++
+		hs, err := f.cfg.Directory.Holders(x.ctx, x.version)
+		if err != nil {
+			if x.ctx.Err() != nil {
+				return true, nil
+			}
+			f.log.Warn("peerstate: directory query failed", "version", x.version, "err", err)
+		}
+		if x.add(hs) > 0 {
+			return true, nil
+		}
+	}
+	next := time.Time{}
+	for _, h := range x.order {
+		if h.failed == nil && (next.IsZero() || h.busyUntil.Before(next)) {
+			next = h.busyUntil
+		}
+	}
+	if next.IsZero() && x.inflight == 0 {
+		return false, f.noHolder(x.version, x.order)
+	}
+	if !next.IsZero() {
+		x.st.Waits++
+		x.timer.Reset(next.Sub(now))
+	}
+	return false, nil
+}
+
+// take records a transfer's result: a failed or stale holder is dropped and its chunk asked
+// of another, a busy one rests for BusyFor, the manifest sizes the output, a chunk counts.
+func (x *fetch) take(r result) {
+	x.inflight--
+	r.h.inflight--
+	if r.kind == KindManifest {
+		x.manifestInFlight = false
+	}
+	switch {
+	case r.err != nil:
+		if r.conn != nil {
+			r.conn.Close()
+		}
+		if x.ctx.Err() != nil {
+			return
+		}
+		if r.corrupt {
+			x.st.Corrupt++
+		}
+		x.st.Failed++
+		r.h.failed = r.err
+		x.f.log.Warn("peerstate: dropping a holder", "holder", r.h.Addr, "version", x.version, "err", r.err)
+		if r.kind == KindChunk {
+			x.pending = append(x.pending, r.chunk)
+		}
+		return
+	case r.status == StatusBusy:
+		x.st.Busy++
+		r.h.busyUntil = time.Now().Add(x.f.cfg.BusyFor)
+		if r.kind == KindChunk {
+			x.pending = append([]int{r.chunk}, x.pending...)
+		}
+	case r.status == StatusNoVersion:
+		x.st.Failed++
+		r.h.failed = fmt.Errorf("holds version %d, not %d", r.held, x.version)
+		if r.kind == KindChunk {
+			x.pending = append(x.pending, r.chunk)
+		}
+	case r.kind == KindManifest:
+		if x.m == nil {
+			x.m = r.m
+			if int64(cap(x.dst)) >= x.m.size {
+				x.out = x.dst[:x.m.size]
+			} else {
+				x.out = make([]byte, x.m.size)
+			}
+			x.left = x.m.count()
+			x.pending = make([]int, x.left)
+			for i := range x.pending {
+				x.pending[i] = i
+			}
+		}
+	default:
+		x.left--
+		x.st.FromHolder[r.h.Addr]++
+	}
+	r.h.idle = append(r.h.idle, r.conn)
 }
 
 func (f *Fetcher) noHolder(version uint64, order []*holder) error {
