@@ -71,6 +71,10 @@ type LoopConfig struct {
 	KeepErrors bool
 	// Tries bounds the requests of one Call (default throttle.Tries).
 	Tries int
+	// Throttled, when set, is the cloud's sentinel that Call wraps around the error of a
+	// request the endpoint turned away (a Rest verdict) or that its rest kept from being made:
+	// "endpoint: sentinel: what happened".
+	Throttled error
 	// Gates paces each endpoint after a Rest verdict (zero value: the throttle defaults).
 	Gates throttle.Config
 	// Logger receives retries; nil discards them.
@@ -96,7 +100,6 @@ type Loop struct {
 	waiters  int        // callers waiting to share the poll in progress
 	polls    uint64     // Hosts polls that ended (counted also when they failed)
 	last     answer     // the last poll's answer; at is zero before the first
-	answered []string   // IDs of the notices answered, oldest first, at most maxAnswered
 }
 
 // answer is one Hosts poll's result.
@@ -105,9 +108,6 @@ type answer struct {
 	err   error
 	at    time.Time // when the poll started
 }
-
-// maxAnswered bounds the notice IDs remembered as answered.
-const maxAnswered = 1024
 
 // NewLoop makes the portable provider over d.
 func NewLoop(cfg LoopConfig, d Driver) *Loop {
@@ -288,8 +288,10 @@ func (l *Loop) Notices(ctx context.Context) ([]Notice, error) {
 	return out, nil
 }
 
-// CompleteNotice answers n through the driver once: answering it again is harmless and
-// calls nothing. A driver whose notices need no answer completes them all at once.
+// CompleteNotice answers n through the driver. Answering a notice again must be harmless:
+// the driver says so of a notice its cloud no longer holds open (an AWS lifecycle action
+// already completed), and the call is made each time, so that a failed answer can be retried.
+// A driver whose notices need no answer completes them all at once.
 func (l *Loop) CompleteNotice(ctx context.Context, n Notice) error {
 	if err := ctx.Err(); err != nil {
 		return l.wrap(err)
@@ -298,24 +300,8 @@ func (l *Loop) CompleteNotice(ctx context.Context, n Notice) error {
 	if !ok {
 		return nil
 	}
-	l.mu.Lock()
-	done := n.ID != "" && slices.Contains(l.answered, n.ID)
-	l.mu.Unlock()
-	if done {
-		return nil
-	}
 	if err := ad.AnswerNotice(ctx, n); err != nil {
 		return l.wrap(withCtx(ctx, err))
-	}
-	if n.ID != "" {
-		l.mu.Lock()
-		if !slices.Contains(l.answered, n.ID) {
-			if len(l.answered) >= maxAnswered {
-				l.answered = slices.Delete(l.answered, 0, 1)
-			}
-			l.answered = append(l.answered, n.ID)
-		}
-		l.mu.Unlock()
 	}
 	return nil
 }
@@ -334,6 +320,9 @@ func (l *Loop) CallN(ctx context.Context, ep string, tries int, op func(context.
 	var last error // the previous try's failure
 	for try := 1; ; try++ {
 		if err := l.gates.Wait(ctx, ep); err != nil {
+			if errors.Is(err, throttle.ErrThrottled) {
+				err = l.throttled(ep, err)
+			}
 			if last != nil {
 				return &RetryError{Endpoint: ep, Tries: try - 1, Err: last, Gate: err}
 			}
@@ -352,15 +341,24 @@ func (l *Loop) CallN(ctx context.Context, ep string, tries int, op func(context.
 			return err
 		}
 		wait := l.gates.Throttled(ep, v.After, err)
+		l.log.Warn("the cloud turned a request away; the endpoint rests", "endpoint", ep, "try", try,
+			"retry_after", v.After, "wait", wait, "error", err)
 		if !v.Retry || try >= tries {
 			if try > 1 {
-				return &RetryError{Endpoint: ep, Tries: try, Err: err, Wait: wait}
+				return l.throttled(ep, &RetryError{Endpoint: ep, Tries: try, Err: err, Wait: wait})
 			}
-			return err
+			return l.throttled(ep, err)
 		}
-		l.log.Debug("request failed; trying again", "endpoint", ep, "try", try, "wait", wait, "error", err)
 		last = err
 	}
+}
+
+// throttled wraps the cloud's sentinel, if any, around err from endpoint ep.
+func (l *Loop) throttled(ep string, err error) error {
+	if l.cfg.Throttled == nil {
+		return err
+	}
+	return fmt.Errorf("%s: %w: %w", ep, l.cfg.Throttled, err)
 }
 
 // Ready is nil when ep may be called now or its rest fits ctx; else a *throttle.Error. A

@@ -303,26 +303,26 @@ func TestLoopNotices(t *testing.T) {
 	}
 }
 
-func TestLoopCompleteNoticeOnce(t *testing.T) {
+func TestLoopCompleteNotice(t *testing.T) {
 	c := newClock()
 	d := &scriptDriver{}
 	l := newLoop(providers.LoopConfig{}, d, c)
 	n := providers.Notice{ID: "a", HostID: "h1", Kind: providers.ScaleIn}
-	for range 2 {
-		if err := l.CompleteNotice(t.Context(), n); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if len(d.answered) != 1 {
-		t.Errorf("answered %v; want a once", d.answered)
+	if err := l.CompleteNotice(t.Context(), n); err != nil {
+		t.Fatal(err)
 	}
 	d.answerErr = errors.New("AccessDenied")
-	err := l.CompleteNotice(t.Context(), providers.Notice{ID: "b"})
+	err := l.CompleteNotice(t.Context(), n)
 	if err == nil || !strings.HasPrefix(err.Error(), `test: group "g": AccessDenied`) {
 		t.Errorf("failed answer: %v; want it prefixed", err)
 	}
 	d.answerErr = nil
-	if err := l.CompleteNotice(t.Context(), providers.Notice{ID: "b"}); err != nil || len(d.answered) != 3 {
-		t.Errorf("after a failed answer: %v, answered %v; want b answered again", err, d.answered)
+	if err := l.CompleteNotice(t.Context(), n); err != nil || len(d.answered) != 3 {
+		t.Errorf("after a failed answer: %v, answered %v; want a answered each time", err, d.answered)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := l.CompleteNotice(ctx, n); !errors.Is(err, context.Canceled) || len(d.answered) != 3 {
+		t.Errorf("with an ended context: %v, answered %v; want context.Canceled and no call", err, d.answered)
 	}
 }
