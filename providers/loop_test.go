@@ -56,7 +56,10 @@ func (c *fakeClock) Waits() []time.Duration {
 	return append([]time.Duration(nil), c.waits...)
 }
 
-var errBusy = errors.New("busy: try later")
+var (
+	errBusy = errors.New("busy: try later")
+	errHour = errors.New("busy: come back in an hour")
+)
 
 // scriptDriver answers each request from errs in turn (nil: success), through the Loop's
 // Call, and classifies errBusy as retryable.
@@ -90,6 +93,9 @@ func (d *scriptDriver) ListHosts(ctx context.Context) ([]providers.Host, error) 
 func (d *scriptDriver) Classify(err error) providers.Verdict {
 	if errors.Is(err, errBusy) {
 		return providers.Verdict{Rest: true, Retry: true, After: -1}
+	}
+	if errors.Is(err, errHour) {
+		return providers.Verdict{Rest: true, Retry: true, After: time.Hour}
 	}
 	return providers.Permanent
 }
@@ -258,19 +264,19 @@ func TestLoopCancelStopsRetries(t *testing.T) {
 	}
 }
 
-// A rest longer than the poll may wait is not waited: the poll fails at once, not calling.
+// A rest longer than a poll may wait is not waited: the poll fails at once, not calling.
 func TestLoopRestLongerThanPollFailsAtOnce(t *testing.T) {
 	c := newClock()
-	d := &scriptDriver{errs: []error{errBusy}}
-	l := newLoop(providers.LoopConfig{Tries: 1}, d, c)
-	if _, err := l.Hosts(t.Context()); !errors.Is(err, errBusy) {
-		t.Fatalf("first poll: %v; want busy", err)
+	d := &scriptDriver{errs: []error{errHour}}
+	l := newLoop(providers.LoopConfig{}, d, c)
+	_, err := l.Hosts(t.Context())
+	if !errors.Is(err, errHour) || !errors.Is(err, throttle.ErrThrottled) {
+		t.Fatalf("first poll: %v; want the answer, and that the hour's rest is not waited", err)
 	}
-	ctx, cancel := context.WithDeadline(t.Context(), c.Now().Add(100*time.Millisecond))
-	defer cancel()
-	_, err := l.Hosts(ctx)
-	if !errors.Is(err, throttle.ErrThrottled) || d.Requests() != 1 {
-		t.Errorf("poll within the rest: %v after %d requests; want ErrThrottled and no request", err, d.Requests())
+	_, err = l.Hosts(t.Context())
+	if !errors.Is(err, throttle.ErrThrottled) || d.Requests() != 1 || len(c.Waits()) != 0 {
+		t.Errorf("poll within the rest: %v after %d requests, waits %v; want ErrThrottled, no request, no wait",
+			err, d.Requests(), c.Waits())
 	}
 }
 

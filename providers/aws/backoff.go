@@ -15,7 +15,7 @@ import (
 	"github.com/elasticd/elasticd/providers/throttle"
 )
 
-// Endpoints, the keys of Provider.gates. Each rests on its own, so that throttled EC2 calls
+// Endpoints, the keys of the loop's gates. Each rests on its own, so that throttled EC2 calls
 // hold back neither the notices nor a lifecycle completion. The SDK's own retryer is off (it
 // does not read Retry-After, and a second retry layer would multiply the calls): these are
 // the only retries in the provider.
