@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -12,10 +11,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/providers/throttle"
 )
 
-// Endpoints, the keys of Provider.gates. Each rests on its own, so that throttled EC2 calls
+// Endpoints, the keys of the loop's gates. Each rests on its own, so that throttled EC2 calls
 // hold back neither the notices nor a lifecycle completion. The SDK's own retryer is off (it
 // does not read Retry-After, and a second retry layer would multiply the calls): these are
 // the only retries in the provider.
@@ -29,47 +29,24 @@ const (
 // only; anything else fails at once).
 const maxAttempts = throttle.Tries
 
-// call runs op against endpoint ep. It first waits out ep's rest; a throttled or transient
-// failure rests ep and is tried again (attempts in all) after the wait the server asked for
-// or ep's backoff. Other failures (a bad request, denied credentials) neither rest ep nor are
-// tried again. A wait that would outlast ctx's deadline is not begun: the call fails at once
-// and says until when the endpoint rests, and the next poll, not this one, calls it again.
+// call runs op against endpoint ep through the portable loop (providers.Loop.CallN): it
+// waits out ep's rest when that fits ctx, and a throttled or transient failure rests ep and
+// is tried again (attempts in all); Classify says which failures those are.
 func (p *Provider) call(ctx context.Context, ep string, attempts int, op func(context.Context) error) error {
-	for attempt := 1; ; attempt++ {
-		if err := p.gates.Wait(ctx, ep); err != nil {
-			var te *throttle.Error
-			if errors.As(err, &te) {
-				return fmt.Errorf("not called: %w", err)
-			}
-			return err
-		}
-		err := op(ctx)
-		if err == nil {
-			p.gates.Succeeded(ep)
-			return nil
-		}
-		if ctx.Err() != nil {
-			if errors.Is(err, ctx.Err()) {
-				return err
-			}
-			return fmt.Errorf("%w (%v)", ctx.Err(), err)
-		}
-		after, asked := retryAfter(err)
-		if !asked && !retryable(err) {
-			return err // the request is wrong, not the endpoint busy: nothing to back off from
-		}
-		if !asked {
-			after = -1
-		}
-		wait := p.gates.Throttled(ep, after, err)
-		if attempt >= attempts {
-			return err
-		}
-		if p.gates.Ready(ctx, ep) != nil {
-			return fmt.Errorf("%w (%s now rests %v before the next try, longer than this poll may wait)", err, ep, wait.Round(time.Millisecond))
-		}
-		p.log.Debug("aws call failed; trying again", "endpoint", ep, "attempt", attempt, "wait", wait, "error", err)
+	return p.loop.CallN(ctx, ep, attempts, op)
+}
+
+// Classify: a failure that named a Retry-After, a throttle or a transient failure rests the
+// endpoint and is tried again; anything else (a bad request, denied credentials) neither.
+func (d driver) Classify(err error) providers.Verdict {
+	after, asked := retryAfter(err)
+	if !asked && !retryable(err) {
+		return providers.Permanent // the request is wrong, not the endpoint busy
 	}
+	if !asked {
+		after = -1
+	}
+	return providers.Verdict{Rest: true, Retry: true, After: after}
 }
 
 var (

@@ -16,7 +16,7 @@ func TestConformance(t *testing.T) {
 		c.Type = "m7i.large" // not a GPU type: 1 slot
 		f := newFake(t, a, b, c)
 		return providertest.Group{
-			Provider: newProvider(t, f, aws.Config{}),
+			Provider: newProvider(t, f, aws.Config{SQSQueueURL: f.queueURL}),
 			Want:     []providers.Host{a.host(8), b.host(1), c.host(1)},
 			Change: func(t *testing.T) []providers.Host {
 				d := inst(4)
@@ -37,6 +37,21 @@ func TestConformance(t *testing.T) {
 				f.mu.Lock()
 				f.stall = true
 				f.mu.Unlock()
+			},
+			// A spot interruption through EventBridge; SQS redelivers it.
+			Announce: func(t *testing.T) func(t *testing.T) {
+				ev := eventData{ID: "ev-spot", Instance: a.ID}
+				f.send("spot_interruption.json", ev)
+				return func(t *testing.T) { f.send("spot_interruption.json", ev) }
+			},
+			// A scale-in: a terminate lifecycle action, answered with CompleteLifecycleAction.
+			AnnounceAnswerable: func(t *testing.T) {
+				f.send("lifecycle_terminate.json", eventData{ID: "ev-scalein", Instance: a.ID, Token: "tok-a", Hook: "drain-hook"})
+			},
+			Answered: func(t *testing.T) int {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				return len(f.completed)
 			},
 		}
 	}})

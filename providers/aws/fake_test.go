@@ -304,9 +304,19 @@ func (f *fakeAWS) serve(w http.ResponseWriter, r *http.Request) {
 	case "DescribeSpotPriceHistory":
 		f.describeSpotPrices(w, form)
 	case "CompleteLifecycleAction":
+		// As Auto Scaling does, an action completed once is no longer pending.
 		f.mu.Lock()
-		f.completed = append(f.completed, form)
+		tok := form.Get("LifecycleActionToken")
+		done := slices.ContainsFunc(f.completed, func(c url.Values) bool { return c.Get("LifecycleActionToken") == tok })
+		if !done {
+			f.completed = append(f.completed, form)
+		}
 		f.mu.Unlock()
+		if done {
+			f.writeFault(w, op, sqsCall, fault{status: 400, code: "ValidationError",
+				msg: "No active Lifecycle Action found with token " + tok})
+			return
+		}
 		f.writeFile(w, http.StatusOK, "text/xml", "complete_lifecycle_action.xml")
 	case "ReceiveMessage":
 		f.receive(w, r, body)

@@ -40,17 +40,14 @@ func (p *Provider) Notices(ctx context.Context) ([]providers.Notice, error) {
 	if p.cfg.SQSQueueURL == "" {
 		return nil, nil
 	}
+	return p.loop.Notices(ctx)
+}
+
+// ListNotices is one receive (the loop takes turns, de-duplicates and prefixes).
+func (d driver) ListNotices(ctx context.Context) ([]providers.Notice, error) {
+	p := d.p
 	fail := func(err error) ([]providers.Notice, error) {
-		return nil, fmt.Errorf("aws: notices from %s (%s): %w", p.cfg.SQSQueueURL, p.where(), err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fail(err)
-	}
-	select {
-	case p.noticesTurn <- struct{}{}:
-		defer func() { <-p.noticesTurn }()
-	case <-ctx.Done():
-		return fail(ctx.Err())
+		return nil, fmt.Errorf("notices from %s: %w", p.cfg.SQSQueueURL, err)
 	}
 	if err := p.clients(ctx); err != nil {
 		return fail(err)
@@ -109,12 +106,7 @@ func (p *Provider) Notices(ctx context.Context) ([]providers.Notice, error) {
 		}
 	}
 	p.delete(ctx, del)
-	if len(notices) > 0 {
-		// The group is changing: the next Hosts asks the APIs rather than the cache.
-		p.mu.Lock()
-		p.cachedAt = time.Time{}
-		p.mu.Unlock()
-	}
+	// Notices mean the group is changing: the loop makes the next Hosts ask the APIs.
 	return notices, nil
 }
 
@@ -143,17 +135,24 @@ func (p *Provider) delete(ctx context.Context, entries []sqstypes.DeleteMessageB
 
 // CompleteNotice lets a terminating instance go once its workers are gone: it answers the
 // lifecycle action of a ScaleIn notice with CONTINUE. Other notices need no answer. An action
-// that is no longer pending (completed elsewhere, or timed out) counts as completed.
+// that is no longer pending (completed elsewhere, or timed out) counts as completed, and so
+// does one completed before (the loop remembers it and calls nothing).
 func (p *Provider) CompleteNotice(ctx context.Context, n providers.Notice) error {
+	return p.loop.CompleteNotice(ctx, n)
+}
+
+// AnswerNotice answers one lifecycle action.
+func (d driver) AnswerNotice(ctx context.Context, n providers.Notice) error {
+	p := d.p
 	if n.Kind != providers.ScaleIn || n.Token == "" {
 		return nil
 	}
 	var t lifecycleToken
 	if err := json.Unmarshal([]byte(n.Token), &t); err != nil || t.ASG == "" || t.Token == "" {
-		return fmt.Errorf("aws: complete notice %s: its token was not made by this provider", n.ID)
+		return fmt.Errorf("complete notice %s: its token was not made by this provider", n.ID)
 	}
 	if err := p.clients(ctx); err != nil {
-		return fmt.Errorf("aws: complete the lifecycle action of %s: %w", t.Instance, err)
+		return fmt.Errorf("complete the lifecycle action of %s: %w", t.Instance, err)
 	}
 	err := p.call(ctx, epASG, maxAttempts, func(ctx context.Context) error {
 		_, err := p.asg.CompleteLifecycleAction(ctx, &autoscaling.CompleteLifecycleActionInput{
@@ -171,7 +170,7 @@ func (p *Provider) CompleteNotice(ctx context.Context, n providers.Notice) error
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("aws: complete the lifecycle action of %s (group %q, hook %q): %w",
+		return fmt.Errorf("complete the lifecycle action of %s (group %q, hook %q): %w",
 			t.Instance, t.ASG, t.Hook, explain(err, "autoscaling:CompleteLifecycleAction"))
 	}
 	return nil

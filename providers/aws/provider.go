@@ -6,9 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
-	"time"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -45,9 +43,9 @@ type Provider struct {
 	cfg Config
 	log *slog.Logger
 
-	// hostsTurn and noticesTurn let one poll of each kind run at a time; a caller waits for
-	// its turn under its own context (a channel, unlike a mutex, can be given up on).
-	hostsTurn, noticesTurn chan struct{}
+	// loop is the portable part: one poll of each kind at a time, the reuse of hosts within
+	// MinInterval, the retries of each endpoint (backoff.go), the "aws: " prefix.
+	loop *providers.Loop
 
 	initMu sync.Mutex // guards the lazy construction of the clients below
 	ready  bool
@@ -56,14 +54,12 @@ type Provider struct {
 	ec2    ec2API
 	sqs    sqsAPI
 
-	// gates: autoscaling, ec2 and sqs rest independently after failures (backoff.go).
-	gates *throttle.Gates
-
-	mu       sync.Mutex       // guards what follows: small, never held across a call
-	cached   []providers.Host // the last successful poll's hosts
-	cachedAt time.Time        // when it started; zero before the first
-	members  map[string]bool  // every instance of the group at the last poll; nil before
+	mu      sync.Mutex      // guards what follows: small, never held across a call
+	members map[string]bool // every instance of the group at the last poll; nil before
 }
+
+// driver is the cloud's own part of the provider, under the loop: its SDK calls.
+type driver struct{ p *Provider }
 
 // New checks cfg and returns its provider. It makes no call and reads no file: the SDK's
 // configuration and credentials are loaded on the first poll, whose error says what is wrong.
@@ -72,11 +68,12 @@ func New(cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Provider{
-		cfg: cfg, log: cfg.Logger.With("provider", "aws"),
-		hostsTurn: make(chan struct{}, 1), noticesTurn: make(chan struct{}, 1),
-		gates: throttle.New(throttle.Config{Jitter: true}),
-	}, nil
+	p := &Provider{cfg: cfg, log: cfg.Logger.With("provider", "aws")}
+	p.loop = providers.NewLoop(providers.LoopConfig{
+		Name: "aws", Where: p.where, MinInterval: cfg.MinInterval, Tries: maxAttempts,
+		Gates: throttle.Config{Jitter: true}, Logger: p.log,
+	}, driver{p})
+	return p, nil
 }
 
 // clients builds the SDK clients once: region, endpoint and credentials from cfg and the SDK's
@@ -145,32 +142,19 @@ func (p *Provider) regionWhere() string {
 // yet are left out. A call within MinInterval of the last successful poll returns that poll's
 // result and calls nothing.
 func (p *Provider) Hosts(ctx context.Context) ([]providers.Host, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("aws: %s: %w", p.where(), err)
-	}
-	select {
-	case p.hostsTurn <- struct{}{}:
-		defer func() { <-p.hostsTurn }()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("aws: %s: %w", p.where(), ctx.Err())
-	}
-	p.mu.Lock()
-	if !p.cachedAt.IsZero() && time.Since(p.cachedAt) < p.cfg.MinInterval {
-		hosts := slices.Clone(p.cached)
-		p.mu.Unlock()
-		return hosts, nil
-	}
-	p.mu.Unlock()
+	return p.loop.Hosts(ctx)
+}
 
-	start := time.Now()
-	hosts, members, err := p.discover(ctx)
+// ListHosts is one poll of the APIs; it remembers the group's members for Notices.
+func (d driver) ListHosts(ctx context.Context) ([]providers.Host, error) {
+	hosts, members, err := d.p.discover(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("aws: %s: %w", p.where(), err)
+		return nil, err
 	}
-	p.mu.Lock()
-	p.cached, p.cachedAt, p.members = hosts, start, members
-	p.mu.Unlock()
-	return slices.Clone(hosts), nil
+	d.p.mu.Lock()
+	d.p.members = members
+	d.p.mu.Unlock()
+	return hosts, nil
 }
 
 var (

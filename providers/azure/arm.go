@@ -155,12 +155,15 @@ func collect[T any](ctx context.Context, p *Provider, op string, pg pages[T]) ([
 		if n == maxPages {
 			return nil, fmt.Errorf("more than %d pages: the API keeps returning a nextLink", maxPages)
 		}
-		items, next, err := pg.Next(p.retryContext(ctx))
+		var items []T
+		var next string
+		err := p.loop.Call(ctx, op, func(ctx context.Context) (err error) {
+			items, next, err = pg.Next(p.retryContext(ctx))
+			return err
+		})
 		if err != nil {
-			p.observe(op, err)
 			return nil, err
 		}
-		p.gates.Succeeded(op)
 		if items == nil { // ARM sends "value": [] for an empty page; an empty 200 decodes to nothing
 			return nil, fmt.Errorf("page %d has no \"value\" list: the response is malformed", n+1)
 		}
@@ -177,13 +180,12 @@ func collect[T any](ctx context.Context, p *Provider, op string, pg pages[T]) ([
 
 // callOnce makes one unpaged call through the endpoint's gate.
 func callOnce[T any](ctx context.Context, p *Provider, op string, call func(context.Context) (T, error)) (T, error) {
-	r, err := call(p.retryContext(ctx))
-	if err != nil {
-		p.observe(op, err)
-		return r, err
-	}
-	p.gates.Succeeded(op)
-	return r, nil
+	var r T
+	err := p.loop.Call(ctx, op, func(ctx context.Context) (err error) {
+		r, err = call(p.retryContext(ctx))
+		return err
+	})
+	return r, err
 }
 
 // retryContext caps the SDK's wait for a Retry-After by what is left of the poll: a wait the

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
@@ -21,7 +20,6 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 
 	"github.com/elasticd/elasticd/providers"
-	"github.com/elasticd/elasticd/providers/throttle"
 )
 
 // Defaults of Config.
@@ -133,15 +131,16 @@ type Provider struct {
 	cfg   Config
 	api   api
 	log   *slog.Logger
-	where string // the scale set, its resource group and subscription, for messages
+	where string // the scale set, its resource group and subscription, after "azure: "
 
-	// sem serialises polls; unlike a mutex, waiting for it honours the poll's context.
-	// Everything below is touched only while holding it.
-	sem     chan struct{}
-	hosts   []providers.Host
-	fetched time.Time       // when hosts were refreshed; zero before the first success
-	gates   *throttle.Gates // keyed by opScaleSet, opVMs, opNICs
+	// loop is the portable part: one poll at a time, the reuse of hosts within
+	// MinInterval, each endpoint's gate (keyed by opScaleSet, opVMs, opNICs; throttle.go),
+	// the "azure: " prefix.
+	loop *providers.Loop
 }
+
+// driver is the cloud's own part of the provider, under the loop: its SDK calls.
+type driver struct{ p *Provider }
 
 // New makes a provider; it does not call the network: a missing scale set or credential
 // shows on the first poll, with what to fix.
@@ -166,60 +165,47 @@ func New(cfg Config) (*Provider, error) {
 }
 
 func newProvider(cfg Config, a api) *Provider {
-	return &Provider{
+	p := &Provider{
 		cfg: cfg,
 		api: a,
 		log: cfg.Logger.With("provider", "azure"),
 		where: fmt.Sprintf("scale set %q (resource group %q, subscription %q)",
 			cfg.VMSS, cfg.ResourceGroup, cfg.Subscription),
-		sem:   make(chan struct{}, 1),
-		gates: throttle.New(throttle.Config{}),
 	}
+	// One request per Call: the SDK retries within a request (throttle.go).
+	p.loop = providers.NewLoop(providers.LoopConfig{
+		Name: "azure", Where: func() string { return p.where }, MinInterval: cfg.MinInterval,
+		Tries: 1, Logger: p.log,
+	}, driver{p})
+	return p
 }
 
 // Hosts lists the scale set's VMs that have a private IP. A VM being deleted, stopped or
 // deallocated is listed with Leaving set; one still being created or started is not listed.
 // Within MinInterval of the last successful refresh it returns that refresh's hosts.
 func (p *Provider) Hosts(ctx context.Context) ([]providers.Host, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("azure %s: %w", p.where, err)
-	}
-	select {
-	case p.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("azure %s: waiting for the poll in progress: %w", p.where, ctx.Err())
-	}
-	defer func() { <-p.sem }()
-	if err := ctx.Err(); err != nil { // both were ready and select took the semaphore
-		return nil, fmt.Errorf("azure %s: %w", p.where, err)
-	}
-	if !p.fetched.IsZero() && time.Since(p.fetched) < p.cfg.MinInterval {
-		return slices.Clone(p.hosts), nil
-	}
-	hosts, err := p.refresh(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p.hosts, p.fetched = hosts, time.Now()
-	return slices.Clone(hosts), nil
+	return p.loop.Hosts(ctx)
 }
+
+// ListHosts is one refresh from the API.
+func (d driver) ListHosts(ctx context.Context) ([]providers.Host, error) { return d.p.refresh(ctx) }
 
 // refresh reads the scale set, its VMs and its network interfaces: 1 + pages + pages calls.
 func (p *Provider) refresh(ctx context.Context) ([]providers.Host, error) {
 	if err := p.open(); err != nil {
-		return nil, fmt.Errorf("azure %s: %w", p.where, err)
+		return nil, err
 	}
 	ss, err := callOnce(ctx, p, opScaleSet, p.api.scaleSet)
 	if err != nil {
 		return nil, p.explain(ctx, opScaleSet, err)
 	}
 	if ss.ID == nil && ss.Name == nil {
-		return nil, fmt.Errorf("azure %s: %s: the answer names no scale set: the response is malformed", p.where, opScaleSet)
+		return nil, fmt.Errorf("%s: the answer names no scale set: the response is malformed", opScaleSet)
 	}
 	if ss.Properties != nil && ss.Properties.OrchestrationMode != nil &&
 		*ss.Properties.OrchestrationMode == armcompute.OrchestrationModeFlexible {
-		return nil, fmt.Errorf("azure %s uses Flexible orchestration; elasticd lists Uniform scale sets only "+
-			"(create it with orchestration mode Uniform, e.g. azurerm_linux_virtual_machine_scale_set)", p.where)
+		return nil, errors.New("uses Flexible orchestration; elasticd lists Uniform scale sets only " +
+			"(create it with orchestration mode Uniform, e.g. azurerm_linux_virtual_machine_scale_set)")
 	}
 	vms, err := collect(ctx, p, opVMs, p.api.vms())
 	if err != nil {
@@ -234,11 +220,11 @@ func (p *Provider) refresh(ctx context.Context) ([]providers.Host, error) {
 	}
 	addrs, err := addresses(nics)
 	if err != nil {
-		return nil, fmt.Errorf("azure %s: %s: %w", p.where, opNICs, err)
+		return nil, fmt.Errorf("%s: %w", opNICs, err)
 	}
 	hosts, err := p.hostsOf(ss, vms, addrs)
 	if err != nil {
-		return nil, fmt.Errorf("azure %s: %s: %w", p.where, opVMs, err)
+		return nil, fmt.Errorf("%s: %w", opVMs, err)
 	}
 	return hosts, nil
 }

@@ -32,18 +32,18 @@ func (p *Provider) explain(ctx context.Context, op string, err error) error {
 		if !errors.Is(err, cerr) {
 			err = fmt.Errorf("%w (%v)", cerr, err)
 		}
-		return fmt.Errorf("azure %s: %s: %w", p.where, op, err)
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	var ce *credentialError
 	if errors.As(err, &ce) {
-		return &apiError{err: err, msg: fmt.Sprintf("azure %s: %s: no usable Azure credentials: %s; "+
+		return &apiError{err: err, msg: fmt.Sprintf("%s: no usable Azure credentials: %s; "+
 			"sign in with `az login`, give this machine a managed identity (AZURE_CLIENT_ID names a user-assigned one), "+
 			"or set AZURE_TENANT_ID, AZURE_CLIENT_ID and AZURE_CLIENT_SECRET",
-			p.where, op, clip(oneLine(ce.err.Error()), 600))}
+			op, clip(oneLine(ce.err.Error()), 600))}
 	}
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) {
-		return fmt.Errorf("azure %s: %s: %w", p.where, op, err)
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	code, msg := armError(re)
 	what := fmt.Sprintf("HTTP %d", re.StatusCode)
@@ -57,28 +57,28 @@ func (p *Provider) explain(ctx context.Context, op string, err error) error {
 	c := p.cfg
 	switch {
 	case re.StatusCode == http.StatusUnauthorized:
-		e.msg = fmt.Sprintf("azure %s: %s: the credentials were rejected (%s); check that the identity "+
+		e.msg = fmt.Sprintf("%s: the credentials were rejected (%s); check that the identity "+
 			"belongs to the tenant of subscription %q (AZURE_TENANT_ID) and that its secret or token is current",
-			p.where, op, what, c.Subscription)
+			op, what, c.Subscription)
 	case re.StatusCode == http.StatusForbidden:
-		e.msg = fmt.Sprintf("azure %s: %s: access denied (%s); give the identity the Reader role on resource group %q, "+
+		e.msg = fmt.Sprintf("%s: access denied (%s); give the identity the Reader role on resource group %q, "+
 			"or a role with Microsoft.Compute/virtualMachineScaleSets/read, Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read "+
 			"and Microsoft.Network/networkInterfaces/read (see docs/providers/azure.md)",
-			p.where, op, what, c.ResourceGroup)
+			op, what, c.ResourceGroup)
 	case strings.EqualFold(code, "SubscriptionNotFound") || strings.EqualFold(code, "InvalidSubscriptionId"):
-		e.msg = fmt.Sprintf("azure %s: subscription %q not found (%s): check --subscription, and that the identity has access to it",
-			p.where, c.Subscription, what)
+		e.msg = fmt.Sprintf("subscription %q not found (%s): check --subscription, and that the identity has access to it",
+			c.Subscription, what)
 	case strings.EqualFold(code, "ResourceGroupNotFound"):
-		e.msg = fmt.Sprintf("azure %s: resource group %q not found in subscription %q (%s): check --resource-group and --subscription",
-			p.where, c.ResourceGroup, c.Subscription, what)
+		e.msg = fmt.Sprintf("resource group %q not found in subscription %q (%s): check --resource-group and --subscription",
+			c.ResourceGroup, c.Subscription, what)
 	case re.StatusCode == http.StatusNotFound:
-		e.msg = fmt.Sprintf("azure %s: scale set %q not found in resource group %q of subscription %q (%s): check --vmss, --resource-group and --subscription",
-			p.where, c.VMSS, c.ResourceGroup, c.Subscription, what)
+		e.msg = fmt.Sprintf("scale set %q not found in resource group %q of subscription %q (%s): check --vmss, --resource-group and --subscription",
+			c.VMSS, c.ResourceGroup, c.Subscription, what)
 	case re.StatusCode == http.StatusTooManyRequests:
 		e.throttled = true
-		e.msg = fmt.Sprintf("azure %s: %s: throttled by Azure Resource Manager (%s); backing off", p.where, op, what)
+		e.msg = fmt.Sprintf("%s: throttled by Azure Resource Manager (%s); backing off", op, what)
 	default:
-		e.msg = fmt.Sprintf("azure %s: %s: %s", p.where, op, what)
+		e.msg = fmt.Sprintf("%s: %s", op, what)
 	}
 	return e
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 
+	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/providers/throttle"
 )
 
@@ -23,7 +24,7 @@ var ErrThrottled = errors.New("throttled by Azure Resource Manager")
 // the server's Retry-After, or the endpoint's own back-off when it names none, and polls
 // until then fail at once with ErrThrottled instead of calling it.
 
-// Endpoints, the keys of Provider.gates, named as errors name them.
+// Endpoints, the keys of the loop's gates, named as errors name them.
 const (
 	opScaleSet = "get scale set"
 	opVMs      = "list scale set VMs"
@@ -35,29 +36,29 @@ const (
 func (p *Provider) open() error {
 	for _, op := range []string{opScaleSet, opVMs, opNICs} {
 		var te *throttle.Error
-		if err := p.gates.Open(op); errors.As(err, &te) {
+		if err := p.loop.Open(op); errors.As(err, &te) {
 			return fmt.Errorf("%s: %w; not calling it again for %v", op, ErrThrottled, te.Wait.Round(time.Millisecond))
 		}
 	}
 	return nil
 }
 
-// observe closes op's gate when err is a throttled response: HTTP 429, or 503 with a
-// Retry-After.
-func (p *Provider) observe(op string, err error) {
+// Classify: a throttled response (HTTP 429, or 503 with a Retry-After) rests the endpoint
+// for the server's Retry-After, or its own back-off; it is not retried here, as the SDK
+// already retried it within the request.
+func (d driver) Classify(err error) providers.Verdict {
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) {
-		return
+		return providers.Permanent
 	}
 	ra, said := retryAfter(re.RawResponse, time.Now())
 	if re.StatusCode == http.StatusTooManyRequests || (re.StatusCode == http.StatusServiceUnavailable && said) {
 		if !said {
 			ra = -1
 		}
-		wait := p.gates.Throttled(op, ra, err)
-		p.log.Warn("Azure Resource Manager throttled discovery; backing off",
-			"endpoint", op, "status", re.StatusCode, "retry_after", ra, "wait", wait)
+		return providers.Verdict{Rest: true, After: ra}
 	}
+	return providers.Permanent
 }
 
 // retryAfter is how long the response asks to wait, and whether it says; the headers are

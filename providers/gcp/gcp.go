@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/url"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -95,16 +94,20 @@ func (c Config) Validate() error {
 type Provider struct {
 	cfg   Config
 	log   *slog.Logger
-	where string // "gcp MIG "m" (project "p", zone "z")", the context of every error
+	where string // `MIG "m" (project "p", zone "z")`, after the "gcp: " of every error
 
-	// turn is held by the poll in progress; waiting for it honours the context. It guards
-	// everything below.
-	turn     chan struct{}
-	api      computeAPI // nil until the first poll makes it
-	cached   []providers.Host
-	cachedAt time.Time // start of the poll that produced cached; zero: nothing cached
-	gates    *throttle.Gates
+	// loop is the portable part: one poll at a time, the reuse of hosts within
+	// MinInterval, each endpoint's gate and retries (throttle.go), the "gcp: " prefix.
+	loop *providers.Loop
+
+	// apiTurn is held while the SDK clients are used or closed; waiting for it honours the
+	// context. It guards api.
+	apiTurn chan struct{}
+	api     computeAPI // nil until the first poll makes it
 }
+
+// driver is the cloud's own part of the provider, under the loop: its SDK calls.
+type driver struct{ p *Provider }
 
 // New checks cfg and returns a provider. It does not touch the network: the SDK clients, and
 // with them the credentials, are made by the first poll.
@@ -124,48 +127,41 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.Region != "" {
 		loc = "region " + fmt.Sprintf("%q", cfg.Region)
 	}
-	return &Provider{
-		cfg:   cfg,
-		log:   log.With("provider", "gcp"),
-		where: fmt.Sprintf("gcp MIG %q (project %q, %s)", cfg.MIG, cfg.Project, loc),
-		turn:  make(chan struct{}, 1),
-		gates: throttle.New(throttle.Config{}),
-	}, nil
+	p := &Provider{
+		cfg:     cfg,
+		log:     log.With("provider", "gcp"),
+		where:   fmt.Sprintf("MIG %q (project %q, %s)", cfg.MIG, cfg.Project, loc),
+		apiTurn: make(chan struct{}, 1),
+	}
+	p.loop = providers.NewLoop(providers.LoopConfig{
+		Name: "gcp", Where: func() string { return p.where }, MinInterval: cfg.MinInterval,
+		Tries: throttle.Tries, Throttled: ErrThrottled, Logger: p.log,
+	}, driver{p})
+	return p, nil
 }
 
 // Hosts lists the group's instances that have an internal IP: RUNNING ones, and those the
 // cloud is taking away (Leaving; see leaving). Within MinInterval of the last API poll it
 // returns that poll's hosts without calling the API. The result belongs to the caller.
 func (p *Provider) Hosts(ctx context.Context) ([]providers.Host, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", p.where, err)
-	}
-	select {
-	case p.turn <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%s: waiting for the poll in progress: %w", p.where, ctx.Err())
-	}
-	defer func() { <-p.turn }()
+	return p.loop.Hosts(ctx)
+}
 
-	if !p.cachedAt.IsZero() && time.Since(p.cachedAt) < p.cfg.MinInterval {
-		return slices.Clone(p.cached), nil
+// ListHosts is one poll of the API.
+func (d driver) ListHosts(ctx context.Context) ([]providers.Host, error) {
+	select {
+	case d.p.apiTurn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	start := time.Now()
-	hosts, err := p.poll(ctx)
-	if err != nil {
-		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-			err = fmt.Errorf("%w (the poll's context: %w)", err, cerr)
-		}
-		return nil, err
-	}
-	p.cached, p.cachedAt = hosts, start
-	return slices.Clone(hosts), nil
+	defer func() { <-d.p.apiTurn }()
+	return d.p.poll(ctx)
 }
 
 // Close releases the SDK clients' connections. A poll after Close makes new clients.
 func (p *Provider) Close() error {
-	p.turn <- struct{}{}
-	defer func() { <-p.turn }()
+	p.apiTurn <- struct{}{}
+	defer func() { <-p.apiTurn }()
 	if p.api == nil {
 		return nil
 	}

@@ -26,9 +26,9 @@ func (p *Provider) poll(ctx context.Context) ([]providers.Host, error) {
 	if p.api == nil {
 		api, err := newSDKAPI(ctx, p.cfg)
 		if err != nil {
-			return nil, fmt.Errorf("%s: make the Compute Engine client (credentials come from "+
+			return nil, fmt.Errorf("make the Compute Engine client (credentials come from "+
 				"Application Default Credentials: GOOGLE_APPLICATION_CREDENTIALS, `gcloud auth "+
-				"application-default login`, or the VM's service account): %w", p.where, err)
+				"application-default login`, or the VM's service account): %w", err)
 		}
 		p.api = api
 	}
@@ -261,20 +261,20 @@ func (p *Provider) explain(err error, what string) error {
 	if errors.As(err, &ge) {
 		switch {
 		case ge.Code == http.StatusNotFound && what == "list managed instances":
-			return fmt.Errorf("%s: %s: the group was not found (HTTP 404): check --mig, --project and %s; %s: %w",
-				p.where, what, loc, other, err)
+			return fmt.Errorf("%s: the group was not found (HTTP 404): check --mig, --project and %s; %s: %w",
+				what, loc, other, err)
 		case ge.Code == http.StatusUnauthorized:
-			return fmt.Errorf("%s: %s: the credentials were refused (HTTP 401): check Application Default "+
+			return fmt.Errorf("%s: the credentials were refused (HTTP 401): check Application Default "+
 				"Credentials (GOOGLE_APPLICATION_CREDENTIALS, `gcloud auth application-default login`, or the VM's "+
-				"service account): %w", p.where, what, err)
+				"service account): %w", what, err)
 		case ge.Code == http.StatusForbidden && !rateLimited(ge):
-			return fmt.Errorf("%s: %s: permission denied (HTTP 403): the credentials need "+
+			return fmt.Errorf("%s: permission denied (HTTP 403): the credentials need "+
 				"compute.instanceGroupManagers.get and compute.instances.list on project %q (e.g. roles/compute.viewer), "+
 				"a VM's service account the compute.readonly or cloud-platform scope, and the project the Compute "+
-				"Engine API enabled: %w", p.where, what, p.cfg.Project, err)
+				"Engine API enabled: %w", what, p.cfg.Project, err)
 		}
 	}
-	return fmt.Errorf("%s: %s: %w", p.where, what, err)
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // clip shortens s for an error message.

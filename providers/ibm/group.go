@@ -53,17 +53,16 @@ type Provider struct {
 	auth  *authProbe // the api's authenticator
 	noKey error      // no credentials: every poll returns it
 
-	// sem admits one poll at a time; it guards every field below. A channel rather than a
-	// mutex so that a caller waiting behind a slow poll still honours its context.
-	sem     chan struct{}
-	groupID string // the resolved --instance-group; "" until found, or after it vanished
-	polled  bool
-	last    time.Time // when the last poll that reached the API started
-	hosts   []providers.Host
-	err     error
-	gates   *throttle.Gates // keyed by opGroups, opMemberships, opInstances
+	// loop is the portable part: one poll at a time (it guards every field below), the
+	// reuse of a poll's hosts or error within MinInterval, each endpoint's gate (keyed by
+	// opGroups, opMemberships, opInstances) and retries, the "ibm: " prefix.
+	loop    *providers.Loop
+	groupID string          // the resolved --instance-group; "" until found, or after it vanished
 	leaving map[string]bool // IDs listed as Leaving by the last good poll, to log each once
 }
+
+// driver is the cloud's own part of the provider, under the loop: its SDK calls.
+type driver struct{ p *Provider }
 
 // New checks cfg and makes the provider; it does not touch the network. Credentials come from
 // cfg.Authenticator, else the SDK's external configuration for the "vpc" service
@@ -79,21 +78,21 @@ func New(cfg Config) (*Provider, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Provider{
-		cfg:   cfg,
-		log:   log.With("provider", "ibm"),
-		sem:   make(chan struct{}, 1),
-		gates: throttle.New(throttle.Config{Max: cfg.MaxBackoff, MaxRetryAfter: cfg.MaxBackoff}),
-	}
+	p := &Provider{cfg: cfg, log: log.With("provider", "ibm")}
+	p.loop = providers.NewLoop(providers.LoopConfig{
+		Name: "ibm", Where: func() string { return fmt.Sprintf("instance group %q (%s)", cfg.InstanceGroup, cfg.where()) },
+		MinInterval: cfg.MinInterval, KeepErrors: true, Tries: throttle.Tries,
+		Gates: throttle.Config{Max: cfg.MaxBackoff, MaxRetryAfter: cfg.MaxBackoff}, Logger: p.log,
+	}, driver{p})
 	a, err := authenticator(cfg)
 	if err != nil {
-		p.noKey = p.errorf("%v", err)
+		p.noKey = err
 		return p, nil
 	}
 	p.auth = &authProbe{Authenticator: a}
 	api, err := vpcv1.NewVpcV1(&vpcv1.VpcV1Options{URL: cfg.serviceURL(), Authenticator: p.auth})
 	if err != nil {
-		return nil, p.errorf("VPC API client: %v", err)
+		return nil, p.loop.Errorf("VPC API client: %v", err)
 	}
 	p.api = api
 	return p, nil
@@ -109,42 +108,16 @@ func New(cfg Config) (*Provider, error) {
 // A call sooner than MinInterval after the last one that reached the API returns that one's
 // hosts (a fresh copy) or error, without calling the API.
 func (p *Provider) Hosts(ctx context.Context) ([]providers.Host, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, p.errorf("%w", err)
-	}
-	select {
-	case p.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, p.errorf("waiting for the poll in progress: %w", ctx.Err())
-	}
-	defer func() { <-p.sem }()
-
-	start := time.Now()
-	if p.polled && start.Sub(p.last) < p.cfg.MinInterval {
-		if p.err != nil {
-			return nil, p.err
-		}
-		return slices.Clone(p.hosts), nil
-	}
-	hosts, err := p.poll(ctx)
-	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
-			// The caller gave up: that says nothing about the group, so nothing is kept.
-			if !errors.Is(err, cerr) {
-				err = fmt.Errorf("%w: %v", cerr, err)
-			}
-			return nil, err
-		}
-		p.polled, p.last, p.hosts, p.err = true, start, nil, err
-		return nil, err
-	}
-	p.polled, p.last, p.hosts, p.err = true, start, hosts, nil
-	return slices.Clone(hosts), nil
+	return p.loop.Hosts(ctx)
 }
 
-// errorf prefixes the group and where it is looked for to every error of the provider.
+// ListHosts is one poll of the API.
+func (d driver) ListHosts(ctx context.Context) ([]providers.Host, error) { return d.p.poll(ctx) }
+
+// errorf makes an error of the provider; the loop prefixes the group and where it is looked
+// for ("ibm: instance group "g" (region r): ").
 func (p *Provider) errorf(format string, args ...any) error {
-	return fmt.Errorf("ibm instance group %q (%s): "+format, append([]any{p.cfg.InstanceGroup, p.cfg.where()}, args...)...)
+	return fmt.Errorf(format, args...)
 }
 
 // poll reads the group from the API: the group's ID on the first poll, then its memberships
@@ -490,60 +463,102 @@ func statusOf(err error) int {
 	return 0
 }
 
-// call makes one request of endpoint op through its gate. It waits out the endpoint's
-// backoff when that fits the poll's deadline, and retries a throttled request
+// reqError is one failed request as call sees it: the error, the response (nil when none
+// came) and whether getting the IAM token failed.
+type reqError struct {
+	err  error
+	resp *core.DetailedResponse
+	auth error
+}
+
+// Error reads as the gate's reason for resting: the status, then what the API said.
+func (e *reqError) Error() string {
+	if s := e.status(); s != 0 {
+		return fmt.Sprintf("HTTP %d %s: %v", s, http.StatusText(s), e.err)
+	}
+	return e.err.Error()
+}
+func (e *reqError) Unwrap() error { return e.err }
+
+func (e *reqError) status() int {
+	if e.resp == nil {
+		return 0
+	}
+	return e.resp.StatusCode
+}
+
+// Classify: a throttled request (429, 503) rests the endpoint and is retried, waiting what
+// the server asked; a server error or a failed connection rests it but is not retried (the
+// next poll is); anything else (a failed IAM token, a refused request) neither.
+func (d driver) Classify(err error) providers.Verdict {
+	var re *reqError
+	if !errors.As(err, &re) || re.auth != nil {
+		return providers.Permanent
+	}
+	switch status := re.status(); {
+	case throttled(status):
+		return providers.Verdict{Rest: true, Retry: true, After: retryAfter(re.resp, time.Now())}
+	case status == 0 || status >= 500:
+		return providers.Verdict{Rest: true, After: retryAfter(re.resp, time.Now())}
+	}
+	return providers.Permanent
+}
+
+// call makes one request of endpoint op through the loop (providers.Loop.Call): it waits out
+// the endpoint's backoff when that fits the poll's deadline, and retries a throttled request
 // (throttle.Tries requests in all), waiting what the server asked. Other failures are
 // returned at once: polls are retried by the discovery watcher, not here.
 func (p *Provider) call(ctx context.Context, op, what string, do func() (*core.DetailedResponse, error)) error {
-	var throttledErr error
-	for attempt := 1; attempt <= throttle.Tries; attempt++ {
-		if err := p.gates.Wait(ctx, op); err != nil {
-			if te := (*throttle.Error)(nil); errors.As(err, &te) {
-				return backsOff(what, te)
-			}
-			return fmt.Errorf("%s: waiting out the endpoint's backoff: %w", what, err)
+	err := p.loop.Call(ctx, op, func(context.Context) error {
+		if p.auth != nil {
+			p.auth.err = nil
 		}
-		p.auth.err = nil
 		resp, err := do()
 		if err == nil {
-			p.gates.Succeeded(op)
 			return nil
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			return fmt.Errorf("%s: %w", what, cerr)
+		re := &reqError{err: err, resp: resp}
+		if p.auth != nil {
+			re.auth = p.auth.err
 		}
-		if p.auth.err != nil {
-			return fmt.Errorf("%s: getting an IAM token: %s; check the API key (IBMCLOUD_API_KEY, VPC_APIKEY) or the trusted profile",
-				what, strings.TrimSuffix(p.auth.err.Error(), "."))
-		}
-		now := time.Now()
-		status := 0
-		if resp != nil {
-			status = resp.StatusCode
-		}
-		switch {
-		case throttled(status):
-			why := fmt.Sprintf("HTTP %d %s: %v", status, http.StatusText(status), err)
-			ra := retryAfter(resp, now)
-			wait := p.gates.Throttled(op, ra, errors.New(why))
-			p.log.Warn("VPC API throttled; this endpoint backs off", "endpoint", op, "status", status,
-				"retry_after", ra, "wait", wait, "attempt", attempt)
-			throttledErr = fmt.Errorf("%s: %w %d times in a row (last %s); not before %s", what, ErrThrottled, attempt, why, p.gates.Until(op).Format(time.RFC3339))
-		case status == 0 || status >= 500:
-			why := fmt.Sprintf("%v", err)
-			if status != 0 {
-				why = fmt.Sprintf("HTTP %d %s: %v", status, http.StatusText(status), err)
-			}
-			wait := p.gates.Throttled(op, retryAfter(resp, now), errors.New(why))
-			p.log.Warn("VPC API request failed; this endpoint backs off", "endpoint", op, "error", why, "wait", wait)
-			return fmt.Errorf("%s: %s", what, why)
-		case status >= 200 && status < 300:
-			return fmt.Errorf("%s: malformed reply: %v", what, err)
-		default:
-			return fmt.Errorf("%s: %w", what, &httpError{status: status, msg: err.Error(), hint: hints[status]})
-		}
+		return re
+	})
+	if err == nil {
+		return nil
 	}
-	return throttledErr
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("%s: %w", what, cerr)
+	}
+	var te *throttle.Error
+	if errors.As(err, &te) {
+		return backsOff(what, te)
+	}
+	tries := 1
+	if rt := (*providers.RetryError)(nil); errors.As(err, &rt) {
+		tries = rt.Tries
+	}
+	var re *reqError
+	if !errors.As(err, &re) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if re.auth != nil {
+		return fmt.Errorf("%s: getting an IAM token: %s; check the API key (IBMCLOUD_API_KEY, VPC_APIKEY) or the trusted profile",
+			what, strings.TrimSuffix(re.auth.Error(), "."))
+	}
+	status := re.status()
+	switch {
+	case throttled(status):
+		why := fmt.Sprintf("HTTP %d %s: %v", status, http.StatusText(status), re.err)
+		return fmt.Errorf("%s: %w %d times in a row (last %s); not before %s", what, ErrThrottled, tries, why, p.loop.Until(op).Format(time.RFC3339))
+	case status == 0:
+		return fmt.Errorf("%s: %v", what, re.err)
+	case status >= 500:
+		return fmt.Errorf("%s: HTTP %d %s: %v", what, status, http.StatusText(status), re.err)
+	case status >= 200 && status < 300:
+		return fmt.Errorf("%s: malformed reply: %v", what, re.err)
+	default:
+		return fmt.Errorf("%s: %w", what, &httpError{status: status, msg: re.err.Error(), hint: hints[status]})
+	}
 }
 
 // hints say what to fix for the statuses that mean the setup is wrong.
@@ -554,7 +569,7 @@ var hints = map[int]string{
 
 // check fails, without waiting, when endpoint op is backing off past the poll's deadline.
 func (p *Provider) check(ctx context.Context, op, what string) error {
-	if te := (*throttle.Error)(nil); errors.As(p.gates.Ready(ctx, op), &te) {
+	if te := (*throttle.Error)(nil); errors.As(p.loop.Ready(ctx, op), &te) {
 		return backsOff(what, te)
 	}
 	return nil
@@ -567,8 +582,8 @@ func backsOff(what string, te *throttle.Error) error {
 }
 
 // authProbe tells a failed token request (a wrong API key, IAM unreachable) from an API error:
-// the SDK reports both as a failed request. Requests are made one at a time (under sem), so
-// err needs no lock.
+// the SDK reports both as a failed request. Requests are made one at a time (one poll at a
+// time, under the loop), so err needs no lock.
 type authProbe struct {
 	core.Authenticator
 	err error

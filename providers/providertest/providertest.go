@@ -36,6 +36,46 @@ type Group struct {
 	Fail func(t *testing.T)
 	// Stall makes every later poll wait until its context ends.
 	Stall func(t *testing.T)
+
+	// The notice cases run when Provider is a providers.Noticer; those that need a notice
+	// announced are skipped when Announce is nil.
+	//
+	// Announce makes the cloud announce that one of the group's hosts goes away (a spot
+	// interruption); the polls that follow must return it. It returns a func that delivers
+	// the same announcement again (a queue's redelivery, a metadata service answering
+	// again), after which the polls must return it under the same ID.
+	Announce func(t *testing.T) (again func(t *testing.T))
+	// AnnounceAnswerable is Announce for a notice that must be answered (a scale-in
+	// lifecycle action), for the CompleteNotice cases; nil when the cloud has none.
+	AnnounceAnswerable func(t *testing.T)
+	// Answered is how many answers the cloud has taken (nil: not known).
+	Answered func(t *testing.T) int
+}
+
+// NoticeHarness makes noticers that are not providers (a host's metadata service, which
+// the agent watches), for RunNotices.
+type NoticeHarness struct {
+	// NewSource returns a fresh noticer with nothing announced. Each subtest calls it once.
+	NewSource func(t *testing.T) NoticeSource
+}
+
+// NoticeSource is one noticer under test and what the harness can do to it; the fields
+// mean what Group's fields of the same names mean.
+type NoticeSource struct {
+	Noticer providers.Noticer
+	// HostIDs are the hosts its notices may name; nil: any.
+	HostIDs            []string
+	Announce           func(t *testing.T) (again func(t *testing.T))
+	AnnounceAnswerable func(t *testing.T)
+	Answered           func(t *testing.T) int
+	Stall              func(t *testing.T)
+}
+
+// RunNotices runs the notice cases of the suite (see runNotices) on noticers that are not
+// providers.
+func RunNotices(t *testing.T, h NoticeHarness) {
+	t.Helper()
+	runNotices(t, func(t *testing.T) NoticeSource { return h.NewSource(t) })
 }
 
 // prompt is how long a provider may take to notice that its context has ended.
@@ -47,9 +87,26 @@ const prompt = 2 * time.Second
 //   - the returned slice belongs to the caller: changing it does not change the next poll;
 //   - a context that has ended (before or during a poll) makes Hosts return promptly, with
 //     no hosts and an error that wraps ctx.Err();
-//   - a failed poll returns no hosts; a changed group shows on the next poll.
+//   - a failed poll returns no hosts; a changed group shows on the next poll;
+//
+// and, for a providers.Noticer (see runNotices), of Notices and CompleteNotice.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
+	runNotices(t, func(t *testing.T) NoticeSource {
+		g := h.NewGroup(t)
+		n, ok := g.Provider.(providers.Noticer)
+		if !ok {
+			t.Skip("the provider has no notices")
+		}
+		var ids []string
+		if g.Announce != nil || g.AnnounceAnswerable != nil {
+			for _, h := range poll(t, g.Provider) { // also tells the provider its group
+				ids = append(ids, h.ID)
+			}
+		}
+		return NoticeSource{Noticer: n, HostIDs: ids, Announce: g.Announce,
+			AnnounceAnswerable: g.AnnounceAnswerable, Answered: g.Answered, Stall: g.Stall}
+	})
 	t.Run("ValidHosts", func(t *testing.T) {
 		g := h.NewGroup(t)
 		got := poll(t, g.Provider)
@@ -239,4 +296,213 @@ func sameSet(t *testing.T, what string, got, want []providers.Host) {
 	if !slices.EqualFunc(g, w, providers.SameHost) {
 		t.Errorf("%s:\n got  %v\n want %v", what, g, w)
 	}
+}
+
+// runNotices checks a providers.Noticer:
+//   - with nothing announced, a poll answers no notices and no error;
+//   - an announced notice comes within a few polls, with a non-empty ID unique in its
+//     answer, a HostID of the group, a known Kind; delivered again, it has the same ID;
+//   - a context that has ended (before or during a poll) makes Notices return promptly with
+//     no notices and an error wrapping ctx.Err();
+//
+// and a providers.NoticeCompleter:
+//   - completing a notice that needs an answer succeeds and reaches the cloud; completing it
+//     again is harmless (no error: the cloud no longer holds it open);
+//   - completing a notice that needs no answer succeeds;
+//   - completing under an ended context fails with ctx's error.
+func runNotices(t *testing.T, newSource func(t *testing.T) NoticeSource) {
+	t.Run("NoticesEmpty", func(t *testing.T) {
+		src := newSource(t)
+		for i := range 2 {
+			if ns := pollNotices(t, src.Noticer); len(ns) != 0 {
+				t.Errorf("poll %d with nothing announced: %+v; want none", i+1, ns)
+			}
+		}
+	})
+	t.Run("NoticesStableIDs", func(t *testing.T) {
+		src := newSource(t)
+		if src.Announce == nil {
+			t.Skip("the harness cannot announce a notice")
+		}
+		again := src.Announce(t)
+		first := awaitNotices(t, src)
+		again(t)
+		second := awaitNotices(t, src)
+		if !slices.Equal(noticeIDs(first), noticeIDs(second)) {
+			t.Errorf("the same announcement delivered again: IDs %v, then %v; want the same", noticeIDs(first), noticeIDs(second))
+		}
+	})
+	for _, c := range []struct {
+		name string
+		want error
+	}{
+		{"NoticesCancelledContext", context.Canceled},
+		{"NoticesExpiredDeadline", context.DeadlineExceeded},
+		{"NoticesCancelDuringPoll", context.Canceled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := newSource(t)
+			ctx, cancel := context.WithCancel(t.Context())
+			switch c.name {
+			case "NoticesExpiredDeadline":
+				ctx, cancel = context.WithTimeout(t.Context(), 0)
+			case "NoticesCancelDuringPoll":
+				if src.Stall == nil {
+					t.Skip("the harness cannot stall this provider")
+				}
+				src.Stall(t)
+				time.AfterFunc(50*time.Millisecond, cancel)
+			default:
+				cancel()
+			}
+			defer cancel()
+			noticesEnded(t, src.Noticer, ctx, c.want)
+		})
+	}
+	completer := func(t *testing.T) (NoticeSource, providers.NoticeCompleter) {
+		src := newSource(t)
+		c, ok := src.Noticer.(providers.NoticeCompleter)
+		if !ok {
+			t.Skip("the notices need no answer")
+		}
+		return src, c
+	}
+	t.Run("CompleteNotice", func(t *testing.T) {
+		src, c := completer(t)
+		if src.AnnounceAnswerable == nil {
+			t.Skip("the harness cannot announce a notice that needs an answer")
+		}
+		src.AnnounceAnswerable(t)
+		ns := awaitNotices(t, src)
+		for _, nt := range ns {
+			if err := complete(t, c, t.Context(), nt); err != nil {
+				t.Fatalf("CompleteNotice(%s): %v", nt.ID, err)
+			}
+		}
+		if src.Answered != nil {
+			if n := src.Answered(t); n < 1 {
+				t.Errorf("the cloud took %d answers; want the notice's", n)
+			}
+		}
+		for _, nt := range ns {
+			if err := complete(t, c, t.Context(), nt); err != nil {
+				t.Errorf("CompleteNotice(%s) again: %v; want it harmless", nt.ID, err)
+			}
+		}
+	})
+	t.Run("CompleteNoticeWithoutAnswer", func(t *testing.T) {
+		src, c := completer(t)
+		if src.Announce == nil {
+			t.Skip("the harness cannot announce a notice")
+		}
+		src.Announce(t)
+		for _, nt := range awaitNotices(t, src) {
+			if err := complete(t, c, t.Context(), nt); err != nil {
+				t.Errorf("CompleteNotice(%s): %v", nt.ID, err)
+			}
+		}
+	})
+	t.Run("CompleteNoticeCancelledContext", func(t *testing.T) {
+		_, c := completer(t)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		err := complete(t, c, ctx, providers.Notice{ID: "n-1", HostID: "h-1", Kind: providers.ScaleIn})
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("CompleteNotice with an ended context: %v; want one wrapping context.Canceled", err)
+		}
+	})
+}
+
+// pollNotices polls once and fails the test on an error.
+func pollNotices(t *testing.T, n providers.Noticer) []providers.Notice {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ns, err := n.Notices(ctx)
+	if err != nil {
+		t.Fatalf("Notices: %v", err)
+	}
+	return ns
+}
+
+// awaitNotices polls until an answer has notices (at most 10 polls) and checks them.
+func awaitNotices(t *testing.T, src NoticeSource) []providers.Notice {
+	t.Helper()
+	for range 10 {
+		ns := pollNotices(t, src.Noticer)
+		if len(ns) == 0 {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, nt := range ns {
+			switch {
+			case nt.ID == "":
+				t.Errorf("notice %+v has no ID", nt)
+			case seen[nt.ID]:
+				t.Errorf("notice ID %q twice in one answer", nt.ID)
+			}
+			seen[nt.ID] = true
+			if src.HostIDs != nil && !slices.Contains(src.HostIDs, nt.HostID) {
+				t.Errorf("notice %s names host %q, not of the group", nt.ID, nt.HostID)
+			}
+			switch nt.Kind {
+			case providers.Interruption, providers.Rebalance, providers.ScaleIn, providers.Maintenance:
+			default:
+				t.Errorf("notice %s has kind %q", nt.ID, nt.Kind)
+			}
+		}
+		return ns
+	}
+	t.Fatal("no notice in 10 polls after the announcement")
+	return nil
+}
+
+func noticeIDs(ns []providers.Notice) []string {
+	ids := make([]string, 0, len(ns))
+	for _, n := range ns {
+		ids = append(ids, n.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// noticesEnded checks that Notices under a context that has ended, or soon ends, returns
+// promptly with an error wrapping want and no notices.
+func noticesEnded(t *testing.T, n providers.Noticer, ctx context.Context, want error) {
+	t.Helper()
+	type result struct {
+		ns  []providers.Notice
+		err error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		ns, err := n.Notices(ctx)
+		done <- result{ns, err}
+	}()
+	timer := time.NewTimer(prompt + 30*time.Second)
+	defer timer.Stop()
+	var r result
+	select {
+	case r = <-done:
+	case <-timer.C:
+		t.Fatal("Notices did not return after its context ended") // the goroutine is leaked: the provider is broken
+	}
+	if took := time.Since(start); took > prompt {
+		t.Errorf("Notices took %v to notice that its context ended; want under %v", took, prompt)
+	}
+	if !errors.Is(r.err, want) {
+		t.Errorf("Notices with an ended context: error %v; want one wrapping %v", r.err, want)
+	}
+	if len(r.ns) != 0 {
+		t.Errorf("Notices with an ended context returned notices %v", r.ns)
+	}
+}
+
+// complete completes n, bounded in time.
+func complete(t *testing.T, c providers.NoticeCompleter, ctx context.Context, n providers.Notice) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return c.CompleteNotice(ctx, n)
 }

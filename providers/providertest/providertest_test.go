@@ -2,9 +2,12 @@ package providertest_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,6 +50,59 @@ var brokenRules = map[string]string{
 	"no-slots":     `host "a" has 0 slots`,
 	"port-in-addr": "with port 22",
 	"unstable":     "poll 2:",
+
+	"notice-unstable-id":   "delivered again: IDs",
+	"notice-ignores-ctx":   "Notices with an ended context: error",
+	"notice-empty-id":      "has no ID",
+	"complete-again-fails": "again: no such lifecycle action; want it harmless",
+}
+
+// brokenNoticer is brokenProvider with notices, breaking one rule of theirs, chosen by name.
+type brokenNoticer struct {
+	*brokenProvider
+	mu       sync.Mutex
+	queue    []providers.Notice
+	sent     int
+	answered map[string]bool
+}
+
+func (p *brokenNoticer) announce(n providers.Notice) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.queue = append(p.queue, n)
+}
+
+func (p *brokenNoticer) Notices(ctx context.Context) ([]providers.Notice, error) {
+	if p.name != "notice-ignores-ctx" && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ns := p.queue
+	p.queue = nil
+	for i := range ns {
+		p.sent++
+		switch p.name {
+		case "notice-unstable-id":
+			ns[i].ID = fmt.Sprintf("%s-%d", ns[i].ID, p.sent)
+		case "notice-empty-id":
+			ns[i].ID = ""
+		}
+	}
+	return ns, nil
+}
+
+func (p *brokenNoticer) CompleteNotice(ctx context.Context, n providers.Notice) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.answered[n.ID] && p.name == "complete-again-fails" {
+		return errors.New("no such lifecycle action")
+	}
+	p.answered[n.ID] = true
+	return nil
 }
 
 // TestBrokenProvider runs the suite on one broken provider; TestSuiteCatchesBrokenProviders
@@ -57,7 +113,19 @@ func TestBrokenProvider(t *testing.T) {
 		t.Skip("run by TestSuiteCatchesBrokenProviders")
 	}
 	providertest.Run(t, providertest.Harness{NewGroup: func(t *testing.T) providertest.Group {
-		return providertest.Group{Provider: &brokenProvider{name: name, hosts: []providers.Host{{ID: "a", Addr: "a", Slots: 1}}}}
+		p := &brokenNoticer{brokenProvider: &brokenProvider{name: name, hosts: []providers.Host{{ID: "a", Addr: "a", Slots: 1}}},
+			answered: map[string]bool{}}
+		return providertest.Group{
+			Provider: p,
+			Announce: func(t *testing.T) func(t *testing.T) {
+				n := providers.Notice{ID: "ev-1", HostID: "a", Kind: providers.Interruption}
+				p.announce(n)
+				return func(t *testing.T) { p.announce(n) }
+			},
+			AnnounceAnswerable: func(t *testing.T) {
+				p.announce(providers.Notice{ID: "ev-2", HostID: "a", Kind: providers.ScaleIn, Token: "tok"})
+			},
+		}
 	}})
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/elasticd/elasticd/protocol"
@@ -13,53 +14,39 @@ import (
 const maxNotices = 64
 
 // watchNotices polls the metadata service until ctx ends and sends each new notice to the
-// driver. Failures are logged and retried with bounded backoff.
+// driver: providers.WatchNotices, the loop the driver runs over its provider too. Failures
+// are logged and retried with bounded backoff.
 func (a *agent) watchNotices(ctx context.Context) {
-	failures := 0
-	for ctx.Err() == nil {
-		ns, err := a.cfg.Notices.Notices(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			a.log.Warn("metadata service: cannot read interruption notices; retrying", "metadata", a.cfg.Metadata, "err", err, "retry_in", a.pause(failures))
-			if !a.backoff(ctx, failures) {
-				return
-			}
-			failures++
-			continue
-		}
-		if failures > 0 {
+	cfg := providers.WatchConfig{
+		Interval: a.cfg.NoticeInterval, MinBackoff: minBackoff, MaxBackoff: a.cfg.MaxBackoff,
+		Seen: &providers.Seen{Memory: time.Hour, Max: maxNotices},
+		Failed: func(err error, failures int, retryIn time.Duration) {
+			a.log.Warn("metadata service: cannot read interruption notices; retrying", "metadata", a.cfg.Metadata, "err", err, "retry_in", retryIn)
+		},
+		Recovered: func(failures int) {
 			a.log.Info("metadata service answers again", "metadata", a.cfg.Metadata, "after_failures", failures)
-			failures = 0
-		}
-		for _, n := range ns {
-			a.notice(n)
-		}
-		t := time.NewTimer(a.cfg.NoticeInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
+		},
 	}
+	_ = providers.WatchNotices(ctx, a.cfg.Notices, cfg, func(_ context.Context, n providers.Notice) error {
+		a.notice(n)
+		return nil
+	})
 }
 
-// notice records a notice and sends it to the driver, once per ID.
+// notice records a notice and sends it to the driver; the watch loop hands it each notice
+// once (again only when it changed, which replaces the one recorded).
 func (a *agent) notice(n providers.Notice) {
 	wn := protocol.AgentNotice{ID: n.ID, Kind: string(n.Kind), Deadline: n.Deadline, Detail: n.Detail}
 	a.mu.Lock()
-	for _, old := range a.notices {
-		if old.ID == n.ID {
-			a.mu.Unlock()
-			return
-		}
+	i := slices.IndexFunc(a.notices, func(old agents.Notice) bool { return old.ID == n.ID })
+	switch {
+	case i >= 0:
+		a.notices[i] = wn
+	case len(a.notices) >= maxNotices:
+		a.notices = append(a.notices[1:], wn)
+	default:
+		a.notices = append(a.notices, wn)
 	}
-	if len(a.notices) >= maxNotices {
-		a.notices = a.notices[1:]
-	}
-	a.notices = append(a.notices, wn)
 	a.mu.Unlock()
 	a.log.Warn("interruption notice", "kind", n.Kind, "deadline", n.Deadline, "detail", n.Detail, "id", n.ID)
 	a.emit(protocol.AgentEvent{Kind: protocol.KindNotice, Notice: &wn})
