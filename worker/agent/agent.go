@@ -64,7 +64,7 @@ type Config struct {
 	Metadata string
 	// NoticeInterval is the pause between metadata polls (default 1s).
 	NoticeInterval time.Duration
-	// Launcher starts workers (default launch.NewLocal()).
+	// Launcher starts workers (default proc.NewLocal()).
 	Launcher proc.Launcher
 	// HTTPClient talks to the driver; nil: one of its own, without proxy.
 	HTTPClient *http.Client
@@ -75,6 +75,9 @@ type Config struct {
 	MaxBackoff time.Duration
 	// StopGrace is the SIGTERM→SIGKILL grace when the agent itself stops workers (default 5s).
 	StopGrace time.Duration
+	// LoadEvery is how often the agent reports its GPUs' busy fraction (default
+	// DefaultLoadEvery).
+	LoadEvery time.Duration
 	Version   string
 	Logger    *slog.Logger
 }
@@ -124,6 +127,7 @@ type agent struct {
 	held []*wproc
 
 	procWG sync.WaitGroup // every worker's exit watcher, and the stops of held workers
+	bg     sync.WaitGroup // the watchers, and notice completions in progress: Run waits for them
 }
 
 // Run runs the agent until ctx ends. Every worker it started has exited when it returns.
@@ -135,6 +139,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cfg.DriverTimeout = cmp.Or(cfg.DriverTimeout, 2*time.Minute)
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
 	cfg.StopGrace = cmp.Or(cfg.StopGrace, proc.DefaultGrace)
+	cfg.LoadEvery = cmp.Or(cfg.LoadEvery, DefaultLoadEvery)
 	if cfg.Launcher == nil {
 		cfg.Launcher = proc.NewLocal()
 	}
@@ -155,18 +160,17 @@ func Run(ctx context.Context, cfg Config) error {
 		a.log.Info("no GPUs found on this host; offering the driver's slot count (or --slots)")
 	}
 
-	var bg sync.WaitGroup
-	defer bg.Wait()
+	defer a.bg.Wait()
 	defer a.procWG.Wait()
 	defer a.stopHeld("the agent is stopping")
 	bctx, stop := context.WithCancel(ctx)
 	defer stop()
 	if cfg.Notices != nil {
-		bg.Go(func() { a.watchNotices(bctx) })
+		a.bg.Go(func() { a.watchNotices(bctx) })
 	}
 	if len(a.gpus) > 0 {
-		bg.Go(func() { a.watchGPUs(bctx) })
-		bg.Go(func() { a.reportLoad(bctx) })
+		a.bg.Go(func() { a.watchGPUs(bctx) })
+		a.bg.Go(func() { a.reportLoad(bctx) })
 	}
 
 	// short counts sessions in a row that ended soon after they began: another agent claiming
@@ -598,7 +602,7 @@ func (s *sess) exec(ctx context.Context, c protocol.AgentCommand) {
 			s.stops.Go(func() { w.p.Stop(grace) })
 		}
 	case protocol.OpCompleteNotice:
-		s.a.completeNotice(c.Notice)
+		s.a.completeNotice(ctx, c.Notice)
 	case protocol.OpFindPort:
 		ev := protocol.AgentEvent{Kind: protocol.KindPort, Proc: c.Proc}
 		port, err := proc.NewLocal().(proc.PortFinder).FreePort(ctx, "")

@@ -563,10 +563,9 @@ func (b *busyGPUs) Utilization() ([]float64, error) { return b.busy, nil }
 
 // The hosts' GPU busy fraction reaches the driver, an input of --slot-policy loadaware.
 func TestGPUBusyReachesDriver(t *testing.T) {
-	defer agent.SetLoadEvery(20 * time.Millisecond)()
 	d := startDriver(t, "127.0.0.1:0", "job-1")
 	g := &busyGPUs{fakeGPUs: fakeGPUs{gpus: []gpu.GPU{{Index: 0}, {Index: 1}}, faults: make(chan gpu.Event)}, busy: []float64{0.5, 1}}
-	runAgent(t, agent.Config{DriverURL: d.url(), GPUs: g})
+	runAgent(t, agent.Config{DriverURL: d.url(), GPUs: g, LoadEvery: 20 * time.Millisecond})
 	d.waitAgents(1)
 	waitFor(t, "the GPU busy fraction", 10*time.Second, func() bool { return d.reg.GPUBusy()["host-a"] == 0.75 })
 }

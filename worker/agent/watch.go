@@ -38,7 +38,7 @@ func (a *agent) watchNotices(ctx context.Context) {
 func (a *agent) notice(n providers.Notice) {
 	wn := protocol.AgentNotice{ID: n.ID, Kind: string(n.Kind), Deadline: n.Deadline, Detail: n.Detail}
 	a.mu.Lock()
-	i := slices.IndexFunc(a.notices, func(old agents.Notice) bool { return old.ID == n.ID })
+	i := slices.IndexFunc(a.notices, func(old protocol.AgentNotice) bool { return old.ID == n.ID })
 	switch {
 	case i >= 0:
 		a.notices[i] = wn
@@ -52,8 +52,10 @@ func (a *agent) notice(n providers.Notice) {
 	a.emit(protocol.AgentEvent{Kind: protocol.KindNotice, Notice: &wn})
 }
 
-// completeNotice answers a notice once the driver says the host's workers are gone.
-func (a *agent) completeNotice(id string) {
+// completeNotice answers a notice once the driver says the host's workers are gone. It runs
+// on its own goroutine, which Run waits for: a completion in progress is not cut short by the
+// agent stopping (it has 30 s, whatever ctx does).
+func (a *agent) completeNotice(ctx context.Context, id string) {
 	c, ok := a.cfg.Notices.(providers.NoticeCompleter)
 	if !ok {
 		return
@@ -70,28 +72,28 @@ func (a *agent) completeNotice(id string) {
 		a.log.Warn("the driver completed a notice this agent does not know", "notice", id)
 		return
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	a.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if err := c.CompleteNotice(ctx, *n); err != nil {
 			a.log.Warn("could not complete the notice", "notice", id, "err", err)
 			return
 		}
 		a.log.Info("notice completed: this host's workers are gone", "notice", id)
-	}()
+	})
 }
 
-// loadEvery is how often the agent reports its GPUs' busy fraction.
-var loadEvery = 10 * time.Second
+// DefaultLoadEvery is Config.LoadEvery when it is not given.
+const DefaultLoadEvery = 10 * time.Second
 
-// reportLoad sends the mean GPU busy fraction every loadEvery, when the GPU source can say
+// reportLoad sends the mean GPU busy fraction every Config.LoadEvery, when the GPU source can say
 // (gpu.Monitor can); a failing read is logged once per run of failures.
 func (a *agent) reportLoad(ctx context.Context) {
 	u, ok := a.cfg.GPUs.(interface{ Utilization() ([]float64, error) })
 	if !ok {
 		return
 	}
-	t := time.NewTicker(loadEvery)
+	t := time.NewTicker(a.cfg.LoadEvery)
 	defer t.Stop()
 	failing := false
 	for {
