@@ -6,10 +6,8 @@ import (
 	"encoding/binary"
 	"encoding/gob"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -61,7 +59,7 @@ func (s *State) Sync(ctx context.Context) (err error) {
 		}
 	}
 	me := syncInfo{Holds: s.holds || c.Rank() == 0, Version: s.version, Size: uint64(s.size()), Total: s.total}
-	mode := transferMode()
+	mode := s.w.transferMode()
 	if me.Holds && wantPeers(mode, me.Size) {
 		addr, err := s.w.peerServer()
 		if err != nil {
@@ -151,21 +149,21 @@ func (s *State) Sync(ctx context.Context) (err error) {
 	return s.save()
 }
 
-func transferMode() string {
+// transferMode is ELASTICD_STATE_TRANSFER; an unknown value is auto, said once per worker in
+// its log.
+func (w *Worker) transferMode() string {
 	switch m := os.Getenv(EnvStateTransfer); m {
 	case TransferBroadcast, TransferPeers:
 		return m
 	case "", TransferAuto:
 		return TransferAuto
 	default:
-		badTransferMode.Do(func() {
-			slog.Warn("unknown "+EnvStateTransfer+"; using auto", "value", m, "want", TransferAuto+", "+TransferBroadcast+" or "+TransferPeers)
+		w.badTransfer.Do(func() {
+			w.log.Warn("unknown "+EnvStateTransfer+"; using auto", "value", m, "want", TransferAuto+", "+TransferBroadcast+" or "+TransferPeers)
 		})
 		return TransferAuto
 	}
 }
-
-var badTransferMode sync.Once
 
 // wantPeers reports whether a state of size bytes travels from peers in mode.
 func wantPeers(mode string, size uint64) bool {

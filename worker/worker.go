@@ -42,6 +42,7 @@ type Worker struct {
 	commTimeout time.Duration
 	loadEvery   time.Duration
 	log         *slog.Logger
+	badTransfer sync.Once // ELASTICD_STATE_TRANSFER was not understood, and the log said so
 
 	assign protocol.Assignment
 	comm   *allreduce.Comm
