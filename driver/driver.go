@@ -10,14 +10,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
-	mrand "math/rand/v2"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -148,7 +142,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		secret = make([]byte, 32)
 		rand.Read(secret)
 	}
-	d := &runner{o: o, log: o.Logger, secret: secret, procs: map[protocol.WorkerID]*running{}, events: make(chan Event, 256)}
+	d := &runner{o: o, log: o.Logger, secret: secret, procs: map[protocol.WorkerID]*running{}, launching: map[protocol.WorkerID]context.CancelFunc{}, events: make(chan Event, 256)}
 	// A random ID, independent of the secret: it is shown on the unauthenticated status page,
 	// in /metrics and in every log line.
 	d.jobID = o.JobID
@@ -180,11 +174,17 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 // Release asks the job to take back the quarantined slots of a host; Reply (buffered) gets
 // how many it released.
+// Release asks the job to take back the quarantined slots of a host; Reply (buffered) gets
+// how many it released.
 type Release struct {
 	Host  string
 	Reply chan<- int
 }
 
+// runner is one job's I/O around its Machine, shaped as etcd/raft's node: one goroutine, the
+// loop, owns the machine and only steps it and hands out its actions; whatever may block (an
+// ssh launch waits for its wrapper, a stop for its grace, discovery for the cloud) runs as a
+// task of tasks and comes back to the loop as an event.
 type runner struct {
 	o       Options
 	log     *slog.Logger
@@ -196,34 +196,64 @@ type runner struct {
 	metrics *Metrics
 	m       *Machine
 	events  chan Event
-	procs   map[protocol.WorkerID]*running
-	ranks   sync.Map       // WorkerID -> current rank (int), for output prefixes
-	wg      sync.WaitGroup // process watchers and stoppers
-	// port is the MASTER_PORT of generation portGen, found on its rank 0's host.
-	port    int
-	portGen uint64
-	state   *stateDir // --state-dir; nil without
+	tasks   *tasks
+	// procs are the started processes and launching the launches under way (each one's
+	// cancel), by worker; the loop owns both.
+	procs     map[protocol.WorkerID]*running
+	launching map[protocol.WorkerID]context.CancelFunc
+	ranks     sync.Map    // WorkerID -> current rank (int), for output prefixes
+	port      *masterPort // the MASTER_PORT of the generation launched last
+	state     *stateDir   // --state-dir; nil without
 	// published is the generation last published at the rendezvous (saved states of a newer
 	// one carry the host-update version it will be published with).
 	published uint64
 }
 
-// running is a worker process the runner started, with the writers of its output.
-type running struct {
-	p    proc.Process
-	outs []io.Closer
+// inputs are the sources the fan-in forwards to the loop as events.
+type inputs struct {
+	hosts   <-chan []providers.Host
+	notices <-chan providers.Notice
+	loads   <-chan time.Time // nil without --slot-policy loadaware
+	// The agents' notices and GPU faults; nil without agents.
+	agentNotices <-chan providers.Notice
+	agentFaults  <-chan agents.Fault
 }
 
+// run serves the job's listener, starts its inputs, runs the loop to the job's end and shuts
+// everything down.
 func (d *runner) run(ctx context.Context) (Result, error) {
-	srv, err := rendezvous.NewServer(rendezvous.ServerConfig{Secret: d.secret, Logger: d.log})
+	stopServing, err := d.serve(ctx)
 	if err != nil {
 		return Result{}, err
+	}
+	if d.o.Agents != nil {
+		defer d.o.Agents.Close()
+	}
+	d.tasks = newTasks(ctx)
+	d.m = NewMachine(d.o.Config)
+	if st := d.o.Restore; st != nil {
+		d.restore(ctx, st)
+	}
+	d.board.store(d.m.Snapshot())
+	stopInputs := d.startInputs()
+	defer stopInputs()
+	res := d.loop(ctx)
+	d.shutdown(&res, stopServing)
+	return res, nil
+}
+
+// serve starts the rendezvous server and the HTTP server of the job's listener (rendezvous,
+// agents, admin API, status, metrics, live page); the returned func shuts it down.
+func (d *runner) serve(ctx context.Context) (stop func(), err error) {
+	srv, err := rendezvous.NewServer(rendezvous.ServerConfig{Secret: d.secret, Logger: d.log})
+	if err != nil {
+		return nil, err
 	}
 	d.srv = srv
 	listen := cmp.Or(d.o.ListenAddr, "127.0.0.1:0")
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return Result{}, fmt.Errorf("rendezvous: listen on %s: %w", listen, err)
+		return nil, fmt.Errorf("rendezvous: listen on %s: %w", listen, err)
 	}
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
@@ -239,12 +269,8 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	d.board, d.metrics = board, NewMetrics(board)
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", srv)
-	var agentNotices <-chan providers.Notice
-	var agentFaults <-chan agents.Fault
 	if d.o.Agents != nil {
 		mux.Handle(protocol.AgentPathPrefix, d.o.Agents)
-		agentNotices, agentFaults = d.o.Agents.Notices(), d.o.Agents.Faults()
-		defer d.o.Agents.Close()
 	}
 	mux.Handle("/v1/admin/", adminOrOff(d.o.Admin))
 	mux.Handle("GET /v1/status", statusHandler(board))
@@ -255,59 +281,79 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	// after ReadHeaderTimeout (internal/netguard).
 	guard := netguard.New(ln, netguard.Config{Logger: d.log})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ConnState: guard.ConnState}
-	serveDone := make(chan struct{})
-	go func() { defer close(serveDone); hs.Serve(guard) }()
+	served := make(chan struct{})
+	go func() { defer close(served); hs.Serve(guard) }() // stop waits for it
 	d.log.Info("rendezvous listening", "addr", ln.Addr().String(), "advertised", adv)
 	d.log.Info("live page at "+d.url+"/ (also /v1/status and /metrics)", "job", d.jobID)
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		hs.Shutdown(sctx)
+		<-served
+	}, nil
+}
 
-	d.m = NewMachine(d.o.Config)
-	wctx, stopWatch := context.WithCancel(ctx)
-	var bg sync.WaitGroup
-	if st := d.o.Restore; st != nil {
-		d.restore(wctx, st, &bg)
-	}
-	board.store(d.m.Snapshot())
-	watchErr := make(chan error, 1)
-	hostsCh := make(chan []providers.Host)
+// startInputs starts the tasks that feed the loop: discovery of hosts and notices, the spot
+// prices, and the fan-in of everything the job hears. The returned func releases what is not
+// a task (the load ticker).
+func (d *runner) startInputs() func() {
+	hostsCh, noticeCh := make(chan []providers.Host), make(chan providers.Notice)
+	in := inputs{hosts: hostsCh, notices: noticeCh}
 	w := &discovery.Watcher{Provider: d.o.Provider, Interval: d.o.DiscoveryInterval, Timeout: d.o.DiscoveryTimeout, Logger: d.log, Poke: d.o.Rediscover}
-	bg.Go(func() { watchErr <- w.Run(wctx, hostsCh) })
-	noticeCh := make(chan providers.Notice)
-	bg.Go(func() { w.RunNotices(wctx, noticeCh) })
-	bg.Go(func() { d.o.Prices.Run(wctx, board.Types) })
-	var loadTick <-chan time.Time // only loadaware reads the loads: no ticks without it
-	if p := d.o.SlotPolicy; p != nil && p.Name == hosts.LoadAware {
-		t := time.NewTicker(loadEvery)
-		defer t.Stop()
-		loadTick = t.C
-	}
-	bg.Go(func() {
-		for {
-			select {
-			case <-wctx.Done():
-				return
-			case now := <-loadTick:
-				ev := LoadsMeasured{Now: now, StepTimes: srv.StepTimes()}
-				if d.o.Agents != nil {
-					ev.GPUBusy = d.o.Agents.GPUBusy()
-				}
-				d.send(wctx, ev)
-			case hs := <-hostsCh:
-				d.send(wctx, HostsDiscovered{Now: time.Now(), Hosts: hs})
-			case n := <-noticeCh:
-				d.send(wctx, NoticeReceived{Now: time.Now(), Notice: n, Source: cmp.Or(d.o.ProviderName, "provider")})
-			case n := <-agentNotices:
-				d.send(wctx, NoticeReceived{Now: time.Now(), Notice: n, Source: "agent"})
-			case f := <-agentFaults:
-				d.send(wctx, SlotsFailed{Now: time.Now(), Host: f.HostID, Slots: f.Slots, Reason: f.Reason})
-			case ev, ok := <-srv.Events():
-				if !ok {
-					return
-				}
-				d.send(wctx, WorkerReported{Now: ev.At, Worker: ev.Worker, Generation: ev.Generation, State: ev.State, Message: ev.Message, Rollback: ev.Rollback, SilentPeer: ev.SilentPeer})
-			}
+	d.tasks.Go(func(ctx context.Context) {
+		if err := w.Run(ctx, hostsCh); err != nil && ctx.Err() == nil {
+			d.send(ctx, DiscoveryFailed{Now: time.Now(), Err: err})
 		}
 	})
+	d.tasks.Go(func(ctx context.Context) { w.RunNotices(ctx, noticeCh) })
+	d.tasks.Go(func(ctx context.Context) { d.o.Prices.Run(ctx, d.board.Types) })
+	if d.o.Agents != nil {
+		in.agentNotices, in.agentFaults = d.o.Agents.Notices(), d.o.Agents.Faults()
+	}
+	stop := func() {}
+	if p := d.o.SlotPolicy; p != nil && p.Name == hosts.LoadAware { // only loadaware reads the loads
+		t := time.NewTicker(loadEvery)
+		in.loads, stop = t.C, t.Stop
+	}
+	d.tasks.Go(func(ctx context.Context) { d.fanIn(ctx, in) })
+	return stop
+}
 
+// fanIn turns what the job hears (discovery, notices, agents' faults, the workers' reports,
+// the load ticker) into the machine's events, until ctx ends or the rendezvous closes.
+func (d *runner) fanIn(ctx context.Context, in inputs) {
+	for {
+		var ev Event
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-in.loads:
+			l := LoadsMeasured{Now: now, StepTimes: d.srv.StepTimes()}
+			if d.o.Agents != nil {
+				l.GPUBusy = d.o.Agents.GPUBusy()
+			}
+			ev = l
+		case hs := <-in.hosts:
+			ev = HostsDiscovered{Now: time.Now(), Hosts: hs}
+		case n := <-in.notices:
+			ev = NoticeReceived{Now: time.Now(), Notice: n, Source: cmp.Or(d.o.ProviderName, "provider")}
+		case n := <-in.agentNotices:
+			ev = NoticeReceived{Now: time.Now(), Notice: n, Source: "agent"}
+		case f := <-in.agentFaults:
+			ev = SlotsFailed{Now: time.Now(), Host: f.HostID, Slots: f.Slots, Reason: f.Reason}
+		case r, ok := <-d.srv.Events():
+			if !ok {
+				return
+			}
+			ev = WorkerReported{Now: r.At, Worker: r.Worker, Generation: r.Generation, State: r.State, Message: r.Message, Rollback: r.Rollback, SilentPeer: r.SilentPeer}
+		}
+		d.send(ctx, ev)
+	}
+}
+
+// loop owns the machine until the job is done: it steps it with each event (a tick at its
+// next deadline, the interrupt once) and hands out the actions, and returns how the job ended.
+func (d *runner) loop(ctx context.Context) Result {
 	var res Result
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -322,7 +368,7 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 		var acts []Action
 		select {
 		case ev := <-d.events:
-			acts = d.m.Step(ev)
+			acts = d.step(ev)
 		case <-timer.C:
 			acts = d.m.Step(Tick{Now: time.Now()})
 		case <-interrupted:
@@ -332,10 +378,6 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 			var n int
 			n, acts = d.m.Release(time.Now(), r.Host)
 			r.Reply <- n
-		case err := <-watchErr:
-			if err != nil && ctx.Err() == nil {
-				acts = d.m.finish(ExitFailed, fmt.Sprintf("host discovery failed: %v", err))
-			}
 		}
 		for _, a := range acts {
 			if f, ok := a.(Finish); ok {
@@ -346,55 +388,87 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 		// A burst of events (a reset's READY reports) is snapshotted once, when it has been
 		// worked off: whenever the loop waits, the board holds the machine's current state.
 		if len(d.events) == 0 || d.m.Done() {
-			board.store(d.m.Snapshot())
+			d.board.store(d.m.Snapshot())
 			if !d.m.Done() {
-				d.save(srv.HostsVersion(), false)
+				d.save(d.srv.HostsVersion(), false)
 			}
 		}
 	}
+	return res
+}
+
+// step steps the machine with ev. A launch's result first settles what the runner holds of
+// it: a started process becomes the worker's (procs) before the machine hears of it.
+func (d *runner) step(ev Event) []Action {
+	switch e := ev.(type) {
+	case procStarted:
+		delete(d.launching, e.Worker)
+		if d.procs[e.Worker] != nil { // one slot, one process (Machine.launchDone): cannot happen
+			d.log.Error("a second process for one worker stopped", "worker", e.Worker.String(), "generation", e.Generation)
+			d.stop(e.p, d.o.StopGrace)
+			return nil
+		}
+		d.procs[e.Worker] = e.p
+		ev = e.WorkerStarted
+	case LaunchFailed:
+		delete(d.launching, e.Worker)
+	case WorkerExited: // the worker's process: a slot is launched again only after this
+		delete(d.procs, e.Worker)
+	}
+	return d.m.Step(ev)
+}
+
+// shutdown ends the job: it records how it ended (the state kept for an interrupted job,
+// removed for a finished one), stops every process and launch still under way, waits for every
+// task, and closes the servers. Nothing outlives the job.
+func (d *runner) shutdown(res *Result, stopServing func()) {
 	if d.state != nil {
 		if res.Code == ExitInterrupted { // its workers are being stopped: nothing to adopt
-			d.save(srv.HostsVersion(), true)
+			d.save(d.srv.HostsVersion(), true)
 		} else if err := d.state.remove(); err != nil {
 			d.log.Warn("could not remove the finished job's state", "dir", d.o.StateDir, "err", err)
 		}
 	}
 	res.Generations, res.Resets, res.FailureResets = d.m.Generation(), d.m.Resets, d.m.FailureResets
-	res.Status = board.Current(time.Now())
+	res.Status = d.board.Current(time.Now())
 
-	// Nothing outlives the job: stop what is still running and wait for every process.
 	for id, p := range d.procs {
-		d.stop(id, p, d.o.StopGrace)
+		delete(d.procs, id)
+		d.stop(p, d.o.StopGrace)
 	}
+	for _, cancel := range d.launching { // what they start regardless, drain stops
+		cancel()
+	}
+	d.tasks.cancel()
+	d.drain()
 	if c, ok := d.o.Launcher.(io.Closer); ok { // launch.Warm's spare interpreters
 		defer c.Close()
 	}
-	stopWatch()
-	d.drain(&bg)
-	srv.Close()
+	d.srv.Close()
 	if d.o.Agents != nil {
 		d.o.Agents.Close() // ends the agents' long-polls, which would hold up Shutdown
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	hs.Shutdown(sctx)
-	cancel()
-	<-serveDone
-	return res, nil
+	stopServing()
 }
 
-// drain waits for the background goroutines while still consuming their events.
-func (d *runner) drain(bg *sync.WaitGroup) {
+// drain waits for every task while still consuming their events; a process a launch
+// started after the loop ended is stopped.
+func (d *runner) drain() {
 	done := make(chan struct{})
-	go func() { d.wg.Wait(); bg.Wait(); close(done) }()
+	go func() { d.tasks.Wait(); close(done) }() // drain waits for it
 	for {
 		select {
 		case <-done:
 			return
-		case <-d.events:
+		case ev := <-d.events:
+			if l, ok := ev.(procStarted); ok {
+				d.stop(l.p, d.o.StopGrace)
+			}
 		}
 	}
 }
 
+// send hands ev to the loop, or drops it when ctx ends first.
 func (d *runner) send(ctx context.Context, ev Event) {
 	select {
 	case d.events <- ev:
@@ -402,6 +476,7 @@ func (d *runner) send(ctx context.Context, ev Event) {
 	}
 }
 
+// do hands out one action. What may block runs as a task.
 func (d *runner) do(ctx context.Context, a Action) {
 	switch a := a.(type) {
 	case Publish:
@@ -416,15 +491,7 @@ func (d *runner) do(ctx context.Context, a Action) {
 		d.srv.NotifyHostsUpdated()
 	case CompleteNotice:
 		if c, ok := d.o.Provider.(providers.NoticeCompleter); ok {
-			d.wg.Go(func() {
-				cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				if err := c.CompleteNotice(cctx, a.Notice); err != nil {
-					d.log.Warn("could not complete the notice", "host", a.Notice.HostID, "notice", a.Notice.ID, "err", err)
-					return
-				}
-				d.log.Info("notice completed: the host's workers are gone", "host", a.Notice.HostID, "notice", a.Notice.ID)
-			})
+			d.tasks.Go(func(ctx context.Context) { d.completeNotice(ctx, c, a.Notice) })
 		}
 	case Abandon:
 		// Best effort: the generation's store may already be gone.
@@ -432,13 +499,21 @@ func (d *runner) do(ctx context.Context, a Action) {
 	case Launch:
 		d.launch(ctx, a)
 	case Stop:
+		if cancel := d.launching[a.Worker]; cancel != nil {
+			// No process yet: the launch is called off where the launcher can; a process it
+			// starts regardless is stopped when it reports (Machine.launchDone).
+			d.log.Info("stopping worker while it is being launched", "worker", a.Worker.String(), "reason", a.Reason)
+			cancel()
+			return
+		}
 		if p := d.procs[a.Worker]; p != nil {
 			grace := d.o.StopGrace
 			if !a.Deadline.IsZero() {
 				grace = max(min(grace, time.Until(a.Deadline)), 0)
 			}
 			d.log.Info("stopping worker", "worker", a.Worker.String(), "reason", a.Reason, "grace", grace)
-			d.stop(a.Worker, p, grace)
+			delete(d.procs, a.Worker)
+			d.stop(p, grace)
 		}
 	case Note:
 		d.log.Info(a.Msg, a.Args...)
@@ -450,111 +525,11 @@ func (d *runner) do(ctx context.Context, a Action) {
 	}
 }
 
-func (d *runner) stop(id protocol.WorkerID, p *running, grace time.Duration) {
-	delete(d.procs, id)
-	d.wg.Go(func() { p.p.Stop(grace) })
-}
-
-func (d *runner) launch(ctx context.Context, a Launch) {
-	as := a.Assignment
-	env := append(append([]string{}, d.o.Env...),
-		protocol.EnvRendezvous+"="+d.url,
-		protocol.EnvSecret+"="+hex.EncodeToString(d.secret),
-		protocol.EnvJobID+"="+d.jobID,
-		protocol.EnvWorkerID+"="+a.Worker.String(),
-		protocol.EnvGeneration+"="+strconv.FormatUint(a.Generation, 10),
-		protocol.EnvHostAddr+"="+a.Addr,
-		protocol.EnvCommTimeout+"="+d.o.CommTimeout.String(),
-		// The conventional names, so unmodified scripts find their place (at launch).
-		"RANK="+strconv.Itoa(as.Rank), "WORLD_SIZE="+strconv.Itoa(as.Size),
-		"LOCAL_RANK="+strconv.Itoa(as.LocalRank), "LOCAL_WORLD_SIZE="+strconv.Itoa(as.LocalSize),
-		"GROUP_RANK="+strconv.Itoa(a.Group), "GROUP_WORLD_SIZE="+strconv.Itoa(a.Groups),
-		"ROLE_RANK="+strconv.Itoa(as.Rank), "ROLE_WORLD_SIZE="+strconv.Itoa(as.Size), "ROLE_NAME=default",
-		"MASTER_ADDR="+a.MasterAddr, "MASTER_PORT="+strconv.Itoa(d.masterPort(ctx, a)),
-		"TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(a.Restarts),
-		"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(cmp.Or(d.o.ResetLimit, math.MaxInt32)),
-		"TORCHELASTIC_RUN_ID="+d.jobID, "TORCHELASTIC_USE_AGENT_STORE=False",
-		// A process that dies on an NCCL error ends in a restart; one that hangs in NCCL waits
-		// for ever (torchrun sets it too; torch < 2.2 reads the old name).
-		"TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "NCCL_ASYNC_ERROR_HANDLING=1",
-		"HOROVOD_RANK="+strconv.Itoa(as.Rank), "HOROVOD_SIZE="+strconv.Itoa(as.Size),
-		"HOROVOD_LOCAL_RANK="+strconv.Itoa(as.LocalRank), "HOROVOD_LOCAL_SIZE="+strconv.Itoa(as.LocalSize),
-		"HOROVOD_CROSS_RANK="+strconv.Itoa(as.CrossRank), "HOROVOD_CROSS_SIZE="+strconv.Itoa(as.CrossSize),
-		"HOROVOD_HOSTNAME="+a.Addr, "HOROVOD_ELASTIC=1", "PYTHONUNBUFFERED=1",
-	)
-	if d.o.CheckpointDir != "" {
-		env = append(env, protocol.EnvCheckpointDir+"="+d.o.CheckpointDir, protocol.EnvCheckpointEvery+"="+strconv.Itoa(cmp.Or(d.o.CheckpointEvery, protocol.DefaultCheckpointEvery)))
-	}
-	// As torchrun: several processes on one host each get one OpenMP thread, unless the
-	// user chose a number.
-	if _, set := d.lookupEnv("OMP_NUM_THREADS"); !set && as.LocalSize > 1 {
-		env = append(env, "OMP_NUM_THREADS=1")
-	}
-	prefix := d.prefix(a.Worker)
-	stdout := proc.NewPrefixWriterFunc(d.o.Stdout, prefix)
-	stderr := proc.NewPrefixWriterFunc(d.o.Stderr, prefix)
-	p := &running{outs: []io.Closer{stdout, stderr}}
-	var out, errw io.Writer = stdout, stderr
-	if d.o.OutputDir != "" {
-		fo, fe, err := d.outputFiles(a)
-		if err != nil {
-			d.log.Error("cannot write worker output files", "worker", a.Worker.String(), "err", err)
-		} else {
-			out, errw = io.MultiWriter(stdout, fo), io.MultiWriter(stderr, fe)
-			p.outs = append(p.outs, fo, fe)
-		}
-	}
-	spec := proc.Spec{
-		Name: fmt.Sprintf("rank %d (%s)", as.Rank, a.Worker), Host: a.Addr, Slot: a.Worker.Slot,
-		Command: d.o.Command, Env: env, Dir: d.o.Dir, Stdout: out, Stderr: errw,
-	}
-	lp, err := d.o.Launcher.Start(ctx, spec)
-	if err != nil {
-		d.log.Error("launch failed", "worker", a.Worker.String(), "err", err)
-		fmt.Fprintf(d.o.Stderr, "%slaunch failed: %v\n", prefix(), err)
-		closeAll(p.outs)
-		go d.send(context.Background(), WorkerExited{Now: time.Now(), Worker: a.Worker, Code: 127})
-		return
-	}
-	p.p = lp
-	if pid := lp.PID(); pid != 0 {
-		d.log.Info("launched worker", "worker", a.Worker.String(), "rank", as.Rank, "generation", a.Generation, "pid", pid)
-	} else { // the agent launcher: the agent logs the PID on its host
-		d.log.Info("launched worker", "worker", a.Worker.String(), "rank", as.Rank, "generation", a.Generation, "host", a.Addr)
-	}
-	d.watch(a.Worker, p)
-}
-
-// watch makes p the process of worker id and reports its exit to the loop.
-func (d *runner) watch(id protocol.WorkerID, p *running) {
-	d.procs[id] = p
-	d.wg.Go(func() {
-		st, err := p.p.Wait()
-		closeAll(p.outs)
-		ev := WorkerExited{Now: time.Now(), Worker: id, Code: st.Code, Signal: st.Signal, Progress: d.srv.Progress()}
-		if err != nil && st.Code == 0 && st.Signal == "" {
-			ev.Code = -1
-			ev.Signal = err.Error()
-		}
-		d.events <- ev // the loop or drain always reads
-	})
-}
-
-// prefix is the prefix of worker id's output lines: its current rank.
-func (d *runner) prefix(id protocol.WorkerID) func() string {
-	return func() string {
-		if r, ok := d.ranks.Load(id); ok {
-			return fmt.Sprintf("[%d] ", r.(int))
-		}
-		return "[" + id.String() + "] "
-	}
-}
-
 // restore takes the job up from its saved state (Options.Restore). With agents, the saved
 // generation's workers kept running: each becomes a process of this driver that its agent
 // hands over when it registers again (agents.Registry.Adopt), and the rendezvous takes up the
 // generation as the workers know it. Otherwise they are gone, and the machine starts anew.
-func (d *runner) restore(ctx context.Context, st *SavedState, bg *sync.WaitGroup) {
+func (d *runner) restore(ctx context.Context, st *SavedState) {
 	adopt := d.o.Agents != nil && !st.WorkersStopped && len(st.Workers) > 0
 	acts := d.m.Restore(time.Now(), st, adopt, d.o.AdoptTimeout)
 	if adopt {
@@ -577,8 +552,10 @@ func (d *runner) restore(ctx context.Context, st *SavedState, bg *sync.WaitGroup
 			stderr := proc.NewPrefixWriterFunc(d.o.Stderr, prefix)
 			spec := proc.Spec{Name: fmt.Sprintf("rank %d (%s)", w.Assignment.Rank, id), Host: w.Addr, Slot: id.Slot, Stdout: stdout, Stderr: stderr}
 			lp, adopted := d.o.Agents.Adopt(w.Worker, spec, d.o.AdoptTimeout)
-			d.watch(id, &running{p: lp, outs: []io.Closer{stdout, stderr}})
-			bg.Go(func() {
+			p := &running{p: lp, outs: []io.Closer{stdout, stderr}}
+			d.procs[id] = p
+			d.tasks.Go(func(context.Context) { d.watch(id, p) })
+			d.tasks.Go(func(ctx context.Context) {
 				select {
 				case <-adopted:
 					d.send(ctx, WorkerAdopted{Now: time.Now(), Worker: id})
@@ -615,58 +592,6 @@ func (d *runner) save(hostsVersion uint64, stopped bool) {
 	}
 }
 
-// masterPort is the MASTER_PORT of a's generation: a port free on rank 0's host, found there
-// once per generation (launch.PortFinder); a random one where the launcher cannot look, and
-// in-process, where workers bootstrap through the rendezvous and a look would only delay
-// the launch.
-func (d *runner) masterPort(ctx context.Context, a Launch) int {
-	if d.portGen == a.Generation {
-		return d.port
-	}
-	d.portGen = a.Generation
-	if f, ok := d.o.Launcher.(proc.PortFinder); ok && !a.InProcess {
-		port, err := f.FreePort(ctx, a.MasterAddr)
-		if err == nil {
-			d.port = port
-			return port
-		}
-		d.log.Warn("could not find a free MASTER_PORT on rank 0's host; using a random one", "host", a.MasterAddr, "err", err)
-	}
-	d.port = 20000 + mrand.IntN(12768)
-	return d.port
-}
-
-// lookupEnv finds a variable in what workers inherit: Options.Env, then the driver's own
-// environment (which the local launcher passes on).
-func (d *runner) lookupEnv(key string) (string, bool) {
-	for i := len(d.o.Env) - 1; i >= 0; i-- {
-		if k, v, ok := strings.Cut(d.o.Env[i], "="); ok && k == key {
-			return v, true
-		}
-	}
-	return os.LookupEnv(key)
-}
-
-// outputFiles opens DIR/<worker>/gen-<g>.stdout and .stderr for a process launched in
-// generation g (a process that survives resets keeps writing to its launch files).
-func (d *runner) outputFiles(a Launch) (io.WriteCloser, io.WriteCloser, error) {
-	dir := filepath.Join(d.o.OutputDir, strings.NewReplacer("/", "_", ":", "_").Replace(a.Worker.String()))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, nil, err
-	}
-	base := filepath.Join(dir, fmt.Sprintf("gen-%d", a.Generation))
-	fo, err := os.Create(base + ".stdout")
-	if err != nil {
-		return nil, nil, err
-	}
-	fe, err := os.Create(base + ".stderr")
-	if err != nil {
-		fo.Close()
-		return nil, nil, err
-	}
-	return fo, fe, nil
-}
-
 // adminOrOff is the admin API, or an answer that it is off.
 func adminOrOff(admin http.Handler) http.Handler {
 	if admin != nil {
@@ -695,12 +620,6 @@ func statusHandler(board *StatusBoard) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		w.Write(append(b, '\n'))
 	})
-}
-
-func closeAll(cs []io.Closer) {
-	for _, c := range cs {
-		c.Close()
-	}
 }
 
 // OutboundIP is this machine's first non-loopback IPv4 address, or 127.0.0.1.

@@ -85,6 +85,30 @@ type WorkerAdopted struct {
 	Worker protocol.WorkerID
 }
 
+// WorkerStarted is a Launch carried out: the worker's process of generation Generation (the
+// Launch's) runs. Launches run beside the machine, so it may arrive after the worker was
+// stopped or dropped; the machine then stops the process.
+type WorkerStarted struct {
+	Now        time.Time
+	Worker     protocol.WorkerID
+	Generation uint64
+}
+
+// LaunchFailed is a Launch that started no process (the launcher's error in Err): the
+// worker fails as one that exits 127 at once.
+type LaunchFailed struct {
+	Now        time.Time
+	Worker     protocol.WorkerID
+	Generation uint64
+	Err        error
+}
+
+// DiscoveryFailed is host discovery giving up (discovery.Watcher.Run's error): the job ends.
+type DiscoveryFailed struct {
+	Now time.Time
+	Err error
+}
+
 // Tick is the clock reaching Machine.NextDeadline.
 type Tick struct{ Now time.Time }
 
@@ -103,6 +127,9 @@ func (e SlotsFailed) at() time.Time     { return e.Now }
 func (e LoadsMeasured) at() time.Time   { return e.Now }
 func (e Interrupted) at() time.Time     { return e.Now }
 func (e WorkerAdopted) at() time.Time   { return e.Now }
+func (e WorkerStarted) at() time.Time   { return e.Now }
+func (e LaunchFailed) at() time.Time    { return e.Now }
+func (e DiscoveryFailed) at() time.Time { return e.Now }
 
 // Action is something the driver must do.
 type Action interface{ action() }
@@ -209,6 +236,11 @@ type workerInfo struct {
 	exited    bool
 	succeeded bool
 	stopping  bool
+	gen       uint64 // the generation it was launched for (or adopted in)
+	// launching: its Launch has not reported yet (WorkerStarted, LaunchFailed). A Stop
+	// meanwhile finds no process; stopBy is that Stop's deadline, for the one that follows.
+	launching bool
+	stopBy    time.Time
 }
 
 // Machine is the job state machine. It is not safe for concurrent use: one goroutine owns it.
@@ -361,8 +393,14 @@ func (m *Machine) Step(ev Event) []Action {
 		acts = m.reported(now, e)
 	case WorkerExited:
 		acts = m.exited(now, e)
+	case WorkerStarted:
+		acts = m.launchDone(e)
+	case LaunchFailed:
+		acts = m.launchFailed(now, e)
 	case Interrupted:
 		return m.finish(ExitInterrupted, "interrupted: "+e.Reason)
+	case DiscoveryFailed:
+		return m.finish(ExitFailed, fmt.Sprintf("host discovery failed: %v", e.Err))
 	case NoticeReceived:
 		acts = m.notice(now, e.Notice, e.Source)
 	case SlotsFailed:
@@ -373,6 +411,35 @@ func (m *Machine) Step(ev Event) []Action {
 		acts = m.tick(now)
 	}
 	return append(acts, m.advance(now)...)
+}
+
+// launchDone takes the report of a launch. A process launched for a worker that was stopped
+// meanwhile (the Stop found none) or that the machine no longer has is stopped now: no
+// process outlives its place in the job.
+func (m *Machine) launchDone(e WorkerStarted) []Action {
+	w := m.workers[e.Worker]
+	if w == nil || w.exited || !w.launching || w.gen != e.Generation {
+		// The runner has no other process of the slot (one slot, one process: a slot is
+		// launched again only once its last process exited), so the Stop reaches this one.
+		return []Action{Stop{Worker: e.Worker, Reason: fmt.Sprintf("launched for generation %d, which no longer has it", e.Generation)}}
+	}
+	w.launching = false
+	if w.stopping {
+		return []Action{Stop{Worker: e.Worker, Reason: "stopped while it was being launched", Deadline: w.stopBy}}
+	}
+	return nil
+}
+
+// launchFailed fails a worker whose launch started nothing, as an exit 127 (the shell's
+// "command not found"); a stale report, of a launch the machine no longer waits for, is
+// only noted.
+func (m *Machine) launchFailed(now time.Time, e LaunchFailed) []Action {
+	w := m.workers[e.Worker]
+	if w == nil || w.exited || !w.launching || w.gen != e.Generation {
+		return []Action{Note{"failed launch of a worker no longer in the job ignored", []any{"worker", e.Worker.String(), "generation", e.Generation, "err", e.Err}}}
+	}
+	w.launching = false
+	return m.exited(now, WorkerExited{Now: now, Worker: e.Worker, Code: 127})
 }
 
 func (m *Machine) reported(now time.Time, e WorkerReported) []Action {
@@ -753,6 +820,7 @@ func (m *Machine) failWorker(now time.Time, id protocol.WorkerID, why string, hu
 	stop := Stop{Worker: id, Reason: why}
 	if hung {
 		stop.Deadline = now // no grace: SIGKILL
+		w.stopBy = now
 	}
 	acts := append([]Action{stop, Note{"worker failed; its slot is " + out, []any{"worker", id.String(), "reason", why}}}, flapping...)
 	return append(acts, m.beginReset(now, true, m.lastFailure)...)
@@ -910,7 +978,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 	}
 	for _, id := range order {
 		if w := m.workers[id]; w == nil || w.exited {
-			m.workers[id] = &workerInfo{}
+			m.workers[id] = &workerInfo{gen: m.gen, launching: true}
 			m.regDue[id] = now.Add(m.cfg.StartTimeout)
 			if m.failedSince[id] {
 				m.returnedAt[id] = now
@@ -1162,7 +1230,7 @@ func (m *Machine) Restore(now time.Time, st *SavedState, adopt bool, wait time.D
 		id, _ := protocol.ParseWorkerID(w.Worker) // LoadState checked them
 		m.order = append(m.order, id)
 		m.plan[id], m.addrs[id] = w.Assignment, w.Addr
-		m.workers[id] = &workerInfo{ready: m.gen}
+		m.workers[id] = &workerInfo{ready: m.gen, gen: m.gen}
 		m.adoptWait[id] = true
 	}
 	m.phase, m.adoptUntil = phaseRunning, now.Add(wait)

@@ -95,7 +95,7 @@ func (m *Machine) stopAll(deadline time.Time, why string) []Action {
 	}
 	slices.SortFunc(ids, func(a, b protocol.WorkerID) int { return strings.Compare(a.String(), b.String()) })
 	for _, id := range ids {
-		m.workers[id].stopping = true
+		m.workers[id].stopping, m.workers[id].stopBy = true, deadline
 		acts = append(acts, Stop{Worker: id, Reason: why, Deadline: deadline})
 	}
 	return acts

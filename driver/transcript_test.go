@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -28,6 +29,8 @@ import (
 //	ready WORKER GEN [MESSAGE]            a report of READY after generation GEN
 //	success WORKER GEN | failure WORKER GEN [MESSAGE]
 //	exit WORKER CODE | exit WORKER SIGNAL  a worker process ended
+//	started WORKER GEN                    a Launch for generation GEN was carried out
+//	launch-failed WORKER GEN [ERROR]      a Launch for generation GEN started nothing
 //	notice HOST ID [KIND] [+DEADLINE]     an interruption notice
 //	slots-failed HOST SLOT,... [REASON]   GPUs under slots failed
 //	tick                                  the clock reached the machine's deadline (or now)
@@ -243,6 +246,22 @@ func (r *transcript) event(name string, args []string) (Event, error) {
 			return nil, err
 		}
 		return WorkerExited{Now: r.now, Worker: id, Code: code}, nil
+	case "started", "launch-failed":
+		if err := need(2); err != nil {
+			return nil, err
+		}
+		id, err := worker(args[0])
+		if err != nil {
+			return nil, err
+		}
+		gen, err := strconv.ParseUint(args[1], 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		if name == "started" {
+			return WorkerStarted{Now: r.now, Worker: id, Generation: gen}, nil
+		}
+		return LaunchFailed{Now: r.now, Worker: id, Generation: gen, Err: errors.New(rest(2))}, nil
 	case "notice":
 		if err := need(2); err != nil {
 			return nil, err

@@ -1,0 +1,200 @@
+package driver_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/elasticd/elasticd/driver"
+	"github.com/elasticd/elasticd/proc"
+	"github.com/elasticd/elasticd/protocol"
+	"github.com/elasticd/elasticd/providers"
+)
+
+// gatedLauncher is the local launcher with one launch held: the process of the worker and
+// generation named hold is started, but Start returns only when the test closes release, as
+// an ssh launch waiting for its wrapper does; and it cannot be called off (it ignores ctx),
+// so what the driver does with it depends on the driver alone. It records every Stop.
+type gatedLauncher struct {
+	inner   proc.Launcher
+	hold    string        // "worker@generation"
+	held    chan int      // the held process's PID, once it runs
+	release chan struct{} // closed: the held Start returns
+	stopped chan string   // "worker@generation" of each process at its first Stop
+
+	mu    sync.Mutex
+	pids  map[string]int
+	stops map[string]int
+}
+
+func newGatedLauncher(hold string) *gatedLauncher {
+	return &gatedLauncher{
+		inner: proc.NewLocal(), hold: hold,
+		held: make(chan int, 1), release: make(chan struct{}), stopped: make(chan string, 64),
+		pids: map[string]int{}, stops: map[string]int{},
+	}
+}
+
+func (l *gatedLauncher) Start(ctx context.Context, s proc.Spec) (proc.Process, error) {
+	key := envOf(s.Env, protocol.EnvWorkerID) + "@" + envOf(s.Env, protocol.EnvGeneration)
+	p, err := l.inner.Start(context.WithoutCancel(ctx), s)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.pids[key] = p.PID()
+	l.mu.Unlock()
+	if key == l.hold {
+		l.held <- p.PID()
+		<-l.release
+	}
+	return &recordedProcess{Process: p, key: key, l: l}, nil
+}
+
+// killAll kills what the launcher started, should a failed test leave any running.
+func (l *gatedLauncher) killAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, pid := range l.pids {
+		syscall.Kill(-pid, syscall.SIGKILL) // each worker leads its process group
+	}
+}
+
+type recordedProcess struct {
+	proc.Process
+	key string
+	l   *gatedLauncher
+}
+
+func (p *recordedProcess) Stop(grace time.Duration) {
+	p.l.mu.Lock()
+	p.l.stops[p.key]++
+	first := p.l.stops[p.key] == 1
+	p.l.mu.Unlock()
+	if first {
+		p.l.stopped <- p.key // buffered beyond the few processes of a test
+	}
+	p.Process.Stop(grace)
+}
+
+func envOf(env []string, key string) string {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// waitStopped waits for the first Stop of the process key.
+func waitStopped(t *testing.T, l *gatedLauncher, key string, within time.Duration, why string) {
+	t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case k := <-l.stopped:
+			if k == key {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("%s was not stopped within %v: %s", key, within, why)
+		}
+	}
+}
+
+// A launch that does not return (a slow ssh host) holds up none of the driver's other
+// decisions: the other workers are launched, one's failure is handled and the group's
+// restart stops the other. When the held launch returns after all that, its process, whose
+// worker was stopped meanwhile, is stopped, and the job goes on to its next generation.
+func TestSlowLaunchHoldsUpNothingElse(t *testing.T) {
+	// Generation 1: c/0 fails at once, the others run until stopped; generation 2 succeeds.
+	script := `case "$ELASTICD_WORKER_ID@$ELASTICD_GENERATION" in
+c/0@1) sleep 0.2; exit 1 ;;
+*@1) exec sleep 600 ;;
+esac`
+	l := newGatedLauncher("a/0@1")
+	hs := []providers.Host{{ID: "a", Addr: "127.0.0.1", Slots: 1}, {ID: "b", Addr: "127.0.0.1", Slots: 1}, {ID: "c", Addr: "127.0.0.1", Slots: 1}}
+	o := driver.Options{
+		Config: driver.Config{
+			NP: 3, MinNP: 2, Mode: driver.ModeRestart,
+			ElasticTimeout: time.Minute, StartTimeout: time.Minute, BarrierTimeout: time.Minute,
+		},
+		Provider:          providers.NewFixed(hs),
+		DiscoveryInterval: 100 * time.Millisecond,
+		Launcher:          l,
+		Command:           []string{"/bin/sh", "-c", script},
+		StopGrace:         2 * time.Second,
+		Logger:            slog.New(slog.NewTextHandler(tWriter{t}, nil)),
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	type outcome struct {
+		res driver.Result
+		err error
+	}
+	done, ended := make(chan outcome, 1), make(chan struct{})
+	go func() {
+		defer close(ended)
+		res, err := driver.Run(ctx, o)
+		done <- outcome{res, err}
+	}()
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(l.release) }) }
+	t.Cleanup(func() { // a failed test still ends the job and its processes
+		release()
+		cancel()
+		select {
+		case <-ended:
+		case <-time.After(30 * time.Second):
+			t.Error("the driver did not return within 30s of its cancel")
+		}
+		l.killAll()
+	})
+
+	var pid int
+	select {
+	case pid = <-l.held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a/0 was not launched within 30s")
+	}
+	waitStopped(t, l, "b/0@1", 30*time.Second, "the restart after c/0's failure waits for nobody's launch")
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("a/0's held process is not running before its launch returned: %v", err)
+	}
+	release()
+	waitStopped(t, l, "a/0@1", 30*time.Second, "a process launched for a worker stopped meanwhile is stopped when the launch returns")
+
+	var out outcome
+	select {
+	case out = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the job did not end within 60s of the held launch's return")
+	}
+	if out.err != nil {
+		t.Fatal(out.err)
+	}
+	if out.res.Code != driver.ExitOK || out.res.Generations != 2 {
+		t.Fatalf("job ended with code %d after %d generations (%s), want 0 after 2", out.res.Code, out.res.Generations, out.res.Reason)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("a/0's process of generation 1 outlived the job: kill(%d, 0) = %v", pid, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for key, pid := range l.pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("%s (pid %d) outlived the job: kill = %v", key, pid, err)
+		}
+	}
+}

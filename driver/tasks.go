@@ -1,0 +1,260 @@
+package driver
+
+import (
+	"cmp"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/elasticd/elasticd/proc"
+	"github.com/elasticd/elasticd/protocol"
+	"github.com/elasticd/elasticd/providers"
+)
+
+// tasks owns the runner's goroutines besides the loop: launches, stops, process watchers,
+// notice completions, discovery and the fan-in. Each reports to the loop with an event; ctx
+// ends when the job does (cancel), and Wait returns once every task has.
+type tasks struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newTasks(parent context.Context) *tasks {
+	ctx, cancel := context.WithCancel(parent)
+	return &tasks{ctx: ctx, cancel: cancel}
+}
+
+// Go runs f as a task with the tasks' context.
+func (t *tasks) Go(f func(ctx context.Context)) { t.wg.Go(func() { f(t.ctx) }) }
+
+// Wait waits for every task.
+func (t *tasks) Wait() { t.wg.Wait() }
+
+// running is a started worker process and what it writes to.
+type running struct {
+	p    proc.Process
+	outs []io.Closer
+	// cancel ends the context the process was launched with, which the launcher watches for
+	// the process's whole life (a cancel stops it): called once it has exited.
+	cancel context.CancelFunc
+}
+
+// procStarted is a launch's success as it reaches the loop: the event for the machine, and
+// the process for the runner (runner.step).
+type procStarted struct {
+	WorkerStarted
+	p *running
+}
+
+// launch starts a's process as a task, so that a slow launcher (ssh waits for its wrapper)
+// holds up nothing else. The result comes back as procStarted or LaunchFailed; a Stop meanwhile
+// cancels the launch's context (runner.do).
+func (d *runner) launch(ctx context.Context, a Launch) {
+	lctx, cancel := context.WithCancel(ctx)
+	d.launching[a.Worker] = cancel
+	if d.port == nil || d.port.gen != a.Generation {
+		d.port = &masterPort{gen: a.Generation}
+	}
+	port := d.port
+	d.tasks.Go(func(context.Context) {
+		p, err := d.start(lctx, a, port)
+		if err != nil {
+			cancel()
+			d.events <- LaunchFailed{Now: time.Now(), Worker: a.Worker, Generation: a.Generation, Err: err} // the loop or drain always reads
+			return
+		}
+		p.cancel = cancel
+		// Sent before the watcher starts, so that the loop hears of the start before the exit.
+		d.events <- procStarted{WorkerStarted{Now: time.Now(), Worker: a.Worker, Generation: a.Generation}, p}
+		d.tasks.Go(func(context.Context) { d.watch(a.Worker, p) })
+	})
+}
+
+// start launches a's process with its environment and output (a task: it may block).
+func (d *runner) start(ctx context.Context, a Launch, port *masterPort) (*running, error) {
+	as := a.Assignment
+	env := append(append([]string{}, d.o.Env...),
+		protocol.EnvRendezvous+"="+d.url,
+		protocol.EnvSecret+"="+hex.EncodeToString(d.secret),
+		protocol.EnvJobID+"="+d.jobID,
+		protocol.EnvWorkerID+"="+a.Worker.String(),
+		protocol.EnvGeneration+"="+strconv.FormatUint(a.Generation, 10),
+		protocol.EnvHostAddr+"="+a.Addr,
+		protocol.EnvCommTimeout+"="+d.o.CommTimeout.String(),
+		// The conventional names, so unmodified scripts find their place (at launch).
+		"RANK="+strconv.Itoa(as.Rank), "WORLD_SIZE="+strconv.Itoa(as.Size),
+		"LOCAL_RANK="+strconv.Itoa(as.LocalRank), "LOCAL_WORLD_SIZE="+strconv.Itoa(as.LocalSize),
+		"GROUP_RANK="+strconv.Itoa(a.Group), "GROUP_WORLD_SIZE="+strconv.Itoa(a.Groups),
+		"ROLE_RANK="+strconv.Itoa(as.Rank), "ROLE_WORLD_SIZE="+strconv.Itoa(as.Size), "ROLE_NAME=default",
+		"MASTER_ADDR="+a.MasterAddr, "MASTER_PORT="+strconv.Itoa(port.get(ctx, d, a)),
+		"TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(a.Restarts),
+		"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(cmp.Or(d.o.ResetLimit, math.MaxInt32)),
+		"TORCHELASTIC_RUN_ID="+d.jobID, "TORCHELASTIC_USE_AGENT_STORE=False",
+		// A process that dies on an NCCL error ends in a restart; one that hangs in NCCL waits
+		// for ever (torchrun sets it too; torch < 2.2 reads the old name).
+		"TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "NCCL_ASYNC_ERROR_HANDLING=1",
+		"HOROVOD_RANK="+strconv.Itoa(as.Rank), "HOROVOD_SIZE="+strconv.Itoa(as.Size),
+		"HOROVOD_LOCAL_RANK="+strconv.Itoa(as.LocalRank), "HOROVOD_LOCAL_SIZE="+strconv.Itoa(as.LocalSize),
+		"HOROVOD_CROSS_RANK="+strconv.Itoa(as.CrossRank), "HOROVOD_CROSS_SIZE="+strconv.Itoa(as.CrossSize),
+		"HOROVOD_HOSTNAME="+a.Addr, "HOROVOD_ELASTIC=1", "PYTHONUNBUFFERED=1",
+	)
+	if d.o.CheckpointDir != "" {
+		env = append(env, protocol.EnvCheckpointDir+"="+d.o.CheckpointDir, protocol.EnvCheckpointEvery+"="+strconv.Itoa(cmp.Or(d.o.CheckpointEvery, protocol.DefaultCheckpointEvery)))
+	}
+	// As torchrun: several processes on one host each get one OpenMP thread, unless the
+	// user chose a number.
+	if _, set := d.lookupEnv("OMP_NUM_THREADS"); !set && as.LocalSize > 1 {
+		env = append(env, "OMP_NUM_THREADS=1")
+	}
+	prefix := d.prefix(a.Worker)
+	stdout := proc.NewPrefixWriterFunc(d.o.Stdout, prefix)
+	stderr := proc.NewPrefixWriterFunc(d.o.Stderr, prefix)
+	p := &running{outs: []io.Closer{stdout, stderr}}
+	var out, errw io.Writer = stdout, stderr
+	if d.o.OutputDir != "" {
+		fo, fe, err := d.outputFiles(a)
+		if err != nil {
+			d.log.Error("cannot write worker output files", "worker", a.Worker.String(), "err", err)
+		} else {
+			out, errw = io.MultiWriter(stdout, fo), io.MultiWriter(stderr, fe)
+			p.outs = append(p.outs, fo, fe)
+		}
+	}
+	spec := proc.Spec{
+		Name: fmt.Sprintf("rank %d (%s)", as.Rank, a.Worker), Host: a.Addr, Slot: a.Worker.Slot,
+		Command: d.o.Command, Env: env, Dir: d.o.Dir, Stdout: out, Stderr: errw,
+	}
+	lp, err := d.o.Launcher.Start(ctx, spec)
+	if err != nil && ctx.Err() != nil { // called off: its worker was stopped, or the job ended
+		d.log.Info("launch called off", "worker", a.Worker.String(), "err", err)
+		closeAll(p.outs)
+		return nil, err
+	}
+	if err != nil {
+		d.log.Error("launch failed", "worker", a.Worker.String(), "err", err)
+		fmt.Fprintf(d.o.Stderr, "%slaunch failed: %v\n", prefix(), err)
+		closeAll(p.outs)
+		return nil, err
+	}
+	p.p = lp
+	if pid := lp.PID(); pid != 0 {
+		d.log.Info("launched worker", "worker", a.Worker.String(), "rank", as.Rank, "generation", a.Generation, "pid", pid)
+	} else { // the agent launcher: the agent logs the PID on its host
+		d.log.Info("launched worker", "worker", a.Worker.String(), "rank", as.Rank, "generation", a.Generation, "host", a.Addr)
+	}
+	return p, nil
+}
+
+// watch waits for worker id's process p to exit and reports it to the loop (a task).
+func (d *runner) watch(id protocol.WorkerID, p *running) {
+	st, err := p.p.Wait()
+	closeAll(p.outs)
+	if p.cancel != nil {
+		p.cancel()
+	}
+	ev := WorkerExited{Now: time.Now(), Worker: id, Code: st.Code, Signal: st.Signal, Progress: d.srv.Progress()}
+	if err != nil && st.Code == 0 && st.Signal == "" {
+		ev.Code = -1
+		ev.Signal = err.Error()
+	}
+	d.events <- ev // the loop or drain always reads
+}
+
+// stop stops p (SIGTERM, SIGKILL after grace) as a task; its watcher reports the exit.
+func (d *runner) stop(p *running, grace time.Duration) {
+	d.tasks.Go(func(context.Context) { p.p.Stop(grace) })
+}
+
+// completeNotice answers a notice whose host's workers are gone (a task: the cloud's API). A
+// completion begun is seen through, within its own bound, even as the job ends: an ASG
+// lifecycle hook left unanswered holds the instance until its heartbeat times out.
+func (d *runner) completeNotice(ctx context.Context, c providers.NoticeCompleter, n providers.Notice) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := c.CompleteNotice(cctx, n); err != nil {
+		d.log.Warn("could not complete the notice", "host", n.HostID, "notice", n.ID, "err", err)
+		return
+	}
+	d.log.Info("notice completed: the host's workers are gone", "host", n.HostID, "notice", n.ID)
+}
+
+// masterPort is the MASTER_PORT of generation gen: a port free on rank 0's host, found there
+// once per generation, by whichever of its launches asks first (proc.PortFinder); a random
+// one where the launcher cannot look, and in-process, where workers bootstrap through the
+// rendezvous and a look would only delay the launch.
+type masterPort struct {
+	gen  uint64
+	once sync.Once
+	port int
+}
+
+func (mp *masterPort) get(ctx context.Context, d *runner, a Launch) int {
+	mp.once.Do(func() {
+		if f, ok := d.o.Launcher.(proc.PortFinder); ok && !a.InProcess {
+			port, err := f.FreePort(ctx, a.MasterAddr)
+			if err == nil {
+				mp.port = port
+				return
+			}
+			d.log.Warn("could not find a free MASTER_PORT on rank 0's host; using a random one", "host", a.MasterAddr, "err", err)
+		}
+		mp.port = 20000 + mrand.IntN(12768)
+	})
+	return mp.port
+}
+
+func (d *runner) prefix(id protocol.WorkerID) func() string {
+	return func() string {
+		if r, ok := d.ranks.Load(id); ok {
+			return fmt.Sprintf("[%d] ", r.(int))
+		}
+		return "[" + id.String() + "] "
+	}
+}
+
+// lookupEnv finds a variable in what workers inherit: Options.Env, then the driver's own
+// environment (which the local launcher passes on).
+func (d *runner) lookupEnv(key string) (string, bool) {
+	for i := len(d.o.Env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(d.o.Env[i], "="); ok && k == key {
+			return v, true
+		}
+	}
+	return os.LookupEnv(key)
+}
+
+// outputFiles opens DIR/<worker>/gen-<g>.stdout and .stderr for a process launched in
+// generation g (a process that survives resets keeps writing to its launch files).
+func (d *runner) outputFiles(a Launch) (io.WriteCloser, io.WriteCloser, error) {
+	dir := filepath.Join(d.o.OutputDir, strings.NewReplacer("/", "_", ":", "_").Replace(a.Worker.String()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	base := filepath.Join(dir, fmt.Sprintf("gen-%d", a.Generation))
+	fo, err := os.Create(base + ".stdout")
+	if err != nil {
+		return nil, nil, err
+	}
+	fe, err := os.Create(base + ".stderr")
+	if err != nil {
+		fo.Close()
+		return nil, nil, err
+	}
+	return fo, fe, nil
+}
+
+func closeAll(cs []io.Closer) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
