@@ -429,7 +429,7 @@ func (d *runner) shutdown(res *Result, stopServing func()) {
 			d.log.Warn("could not remove the finished job's state", "dir", d.o.StateDir, "err", err)
 		}
 	}
-	res.Generations, res.Resets, res.FailureResets = d.m.Generation(), d.m.Resets, d.m.FailureResets
+	res.Generations, res.Resets, res.FailureResets = d.m.Generation(), d.m.Resets().All, d.m.Resets().Failures
 	res.Status = d.board.Current(time.Now())
 
 	for id, p := range d.procs {

@@ -269,16 +269,13 @@ type Machine struct {
 	ownExits   int                 // restart mode: workers of the generation that failed by themselves
 	atStart    bool                // restart mode: the restart under way began with a failure at start
 
-	Resets, FailureResets int
-	// CountedResets are the failure resets that count toward --reset-limit: not those caused
-	// only by flapping slots, which quarantine handles.
-	CountedResets int
-	counted       bool                            // the reset under way has a failure that counts toward --reset-limit
-	returnedAt    map[protocol.WorkerID]time.Time // a slot's latest launch after a failure of its own
-	failedSince   map[protocol.WorkerID]bool      // the slot failed and was not launched since: its next launch is a return
-	flaps         map[protocol.WorkerID]int       // returns in a row that failed within --flap-window
-	lastFailure   string
-	j             journal
+	resets      ResetCounts
+	counted     bool                            // the reset under way has a failure that counts toward --reset-limit
+	returnedAt  map[protocol.WorkerID]time.Time // a slot's latest launch after a failure of its own
+	failedSince map[protocol.WorkerID]bool      // the slot failed and was not launched since: its next launch is a return
+	flaps       map[protocol.WorkerID]int       // returns in a row that failed within --flap-window
+	lastFailure string
+	j           journal
 
 	addrs map[protocol.WorkerID]string // the address each member of the generation was launched on
 	// adoptUntil, while set, is when a restarted driver stops waiting for the workers of the
@@ -309,6 +306,18 @@ func NewMachine(cfg Config) *Machine {
 
 // Generation returns the current generation (0 before the first).
 func (m *Machine) Generation() uint64 { return m.gen }
+
+// ResetCounts are a job's resets so far.
+type ResetCounts struct {
+	All      int // every reset (and restart)
+	Failures int // those caused by failures
+	// Counted are the failure resets that count toward --reset-limit: not those caused only
+	// by flapping slots, which quarantine handles.
+	Counted int
+}
+
+// Resets returns the job's reset counts.
+func (m *Machine) Resets() ResetCounts { return m.resets }
 
 // WorldSize returns the size of the current generation.
 func (m *Machine) WorldSize() int { return len(m.order) }
@@ -895,15 +904,15 @@ func (m *Machine) advance(now time.Time) []Action {
 // completeReset counts the reset that just completed (what: "resets", or "restarts" in
 // restart mode) and starts the next generation, unless failures passed --reset-limit.
 func (m *Machine) completeReset(now time.Time, what string) []Action {
-	m.Resets++
+	m.resets.All++
 	m.resetDone()
 	if m.failed {
-		m.FailureResets++
+		m.resets.Failures++
 		if m.counted {
-			m.CountedResets++
+			m.resets.Counted++
 		}
-		if m.cfg.ResetLimit > 0 && m.CountedResets > m.cfg.ResetLimit {
-			return m.finish(ExitFailed, fmt.Sprintf("reset limit reached: %d %s caused by failures, --reset-limit %d%s", m.CountedResets, what, m.cfg.ResetLimit, m.lastFailureSuffix()))
+		if m.cfg.ResetLimit > 0 && m.resets.Counted > m.cfg.ResetLimit {
+			return m.finish(ExitFailed, fmt.Sprintf("reset limit reached: %d %s caused by failures, --reset-limit %d%s", m.resets.Counted, what, m.cfg.ResetLimit, m.lastFailureSuffix()))
 		}
 	}
 	return m.nextGeneration(now)
@@ -985,7 +994,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 				delete(m.failedSince, id)
 			}
 			acts = append(acts, Launch{Worker: id, Addr: addrOf[id], Generation: m.gen, Assignment: m.plan[id], MasterAddr: master,
-				Group: group[addrOf[id]], Groups: len(group), Restarts: m.Resets, InProcess: m.inProcess()})
+				Group: group[addrOf[id]], Groups: len(group), Restarts: m.resets.All, InProcess: m.inProcess()})
 		}
 	}
 	// Workers left out (removed hosts, over --max-np) are stopped, in a stable order: the machine's
@@ -998,7 +1007,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 			m.j.event(now, EventLeave, "%s left: not part of generation %d", id, m.gen)
 		}
 	}
-	acts = append(acts, Note{"generation started", []any{"generation", m.gen, "world_size", len(order), "resets", m.Resets}})
+	acts = append(acts, Note{"generation started", []any{"generation", m.gen, "world_size", len(order), "resets", m.resets.All}})
 	m.j.point(now, m.gen, len(order))
 	m.j.event(now, EventGeneration, "generation %d started with %d workers", m.gen, len(order))
 	m.j.hostsCause, m.j.rdvGen = "", m.gen
@@ -1185,7 +1194,7 @@ func (m *Machine) Save(now time.Time) SavedState {
 	st := SavedState{
 		Generation: m.gen, InProcess: m.inProcess(), Hosts: m.raw,
 		Blacklist: m.hosts.Blacklisted(now), Quarantined: m.hosts.Quarantined(),
-		Resets: m.Resets, FailureResets: m.FailureResets, CountedResets: m.CountedResets,
+		Resets: m.resets.All, FailureResets: m.resets.Failures, CountedResets: m.resets.Counted,
 	}
 	st.Resetting = m.phase == phaseResetting
 	if m.phase == phaseRunning || m.phase == phaseResetting || m.phase == phaseFinishing {
@@ -1207,7 +1216,7 @@ func (m *Machine) Save(now time.Time) SavedState {
 func (m *Machine) Restore(now time.Time, st *SavedState, adopt bool, wait time.Duration) []Action {
 	m.j.started, m.j.rdvStart, m.j.now = now, now, now
 	m.gen = st.Generation
-	m.Resets, m.FailureResets, m.CountedResets = st.Resets, st.FailureResets, st.CountedResets
+	m.resets = ResetCounts{All: st.Resets, Failures: st.FailureResets, Counted: st.CountedResets}
 	m.registered = st.InProcess
 	m.hosts.Restore(now, st.Blacklist, st.Quarantined)
 	if !adopt || len(st.Workers) == 0 {

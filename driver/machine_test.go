@@ -180,8 +180,8 @@ func TestFailureShrinksThenGrowsBack(t *testing.T) {
 	if len(launched(acts)) != 0 {
 		t.Fatalf("survivors relaunched: %v", launched(acts))
 	}
-	if s.m.Resets != 1 || s.m.FailureResets != 1 {
-		t.Fatalf("resets %d/%d, want 1/1", s.m.Resets, s.m.FailureResets)
+	if s.m.Resets().All != 1 || s.m.Resets().Failures != 1 {
+		t.Fatalf("resets %d/%d, want 1/1", s.m.Resets().All, s.m.Resets().Failures)
 	}
 	// Still in cooldown: discovery lists it, nothing changes.
 	if acts := s.after(5 * time.Second).hosts(ids...); has[NotifyHosts](acts) {
@@ -198,8 +198,8 @@ func TestFailureShrinksThenGrowsBack(t *testing.T) {
 	if got := launched(acts); !slices.Equal(got, []string{"h1"}) {
 		t.Fatalf("launched %v, want [h1]", got)
 	}
-	if s.m.Resets != 2 || s.m.FailureResets != 1 {
-		t.Fatalf("resets %d/%d, want 2/1: a scale-up is not a failure", s.m.Resets, s.m.FailureResets)
+	if s.m.Resets().All != 2 || s.m.Resets().Failures != 1 {
+		t.Fatalf("resets %d/%d, want 2/1: a scale-up is not a failure", s.m.Resets().All, s.m.Resets().Failures)
 	}
 	s.ready(2, "h1") // registers for generation 3
 	for _, h := range []string{"h0", "h2", "h3"} {
@@ -246,8 +246,8 @@ func TestFlappingSlotIsQuarantined(t *testing.T) {
 	if f := finish(nil); s.m.Done() || f != nil {
 		t.Fatal("the job ended")
 	}
-	if s.m.FailureResets != 4 || s.m.CountedResets != 1 {
-		t.Fatalf("failure resets %d, counted %d; want 4 and 1", s.m.FailureResets, s.m.CountedResets)
+	if s.m.Resets().Failures != 4 || s.m.Resets().Counted != 1 {
+		t.Fatalf("failure resets %d, counted %d; want 4 and 1", s.m.Resets().Failures, s.m.Resets().Counted)
 	}
 	if acts := s.after(time.Hour).tick(); has[NotifyHosts](acts) || len(launched(acts)) > 0 {
 		t.Fatal("a quarantined slot came back by itself")
@@ -327,8 +327,8 @@ func TestLateFailuresAreNotFlapping(t *testing.T) {
 		s.expectPlan(acts, gen, "h0", "h2", "h1")
 		s.ready(gen-1, "h1")
 	}
-	if s.m.CountedResets != 4 || len(s.m.hosts.Quarantined()) != 0 {
-		t.Fatalf("counted %d, quarantined %v; want 4 and none", s.m.CountedResets, s.m.hosts.Quarantined())
+	if s.m.Resets().Counted != 4 || len(s.m.hosts.Quarantined()) != 0 {
+		t.Fatalf("counted %d, quarantined %v; want 4 and none", s.m.Resets().Counted, s.m.hosts.Quarantined())
 	}
 }
 
@@ -359,7 +359,7 @@ func TestRemovedWorkerExitZeroDoesNotEndJob(t *testing.T) {
 	if f := finish(s.exit("h2", 0)); f != nil {
 		t.Fatalf("the removed worker's exit 0 ended the job: %+v", f)
 	}
-	if s.m.FailureResets != 0 {
+	if s.m.Resets().Failures != 0 {
 		t.Fatalf("a removal counted as a failure reset")
 	}
 }
@@ -376,8 +376,8 @@ func TestHungWorkerFailsAtBarrierTimeout(t *testing.T) {
 		t.Fatalf("stopped %v, want the hung worker", got)
 	}
 	s.expectPlan(acts, 2, "h0", "h2")
-	if s.m.FailureResets != 1 {
-		t.Fatalf("failure resets %d, want 1", s.m.FailureResets)
+	if s.m.Resets().Failures != 1 {
+		t.Fatalf("failure resets %d, want 1", s.m.Resets().Failures)
 	}
 }
 
@@ -411,8 +411,8 @@ func TestSilentPeerCutsTheBarrierShort(t *testing.T) {
 		}
 	}
 	s.expectPlan(acts, 2, "h0", "h1")
-	if s.m.FailureResets != 1 {
-		t.Fatalf("failure resets %d, want 1", s.m.FailureResets)
+	if s.m.Resets().Failures != 1 {
+		t.Fatalf("failure resets %d, want 1", s.m.Resets().Failures)
 	}
 }
 
@@ -583,7 +583,7 @@ func TestInterruptionNoticeMovesOffTheHost(t *testing.T) {
 	if got := stopped(acts); !slices.Equal(got, []string{"h2"}) {
 		t.Fatalf("stopped %v, want the interrupted host's worker", got)
 	}
-	if s.m.FailureResets != 0 {
+	if s.m.Resets().Failures != 0 {
 		t.Fatal("a notice counted as a failure")
 	}
 	acts = s.exit("h2", 143)
@@ -644,8 +644,8 @@ func TestGPUFaultFailsTheSlot(t *testing.T) {
 	if _, ok := p.Plan[protocol.WorkerID{Host: "g", Slot: 1}]; ok || len(p.Plan) != 2 {
 		t.Fatalf("generation 2 plan %v: want slots 0 and 2, not the faulty 1", p.Plan)
 	}
-	if s.m.FailureResets != 1 {
-		t.Fatalf("failure resets %d, want 1: a GPU fault is a failure", s.m.FailureResets)
+	if s.m.Resets().Failures != 1 {
+		t.Fatalf("failure resets %d, want 1: a GPU fault is a failure", s.m.Resets().Failures)
 	}
 	// A fault on the whole host fails every slot: with no slot left, the job fails.
 	acts = s.m.Step(SlotsFailed{Now: s.now, Host: "g", Reason: "GPU lost"})

@@ -61,8 +61,8 @@ func TestRestartStopsTheWholeGroupAndBlamesOnlyTheCause(t *testing.T) {
 					t.Fatalf("launch %v: Restarts %d, want 1 (TORCHELASTIC_RESTART_COUNT)", l.Worker, l.Restarts)
 				}
 			}
-			if s.m.Resets != 1 || s.m.FailureResets != 1 {
-				t.Fatalf("resets %d, failure resets %d: want 1 and 1", s.m.Resets, s.m.FailureResets)
+			if s.m.Resets().All != 1 || s.m.Resets().Failures != 1 {
+				t.Fatalf("resets %d, failure resets %d: want 1 and 1", s.m.Resets().All, s.m.Resets().Failures)
 			}
 			bl := s.m.hosts.Blacklisted(s.now)
 			if len(bl) != 1 || bl[0].ID != wid("h1").String() {
@@ -132,8 +132,8 @@ func TestRestartOnNoticeStopsEveryWorkerByTheDeadline(t *testing.T) {
 		t.Fatalf("notice not completed once the host's worker was gone: %v", acts)
 	}
 	s.expectPlan(acts, 2, "h0", "h2")
-	if s.m.FailureResets != 0 || s.m.j.causes[CauseNotice] != 1 {
-		t.Fatalf("failure resets %d, causes %v: a notice is not a failure", s.m.FailureResets, s.m.j.causes)
+	if s.m.Resets().Failures != 0 || s.m.j.causes[CauseNotice] != 1 {
+		t.Fatalf("failure resets %d, causes %v: a notice is not a failure", s.m.Resets().Failures, s.m.j.causes)
 	}
 }
 
@@ -156,8 +156,8 @@ func TestRestartBatchesGrowth(t *testing.T) {
 	}
 	acts = s.exitAll("h0", "h1")
 	s.expectPlan(acts, 2, "h0", "h1", "h2", "h3")
-	if s.m.FailureResets != 0 || s.m.j.causes[CauseScaleUp] != 1 {
-		t.Fatalf("failure resets %d, causes %v", s.m.FailureResets, s.m.j.causes)
+	if s.m.Resets().Failures != 0 || s.m.j.causes[CauseScaleUp] != 1 {
+		t.Fatalf("failure resets %d, causes %v", s.m.Resets().Failures, s.m.j.causes)
 	}
 	// At --max-np, a new slot is no reason to restart.
 	if acts := s.after(time.Minute).hosts("h0", "h1", "h2", "h3", "h4"); has[Stop](acts) || !s.m.growAt.IsZero() {

@@ -57,8 +57,8 @@ func TestRestoreAdoptsTheGenerationWithoutAReset(t *testing.T) {
 	if !has[NotifyHosts](acts) {
 		t.Fatalf("h2 came back after its cooldown, yet %v", acts)
 	}
-	if r.m.Resets != 1 || r.m.FailureResets != 1 {
-		t.Fatalf("reset counts %d/%d: want the saved ones", r.m.Resets, r.m.FailureResets)
+	if r.m.Resets().All != 1 || r.m.Resets().Failures != 1 {
+		t.Fatalf("reset counts %d/%d: want the saved ones", r.m.Resets().All, r.m.Resets().Failures)
 	}
 }
 

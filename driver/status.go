@@ -146,7 +146,7 @@ func (m *Machine) Snapshot() Status {
 	s := Status{
 		StartedAt: m.j.started, Now: m.j.now,
 		Generation: m.gen, WorldSize: len(m.order), Phase: phaseNames[m.phase],
-		NP: m.cfg.NP, MinNP: m.cfg.MinNP, MaxNP: m.cfg.MaxNP, Resets: m.Resets,
+		NP: m.cfg.NP, MinNP: m.cfg.MinNP, MaxNP: m.cfg.MaxNP, Resets: m.resets.All,
 		ResetsByCause: map[string]int{},
 		Hosts:         []HostStatus{}, Workers: []WorkerStatus{},
 		WorldHistory: slices.Clone(m.j.history), Events: slices.Clone(m.j.events), Notices: []NoticeCount{},
