@@ -192,7 +192,7 @@ func Run(t *testing.T, h Harness) {
 				cancel()
 			}
 			defer cancel()
-			ended(t, g.Provider, ctx, c.want)
+			ended(t, "Hosts", g.Provider.Hosts, ctx, c.want)
 		})
 	}
 	t.Run("Change", func(t *testing.T) {
@@ -255,19 +255,19 @@ func poll(t *testing.T, p providers.Provider) []providers.Host {
 	return hosts
 }
 
-// ended checks that a poll under a context that has ended, or soon ends, returns promptly
-// with an error wrapping want.
-func ended(t *testing.T, p providers.Provider, ctx context.Context, want error) {
+// ended checks that a poll (Hosts or Notices, named what) under a context that has ended, or
+// soon ends, returns promptly with an error wrapping want and nothing else.
+func ended[T any](t *testing.T, what string, poll func(context.Context) ([]T, error), ctx context.Context, want error) {
 	t.Helper()
 	type result struct {
-		hosts []providers.Host
-		err   error
+		got []T
+		err error
 	}
 	done := make(chan result, 1)
 	start := time.Now()
 	go func() {
-		hosts, err := p.Hosts(ctx)
-		done <- result{hosts, err}
+		got, err := poll(ctx)
+		done <- result{got, err}
 	}()
 	timer := time.NewTimer(prompt + 30*time.Second)
 	defer timer.Stop()
@@ -275,16 +275,16 @@ func ended(t *testing.T, p providers.Provider, ctx context.Context, want error) 
 	select {
 	case r = <-done:
 	case <-timer.C:
-		t.Fatal("Hosts did not return after its context ended") // the goroutine is leaked: the provider is broken
+		t.Fatalf("%s did not return after its context ended", what) // the goroutine is leaked: the provider is broken
 	}
 	if took := time.Since(start); took > prompt {
-		t.Errorf("Hosts took %v to notice that its context ended; want under %v", took, prompt)
+		t.Errorf("%s took %v to notice that its context ended; want under %v", what, took, prompt)
 	}
 	if !errors.Is(r.err, want) {
-		t.Errorf("Hosts with an ended context: error %v; want one wrapping %v", r.err, want)
+		t.Errorf("%s with an ended context: error %v; want one wrapping %v", what, r.err, want)
 	}
-	if len(r.hosts) != 0 {
-		t.Errorf("Hosts with an ended context returned hosts %v", r.hosts)
+	if len(r.got) != 0 {
+		t.Errorf("%s with an ended context returned %v", what, r.got)
 	}
 }
 
@@ -356,7 +356,7 @@ func runNotices(t *testing.T, newSource func(t *testing.T) NoticeSource) {
 				cancel()
 			}
 			defer cancel()
-			noticesEnded(t, src.Noticer, ctx, c.want)
+			ended(t, "Notices", src.Noticer.Notices, ctx, c.want)
 		})
 	}
 	completer := func(t *testing.T) (NoticeSource, providers.NoticeCompleter) {
@@ -464,39 +464,6 @@ func noticeIDs(ns []providers.Notice) []string {
 	}
 	slices.Sort(ids)
 	return ids
-}
-
-// noticesEnded checks that Notices under a context that has ended, or soon ends, returns
-// promptly with an error wrapping want and no notices.
-func noticesEnded(t *testing.T, n providers.Noticer, ctx context.Context, want error) {
-	t.Helper()
-	type result struct {
-		ns  []providers.Notice
-		err error
-	}
-	done := make(chan result, 1)
-	start := time.Now()
-	go func() {
-		ns, err := n.Notices(ctx)
-		done <- result{ns, err}
-	}()
-	timer := time.NewTimer(prompt + 30*time.Second)
-	defer timer.Stop()
-	var r result
-	select {
-	case r = <-done:
-	case <-timer.C:
-		t.Fatal("Notices did not return after its context ended") // the goroutine is leaked: the provider is broken
-	}
-	if took := time.Since(start); took > prompt {
-		t.Errorf("Notices took %v to notice that its context ended; want under %v", took, prompt)
-	}
-	if !errors.Is(r.err, want) {
-		t.Errorf("Notices with an ended context: error %v; want one wrapping %v", r.err, want)
-	}
-	if len(r.ns) != 0 {
-		t.Errorf("Notices with an ended context returned notices %v", r.ns)
-	}
 }
 
 // complete completes n, bounded in time.
