@@ -195,6 +195,18 @@ func (r *transcript) event(name string, args []string) (Event, error) {
 		return nil
 	}
 	worker := func(s string) (protocol.WorkerID, error) { return protocol.ParseWorkerID(s) }
+	// workerGen reads the arguments WORKER GEN.
+	workerGen := func() (protocol.WorkerID, uint64, error) {
+		if err := need(2); err != nil {
+			return protocol.WorkerID{}, 0, err
+		}
+		id, err := worker(args[0])
+		if err != nil {
+			return id, 0, err
+		}
+		gen, err := strconv.ParseUint(args[1], 10, 64)
+		return id, gen, err
+	}
 	rest := func(from int) string {
 		if len(args) <= from {
 			return ""
@@ -217,14 +229,7 @@ func (r *transcript) event(name string, args []string) (Event, error) {
 		}
 		return HostsDiscovered{Now: r.now, Hosts: hs}, nil
 	case "ready", "success", "failure":
-		if err := need(2); err != nil {
-			return nil, err
-		}
-		id, err := worker(args[0])
-		if err != nil {
-			return nil, err
-		}
-		gen, err := strconv.ParseUint(args[1], 10, 64)
+		id, gen, err := workerGen()
 		if err != nil {
 			return nil, err
 		}
@@ -247,14 +252,7 @@ func (r *transcript) event(name string, args []string) (Event, error) {
 		}
 		return WorkerExited{Now: r.now, Worker: id, Code: code}, nil
 	case "started", "launch-failed":
-		if err := need(2); err != nil {
-			return nil, err
-		}
-		id, err := worker(args[0])
-		if err != nil {
-			return nil, err
-		}
-		gen, err := strconv.ParseUint(args[1], 10, 64)
+		id, gen, err := workerGen()
 		if err != nil {
 			return nil, err
 		}
