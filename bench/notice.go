@@ -188,7 +188,10 @@ func noticeRun(ctx context.Context, logs *jobLog, self, trainer string) (NoticeR
 			}
 		}
 		if !armed.IsZero() && detected.IsZero() && logs.agentNotice.MatchString(line) {
-			detected = time.Now()
+			// When the driver logged it, not when this loop read the line: a reader that lags
+			// would count part of the move as detection, and could see the first step without
+			// the host (stamped by the trainer) before it.
+			detected = loggedAt(line, time.Now())
 		}
 		if m := logs.resume.FindStringSubmatch(line); m != nil && m[1] == "2" {
 			resumed, _ = strconv.Atoi(m[2])
@@ -224,4 +227,27 @@ func noticeRun(ctx context.Context, logs *jobLog, self, trainer string) (NoticeR
 		}
 	}
 	return r, fmt.Errorf("the job ended before the notice was measured (armed: %v)", !armed.IsZero())
+}
+
+// loggedAt is the time= field of a driver's log line (15:04:05.000, local time, the day of
+// now), or now when the line has none. It is truncated to the millisecond, so never later
+// than when the line was written.
+func loggedAt(line string, now time.Time) time.Time {
+	_, rest, ok := strings.Cut(line, "time=")
+	if !ok {
+		return now
+	}
+	clock, _, _ := strings.Cut(rest, " ")
+	c, err := time.ParseInLocation("15:04:05.000", clock, now.Location())
+	if err != nil {
+		return now
+	}
+	t := time.Date(now.Year(), now.Month(), now.Day(), c.Hour(), c.Minute(), c.Second(), c.Nanosecond(), now.Location())
+	if t.After(now.Add(time.Hour)) { // logged just before midnight, read just after
+		t = t.AddDate(0, 0, -1)
+	}
+	if t.After(now) {
+		return now
+	}
+	return t
 }
