@@ -52,7 +52,7 @@ func (localLauncher) Start(ctx context.Context, s Spec) (Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", s.Name, err)
 	}
-	lp := &localProcess{g: p}
+	lp := &localProcess{g: p, supervised: make(chan struct{})}
 
 	guard, guardIn, err := startGuard(cmd.Process.Pid)
 	if err != nil {
@@ -65,7 +65,10 @@ func (localLauncher) Start(ctx context.Context, s Spec) (Process, error) {
 		guard.Wait()
 		guardIn.Close()
 	})
-	go lp.supervise(ctx)
+	go func() {
+		defer close(lp.supervised)
+		lp.supervise(ctx)
+	}()
 	return lp, nil
 }
 
@@ -91,12 +94,16 @@ func startGuard(pgid int) (*exec.Cmd, *os.File, error) {
 type localProcess struct {
 	g        *Group
 	termOnce sync.Once
+	// supervised is closed when supervise has returned: Wait waits for it (and Reap, through
+	// Done), so that no goroutine of the process outlives Wait.
+	supervised chan struct{}
 }
 
 func (p *localProcess) PID() int { return p.g.PID() }
 
 func (p *localProcess) Wait() (ExitStatus, error) {
 	<-p.g.Done()
+	<-p.supervised
 	if err := p.g.Err(); err != nil {
 		return p.g.Status(), fmt.Errorf("wait for pid %d: %w", p.PID(), err)
 	}

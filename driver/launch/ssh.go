@@ -186,7 +186,11 @@ func (l *sshLauncher) Start(ctx context.Context, s proc.Spec) (proc.Process, err
 	select {
 	case <-filter.started:
 		<-written // the wrapper has read all of it
-		go sp.supervise(ctx)
+		sp.supervised = make(chan struct{})
+		go func() {
+			defer close(sp.supervised)
+			sp.supervise(ctx)
+		}()
 		return sp, nil
 	default:
 	}
@@ -326,6 +330,9 @@ type sshProcess struct {
 	filter   *markerFilter
 	termOnce sync.Once
 	cut      atomic.Bool // Stop cut the connection before the exit status arrived
+	// supervised is closed when supervise has returned: Wait waits for it, so that no
+	// goroutine of the process outlives Wait.
+	supervised chan struct{}
 
 	stdinMu sync.Mutex
 	stdin   *os.File // nil once the ssh client is gone
@@ -338,6 +345,7 @@ func (p *sshProcess) RemotePID() int { return p.filter.remotePID }
 
 func (p *sshProcess) Wait() (proc.ExitStatus, error) {
 	<-p.g.Done()
+	<-p.supervised
 	if p.filter.isExited {
 		return proc.ExitStatus{Code: p.filter.code}, nil
 	}
