@@ -319,7 +319,7 @@ func (o *Overlay) Notices(ctx context.Context) ([]providers.Notice, error) {
 	if n, ok := o.inner.(providers.Noticer); ok {
 		return n.Notices(ctx)
 	}
-	return nil, nil
+	return nil, ctx.Err() // none, but an ended context is said, as every Noticer does
 }
 
 // CompleteNotice passes the completion of a notice through to inner.
@@ -327,5 +327,5 @@ func (o *Overlay) CompleteNotice(ctx context.Context, n providers.Notice) error 
 	if c, ok := o.inner.(providers.NoticeCompleter); ok {
 		return c.CompleteNotice(ctx, n)
 	}
-	return nil
+	return ctx.Err()
 }

@@ -44,13 +44,19 @@ func (g *group) set(hs ...providers.Host) {
 	g.hosts = hs
 }
 
-func (g *group) Notices(context.Context) ([]providers.Notice, error) {
+func (g *group) Notices(ctx context.Context) ([]providers.Notice, error) {
+	if err := ctx.Err(); err != nil { // as a cloud client does
+		return nil, fmt.Errorf("group: %w", err)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.notices, nil
 }
 
-func (g *group) CompleteNotice(_ context.Context, n providers.Notice) error {
+func (g *group) CompleteNotice(ctx context.Context, n providers.Notice) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("group: %w", err)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.completed = append(g.completed, n)
@@ -315,5 +321,30 @@ func TestOverlayConcurrent(t *testing.T) {
 	want(t, "after the storm", poll(t, o), "a:4")
 	if got := len(o.Stopped()); got != 8 {
 		t.Fatalf("%d stopped hosts, want 8", got)
+	}
+}
+
+// hostsOnly is a provider without notices.
+type hostsOnly struct{}
+
+func (hostsOnly) Hosts(context.Context) ([]providers.Host, error) { return nil, nil }
+
+// Over a provider without notices, the overlay has none to give, but an ended context is still
+// said, as every Noticer says it.
+func TestOverlayWithoutNotices(t *testing.T) {
+	o := admin.NewOverlay(hostsOnly{}, 1)
+	if ns, err := o.Notices(t.Context()); err != nil || len(ns) != 0 {
+		t.Errorf("Notices = %v, %v; want none and no error", ns, err)
+	}
+	if err := o.CompleteNotice(t.Context(), providers.Notice{ID: "n"}); err != nil {
+		t.Errorf("CompleteNotice = %v; want nil", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := o.Notices(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Notices with an ended context: %v; want context.Canceled", err)
+	}
+	if err := o.CompleteNotice(ctx, providers.Notice{ID: "n"}); !errors.Is(err, context.Canceled) {
+		t.Errorf("CompleteNotice with an ended context: %v; want context.Canceled", err)
 	}
 }
