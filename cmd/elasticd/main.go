@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -30,7 +31,7 @@ func main() {
 // usage) and prints failures as one line on stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
-	err := app.RunContext(ctx, joinCooldownArgs(args))
+	err := app.RunContext(ctx, joinCooldownArgs(impliedRun(args)))
 	if err == nil {
 		return 0
 	}
@@ -51,6 +52,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 
 Start here:
    elasticd run -np 4 --min-np 2 -- ./train          an elastic job on this machine (4 slots)
+   elasticd --provider aws --asg NAME -np 4 -- CMD   the same: flags before a command mean run
    elasticd agent --driver URL --agent-secret-file F  on each GPU host, for --launcher agent
    elasticd ctl add-host|remove-host|status         change a running job's hosts (admin API)
    elasticd discover --provider aws --asg NAME      the hosts a provider finds
@@ -87,11 +89,118 @@ Every flag can also be set through an environment variable named ELASTICD_<FLAG>
 	return app
 }
 
-// usageExit makes a flag that does not parse exit 2, like every other bad input.
-func usageExit(_ *cli.Context, err error, _ bool) error {
+// impliedRun makes the root command run a job, as the product's usage line says
+// (elasticd --provider aws --asg my-gpu-asg -np 4 -- python3 train.py): arguments that start
+// with a flag other than help are `run`'s. `elasticd run ...` stays the explicit form.
+func impliedRun(args []string) []string {
+	if len(args) < 2 || !strings.HasPrefix(args[1], "-") {
+		return args
+	}
+	switch strings.TrimLeft(args[1], "-") {
+	case "h", "help":
+		return args
+	case "version":
+		return append([]string{args[0], "version"}, args[2:]...)
+	}
+	return append([]string{args[0], "run"}, args[1:]...)
+}
+
+// usageExit makes a flag that does not parse exit 2, like every other bad input. An unknown
+// flag's message suggests the command's closest flag, and names the commands that have it.
+func usageExit(c *cli.Context, err error, _ bool) error {
 	msg := strings.Replace(err.Error(), "for flag -", "for flag --", 1)
 	msg = strings.Replace(msg, "not defined: -", "not defined: --", 1)
+	if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: "); ok && c != nil {
+		msg += flagHint(c, strings.TrimLeft(name, "-"))
+	}
 	return cli.Exit(msg, 2)
+}
+
+// flagHint is what to say after "flag provided but not defined": the nearest flag of the
+// command being run, and the other commands that define the flag as typed.
+func flagHint(c *cli.Context, name string) string {
+	var flags []cli.Flag
+	if c.Command != nil && c.Command.Name != "" {
+		flags = c.Command.Flags
+	} else if c.App != nil {
+		flags = c.App.Flags
+	}
+	path := []string{"elasticd"}
+	for _, x := range slices.Backward(c.Lineage()) {
+		if x.Command != nil && x.Command.Name != "" && path[len(path)-1] != x.Command.Name {
+			path = append(path, x.Command.Name)
+		}
+	}
+	here := strings.Join(path, " ")
+	var hint []string
+	if near := nearestFlag(flags, name); near != "" {
+		hint = append(hint, fmt.Sprintf("did you mean --%s?", near))
+	}
+	var others []string
+	if c.App != nil {
+		walkCommands(c.App.Commands, "elasticd", func(path string, cmd *cli.Command) {
+			if path == here || cmd.Hidden {
+				return
+			}
+			for _, f := range cmd.Flags {
+				if slices.Contains(f.Names(), name) {
+					others = append(others, "'"+path+"'")
+					return
+				}
+			}
+		})
+	}
+	if len(others) > 0 {
+		hint = append(hint, fmt.Sprintf("--%s is a flag of %s", name, strings.Join(others, ", ")))
+	}
+	if len(hint) == 0 {
+		return fmt.Sprintf(" (see '%s --help')", here)
+	}
+	return " (" + strings.Join(hint, "; ") + ")"
+}
+
+// walkCommands calls fn with each command's full name ("elasticd bench allreduce").
+func walkCommands(cmds []*cli.Command, prefix string, fn func(string, *cli.Command)) {
+	for _, cmd := range cmds {
+		path := prefix + " " + cmd.Name
+		fn(path, cmd)
+		walkCommands(cmd.Subcommands, path, fn)
+	}
+}
+
+// nearestFlag is the flag name closest to name (an edit distance of at most a third of its
+// length, at least 1), or "".
+func nearestFlag(flags []cli.Flag, name string) string {
+	best, bestD := "", max(1, len(name)/3)+1
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if d := editDistance(n, name); d < bestD && n != name {
+				best, bestD = n, d
+			}
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 func setUsageExit(cmds []*cli.Command) {

@@ -84,6 +84,21 @@ func TestHelpTeaches(t *testing.T) {
 	}
 }
 
+// The product's usage line, flags straight after elasticd, runs a job as `run` does.
+func TestRootFlagsRunAJob(t *testing.T) {
+	_, stderr, code := elasticd(t, nil, "-np", "2", "--", "true")
+	if code != 0 {
+		t.Fatalf("elasticd -np 2 -- true: exit %d, want 0 as with run:\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, "generation") {
+		t.Errorf("stderr does not show a job running:\n%s", stderr)
+	}
+	out, _, code := elasticd(t, nil, "--version")
+	if code != 0 || !strings.HasPrefix(out, "elasticd ") {
+		t.Errorf("--version: exit %d, output %q; want the version command's", code, out)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	out, _, code := elasticd(t, nil, "version")
 	if code != 0 || !strings.HasPrefix(out, "elasticd ") || !strings.Contains(out, "go1.") {
@@ -109,6 +124,10 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{args: []string{"bench", "allreduce", "extra"}, want: "takes no arguments"},
 		{args: []string{"bench", "allreduce", "--nope"}, want: "flag provided but not defined: --nope"},
 		{args: []string{"bogus"}, want: `unknown command "bogus"`},
+		{args: []string{"agent", "--np", "4"}, want: "--np is a flag of 'elasticd run'"},
+		{args: []string{"run", "-np", "2", "--resetlimit", "3", "--", "true"}, want: "(did you mean --reset-limit?)"},
+		{args: []string{"bench", "allreduce", "--zzz"}, want: "(see 'elasticd bench allreduce --help')"},
+		{args: []string{"--provider", "nope", "-np", "1", "--", "true"}, want: `--provider: "nope": use one of`},
 		{args: []string{"bench", "allreduce"}, env: []string{"ELASTICD_NP=100"}, want: "--np: 100 ranks"},
 		{args: []string{"run", "-np", "2", "--flap-limit", "0", "--", "true"}, want: "--flap-limit: 0: must be at least 1"},
 		{args: []string{"run", "-np", "2", "--checkpoint-every", "0", "--", "true"}, want: "--checkpoint-every: 0: must be at least 1"},
