@@ -517,6 +517,8 @@ func (d *runner) do(ctx context.Context, a Action) {
 		}
 	case Note:
 		d.log.Info(a.Msg, a.Args...)
+	case Warn:
+		d.log.Warn(a.Msg, a.Args...)
 	case Finish:
 		d.log.Info("job finished", "code", a.Code, "reason", a.Reason)
 	case GenerationReady:

@@ -201,6 +201,12 @@ type Note struct {
 	Args []any
 }
 
+// Warn is something the user should act on, logged as a warning.
+type Warn struct {
+	Msg  string
+	Args []any
+}
+
 func (Launch) action()          {}
 func (Stop) action()            {}
 func (Publish) action()         {}
@@ -209,6 +215,7 @@ func (CompleteNotice) action()  {}
 func (NotifyHosts) action()     {}
 func (Finish) action()          {}
 func (Note) action()            {}
+func (Warn) action()            {}
 func (GenerationReady) action() {}
 
 // Exit codes of `elasticd run`.
@@ -274,6 +281,7 @@ type Machine struct {
 	returnedAt  map[protocol.WorkerID]time.Time // a slot's latest launch after a failure of its own
 	failedSince map[protocol.WorkerID]bool      // the slot failed and was not launched since: its next launch is a return
 	flaps       map[protocol.WorkerID]int       // returns in a row that failed within --flap-window
+	slotFails   map[protocol.WorkerID]int       // failures of each slot that were not flapping
 	lastFailure string
 	j           journal
 
@@ -301,6 +309,7 @@ func NewMachine(cfg Config) *Machine {
 		returnedAt:  map[protocol.WorkerID]time.Time{},
 		failedSince: map[protocol.WorkerID]bool{},
 		flaps:       map[protocol.WorkerID]int{},
+		slotFails:   map[protocol.WorkerID]int{},
 	}
 }
 
@@ -707,6 +716,12 @@ func (m *Machine) slotFailed(now time.Time, id protocol.WorkerID) (string, []Act
 	if !flap {
 		m.flaps[id] = 0
 		m.counted = true
+		m.slotFails[id]++
+		if m.cfg.ResetLimit == 0 && m.slotFails[id] == repeatFailures {
+			msg := fmt.Sprintf("slot %s has failed %d times; with --reset-limit 0 (unlimited, the default) the job resets for it each time it comes back, for as long as it runs: set --reset-limit N to end the job after N failure resets, or take the host out with `elasticd ctl remove-host %s`", id, repeatFailures, id.Host)
+			m.j.event(now, EventFailure, "%s", msg)
+			return "blacklisted", []Action{Warn{msg, nil}}
+		}
 		return "blacklisted", nil
 	}
 	m.flaps[id]++
@@ -718,6 +733,10 @@ func (m *Machine) slotFailed(now time.Time, id protocol.WorkerID) (string, []Act
 	m.j.event(now, EventFailure, "%s", msg)
 	return "quarantined (flapping)", []Action{Note{msg, nil}}
 }
+
+// repeatFailures is how many failures of one slot make the machine warn, once, that an
+// unlimited --reset-limit will let the job reset for it for as long as it runs.
+const repeatFailures = 3
 
 // sortedIDs returns the keys of a map by worker ID in a stable order, for loops that emit
 // actions: the machine's actions depend only on its events, not on map order.

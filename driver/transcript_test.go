@@ -336,6 +336,8 @@ func formatAction(a Action, now time.Time) string {
 		return fmt.Sprintf("generation-ready gen=%d world=%d after %v", a.Generation, a.WorldSize, a.Latency)
 	case Finish:
 		return fmt.Sprintf("finish code=%d (%s)", a.Code, a.Reason)
+	case Warn:
+		return "warn: " + strings.TrimPrefix(formatAction(Note(a), now), "note: ")
 	case Note:
 		var kv []string
 		for i := 0; i+1 < len(a.Args); i += 2 {
