@@ -136,32 +136,47 @@ func printJobStatus(w io.Writer, s *driver.Status, events int) {
 	}
 }
 
-// costLine is the cost in one line: what the job cost, what it saved against on-demand, and
-// what the work rolled back cost. The job's last line, and `elasticd status`.
+// costLine is the cost in one line: what the job cost, what it saved against the same hours
+// at on-demand prices, and what the work rolled back cost. The job's last line, and `elasticd
+// status`. With no price known for any of its instance time it says "unpriced", not a zero
+// that reads as free, and how to get prices.
 func costLine(s *driver.Status) string {
 	c := s.Cost
 	if c == nil {
 		return "cost: unknown"
 	}
 	var hours float64
+	priced := false
 	for _, l := range c.Lines {
 		hours += l.Seconds / 3600
+		priced = priced || l.Cost != nil
 	}
 	f := func(v float64) string { return cost.Format(c.Currency, v) }
-	line := fmt.Sprintf("cost %s for %.2f instance-hours (spot %s, on-demand %s)", f(c.Total), hours, f(c.Spot), f(c.OnDemand))
-	if c.OnDemandEquivalent > 0 {
-		line += fmt.Sprintf("; saved %s (%.0f%%) against %s on demand", f(c.Savings), c.SavingsPercent, f(c.OnDemandEquivalent))
+	var line string
+	if !priced {
+		line = fmt.Sprintf("cost: unpriced, %.2f instance-hours with no price (%s): give --prices FILE, each instance type's spot and on-demand price per hour (examples/prices.yaml); on AWS the spot prices come by themselves", hours, strings.Join(c.Unpriced, ", "))
+	} else {
+		line = fmt.Sprintf("cost %s for %.2f instance-hours (%s on spot instances, %s on on-demand instances)", f(c.Total), hours, f(c.Spot), f(c.OnDemand))
+		if c.OnDemandEquivalent > 0 {
+			line += fmt.Sprintf("; saved %s (%.0f%%) against %s for the same hours at on-demand prices", f(c.Savings), c.SavingsPercent, f(c.OnDemandEquivalent))
+		}
+	}
+	rolledBack := func(steps uint64) string {
+		if !priced {
+			return fmt.Sprintf("%d steps", steps)
+		}
+		return fmt.Sprintf("%d steps, %s", steps, f(c.RolledBack))
 	}
 	switch p := s.Progress; {
 	case s.Mode == "restart" && p.UpdatedAt == nil && s.Resets > 0:
 		line += "; work thrown away by restarts unknown: the script reports no progress (elasticd.progress, docs/pytorch.md)"
 	case p.UnreportedRestarts > 0:
-		line += fmt.Sprintf("; rollbacks threw away %d steps, %s, and an unknown amount in %d %s where the script reported no progress", p.RolledBackSteps, f(c.RolledBack), p.UnreportedRestarts, plural(p.UnreportedRestarts, "restart"))
+		line += fmt.Sprintf("; rollbacks threw away %s, and an unknown amount in %d %s where the script reported no progress", rolledBack(p.RolledBackSteps), p.UnreportedRestarts, plural(p.UnreportedRestarts, "restart"))
 	default:
-		line += fmt.Sprintf("; rollbacks threw away %d steps, %s", p.RolledBackSteps, f(c.RolledBack))
+		line += fmt.Sprintf("; rollbacks threw away %s", rolledBack(p.RolledBackSteps))
 	}
-	if len(c.Unpriced) > 0 {
-		line += fmt.Sprintf("; no price for %s: give --prices FILE", strings.Join(c.Unpriced, ", "))
+	if priced && len(c.Unpriced) > 0 {
+		line += fmt.Sprintf("; no price for %s (left out of the totals): give --prices FILE", strings.Join(c.Unpriced, ", "))
 	}
 	return line
 }
