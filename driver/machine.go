@@ -49,6 +49,9 @@ type WorkerExited struct {
 	// Progress is the job's progress as last reported when the exit was seen (after the
 	// process's last report): restart mode measures from it the steps a restart throws away.
 	Progress rendezvous.Progress
+	// StartError, set for a launch that started nothing (LaunchFailed), is the launcher's
+	// reason; the failure is told by it rather than by the exit code 127 it counts as.
+	StartError string
 }
 
 // NoticeReceived is the control plane announcing that a host will go away.
@@ -448,6 +451,19 @@ func (m *Machine) launchDone(e WorkerStarted) []Action {
 	return nil
 }
 
+// startError is a launch error's cause, without the launcher's "start rank N (worker): "
+// prefix, which the failure's own description repeats.
+func startError(err error) string {
+	if err == nil {
+		return "the launcher gave no reason"
+	}
+	msg := err.Error()
+	if i := strings.Index(msg, "): "); strings.HasPrefix(msg, "start ") && i >= 0 {
+		msg = msg[i+3:]
+	}
+	return msg
+}
+
 // launchFailed fails a worker whose launch started nothing, as an exit 127 (the shell's
 // "command not found"); a stale report, of a launch the machine no longer waits for, is
 // only noted.
@@ -457,7 +473,7 @@ func (m *Machine) launchFailed(now time.Time, e LaunchFailed) []Action {
 		return []Action{Note{"failed launch of a worker no longer in the job ignored", []any{"worker", e.Worker.String(), "generation", e.Generation, "err", e.Err}}}
 	}
 	w.launching = false
-	return m.exited(now, WorkerExited{Now: now, Worker: e.Worker, Code: 127})
+	return m.exited(now, WorkerExited{Now: now, Worker: e.Worker, Code: 127, StartError: startError(e.Err)})
 }
 
 func (m *Machine) reported(now time.Time, e WorkerReported) []Action {
@@ -535,6 +551,12 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 	}
 	_, inPlan := m.plan[e.Worker]
 	status := fmt.Sprintf("exit %d", e.Code)
+	switch {
+	case e.StartError != "":
+		status = "could not start: " + e.StartError
+	case e.Code == 127 && e.Signal == "":
+		status += " (command not found: is the training command on the host's PATH?)"
+	}
 	if e.Signal != "" {
 		status = "killed by " + e.Signal
 	}

@@ -99,6 +99,20 @@ func TestRootFlagsRunAJob(t *testing.T) {
 	}
 }
 
+// A training command that cannot start ends the job with a last line that says why, not only
+// "exit 127".
+func TestMissingCommandNamedInLastLine(t *testing.T) {
+	_, stderr, code := elasticd(t, nil, "run", "-np", "2", "--elastic-timeout", "2s", "--", "/nonexistent/elasticd-train")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	last := lines[len(lines)-1]
+	if !strings.Contains(last, "could not start: ") || !strings.Contains(last, "/nonexistent/elasticd-train: no such file or directory") {
+		t.Errorf("last line %q does not name the cause", last)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	out, _, code := elasticd(t, nil, "version")
 	if code != 0 || !strings.HasPrefix(out, "elasticd ") || !strings.Contains(out, "go1.") {
