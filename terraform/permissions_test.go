@@ -5,9 +5,12 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"testing"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
@@ -388,4 +391,44 @@ func attrString(b *hclsyntax.Body, name string) (string, error) {
 		return "", fmt.Errorf("%s: %s must be a literal string", a.SrcRange, name)
 	}
 	return v.AsString(), nil
+}
+
+// TestAWSReadmeListsEveryGrantedAction: terraform/aws/README.md and docs/terraform.md name every
+// action the module's policy grants the driver, so that the docs an operator reviews match.
+func TestAWSReadmeListsEveryGrantedAction(t *testing.T) {
+	main, err := os.ReadFile(filepath.Join("aws", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The driver's role is its own section of main.tf; the queue's policy (EventBridge may send)
+	// and the role's trust policy (EC2 may take it) grant others.
+	_, section, ok := strings.Cut(string(main), "# --- The driver's IAM role")
+	if !ok {
+		t.Fatal("aws/main.tf has no section '# --- The driver's IAM role'")
+	}
+	if i := strings.Index(section, "\n# ---"); i >= 0 {
+		section = section[:i]
+	}
+	var granted []string
+	for _, m := range regexp.MustCompile(`actions\s*=\s*\[([^\]]*)\]`).FindAllStringSubmatch(section, -1) {
+		for _, a := range regexp.MustCompile(`"([a-z0-9]+:[A-Za-z]+)"`).FindAllStringSubmatch(m[1], -1) {
+			if a[1] != "sts:AssumeRole" {
+				granted = append(granted, a[1])
+			}
+		}
+	}
+	if len(granted) < 5 {
+		t.Fatalf("found %d granted actions in aws/main.tf (%v): the pattern no longer matches the policy", len(granted), granted)
+	}
+	for _, doc := range []string{filepath.Join("aws", "README.md"), filepath.Join("..", "docs", "terraform.md")} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range granted {
+			if !strings.Contains(string(text), "`"+a+"`") {
+				t.Errorf("%s does not name %s, which aws/main.tf grants", doc, a)
+			}
+		}
+	}
 }
