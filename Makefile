@@ -7,7 +7,10 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # that `make lint` and `make test` stay quiet there too. Outside make, pass the same flag:
 #   CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" go vet ./...
 export CGO_CFLAGS := $(or $(CGO_CFLAGS),-O2 -g) -Wno-deprecated-declarations
-LDFLAGS := -X main.version=$(VERSION)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# Stamped by the linker, so that `elasticd version` names its commit even where Go's own VCS
+# stamping is off (a build outside a checkout, -buildvcs=false).
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 .PHONY: all build test test-go test-python test-deps demo bench bench-go bench-compare bench-pytorch fuzz lint clean
 

@@ -18,8 +18,12 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// version is set at build time: -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+// version and commit are set at build time: -ldflags "-X main.version=v1.2.3 -X
+// main.commit=SHA" (make build does). Go's own VCS stamping, where it is on, wins for the commit.
+var (
+	version = "dev"
+	commit  = "unknown"
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -217,7 +221,7 @@ func versionCommand() *cli.Command {
 		Name:  "version",
 		Usage: "print the version, commit and Go toolchain",
 		Action: func(c *cli.Context) error {
-			commit, modified := "unknown", ""
+			commit, modified := commit, ""
 			if bi, ok := debug.ReadBuildInfo(); ok {
 				for _, s := range bi.Settings {
 					switch {

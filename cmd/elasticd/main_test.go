@@ -113,6 +113,22 @@ func TestMissingCommandNamedInLastLine(t *testing.T) {
 	}
 }
 
+// The version and commit stamped by the linker (make build) show where Go's VCS stamping is off.
+func TestVersionStampedByLinker(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "elasticd")
+	build := exec.Command("go", "build", "-buildvcs=false", "-ldflags", "-X main.version=v0.0.0-test -X main.commit=0123abcd", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(out), "elasticd v0.0.0-test\ncommit 0123abcd\n") {
+		t.Errorf("version printed %q; want the stamped version and commit", out)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	out, _, code := elasticd(t, nil, "version")
 	if code != 0 || !strings.HasPrefix(out, "elasticd ") || !strings.Contains(out, "go1.") {
