@@ -12,13 +12,20 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 # stamping is off (a build outside a checkout, -buildvcs=false).
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: all build test test-go test-python test-deps demo bench bench-go bench-compare bench-pytorch fuzz lint clean
+.PHONY: all build release test test-go test-python test-deps demo bench bench-go bench-compare bench-pytorch fuzz lint clean
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/elasticd
 	$(GO) build -o bin/train ./examples/train
+
+# Versioned tarballs in dist/ (linux amd64 and arm64: the binary with version and commit, the
+# Python package, the price example, the README) and dist/SHA256SUMS, for the Terraform modules'
+# elasticd_release_url and elasticd_release_sha256. ARCHES=amd64 for one; arm64 on an amd64
+# machine needs gcc-aarch64-linux-gnu (NVML is cgo).
+release:
+	VERSION=$(VERSION) COMMIT=$(COMMIT) OUT=dist sh scripts/release.sh
 
 # The whole suite, with the race detector, as CI runs it. test-deps installs what the tests
 # need beyond Go (OpenSSH for the ssh launcher's real-sshd tests, Debian's python3-torch and
