@@ -1156,15 +1156,10 @@ func (m *Machine) finish(code int, reason string) []Action {
 	m.j.finished = &Finished{Code: code, Reason: reason}
 	m.j.event(m.j.now, EventFinish, "%s", reason)
 	acts := []Action{}
-	ids := make([]protocol.WorkerID, 0, len(m.workers))
-	for id, w := range m.workers {
-		if !w.exited && !w.succeeded {
-			ids = append(ids, id)
+	for _, id := range sortedIDs(m.workers) {
+		if w := m.workers[id]; !w.exited && !w.succeeded {
+			acts = append(acts, Stop{Worker: id, Reason: "job finished"})
 		}
-	}
-	slices.SortFunc(ids, func(a, b protocol.WorkerID) int { return strings.Compare(a.String(), b.String()) })
-	for _, id := range ids {
-		acts = append(acts, Stop{Worker: id, Reason: "job finished"})
 	}
 	return append(acts, Finish{Code: code, Reason: reason})
 }

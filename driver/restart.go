@@ -2,11 +2,7 @@ package driver
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 	"time"
-
-	"github.com/elasticd/elasticd/protocol"
 )
 
 // Restart mode: the driver is the elastic agent of scripts that never talk to it (torchrun's
@@ -87,16 +83,11 @@ func (m *Machine) awaitPeers(now time.Time, atStart bool) []Action {
 // stopAll stops every live worker of the generation at once.
 func (m *Machine) stopAll(deadline time.Time, why string) []Action {
 	var acts []Action
-	var ids []protocol.WorkerID
-	for id, w := range m.workers {
-		if !w.exited && !w.stopping {
-			ids = append(ids, id)
+	for _, id := range sortedIDs(m.workers) {
+		if w := m.workers[id]; !w.exited && !w.stopping {
+			w.stopping, w.stopBy = true, deadline
+			acts = append(acts, Stop{Worker: id, Reason: why, Deadline: deadline})
 		}
-	}
-	slices.SortFunc(ids, func(a, b protocol.WorkerID) int { return strings.Compare(a.String(), b.String()) })
-	for _, id := range ids {
-		m.workers[id].stopping, m.workers[id].stopBy = true, deadline
-		acts = append(acts, Stop{Worker: id, Reason: why, Deadline: deadline})
 	}
 	return acts
 }
