@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+	"github.com/xrash/smetrics"
 )
 
 // version and commit are set at build time: -ldflags "-X main.version=v1.2.3 -X
@@ -178,33 +179,12 @@ func nearestFlag(flags []cli.Flag, name string) string {
 	best, bestD := "", max(1, len(name)/3)+1
 	for _, f := range flags {
 		for _, n := range f.Names() {
-			if d := editDistance(n, name); d < bestD && n != name {
+			if d := smetrics.WagnerFischer(n, name, 1, 1, 1); d < bestD && n != name {
 				best, bestD = n, d
 			}
 		}
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 func setUsageExit(cmds []*cli.Command) {
