@@ -24,10 +24,18 @@ func NewLocal() Launcher { return localLauncher{} }
 
 type localLauncher struct{}
 
-// guardScript runs as `sh -c guardScript elasticd-guard <pgid>` with stdin from the driver. It
-// ignores the signals a terminal or a shutdown would send it, because its job is to outlive
-// the driver; it is stopped with SIGKILL when its worker has been reaped.
-const guardScript = `trap "" HUP INT QUIT TERM; while read -r _; do :; done; kill -s KILL -- -"$1"`
+// guardScript is the guard's program, with stdin from the driver and the worker's process group
+// as $1. It ignores the signals a terminal or a shutdown would send it, because its job is to
+// outlive the driver; it is stopped with SIGKILL when its worker has been reaped.
+//
+// sh reads it from a pipe on fd 3 rather than from `-c`, so that `ps` shows the guard as
+// `elasticd-guard /dev/fd/3 <pgid> <worker>`, plainly not the worker, instead of a line of
+// shell that looks like part of the job.
+const guardScript = `trap "" HUP INT QUIT TERM; while read -r _; do :; done; kill -s KILL -- -"$1"
+`
+
+// guardName is the guard's argv[0], what ps and top show for it.
+const guardName = "elasticd-guard"
 
 func (localLauncher) Start(ctx context.Context, s Spec) (Process, error) {
 	if err := ctx.Err(); err != nil {
@@ -54,7 +62,7 @@ func (localLauncher) Start(ctx context.Context, s Spec) (Process, error) {
 	}
 	lp := &localProcess{g: p, supervised: make(chan struct{})}
 
-	guard, guardIn, err := startGuard(cmd.Process.Pid)
+	guard, guardIn, err := startGuard(cmd.Process.Pid, s.Name)
 	if err != nil {
 		p.Signal(syscall.SIGKILL)
 		p.Reap(nil)
@@ -72,13 +80,23 @@ func (localLauncher) Start(ctx context.Context, s Spec) (Process, error) {
 	return lp, nil
 }
 
-func startGuard(pgid int) (*exec.Cmd, *os.File, error) {
+// startGuard starts the guard of process group pgid, which runs the worker called name.
+func startGuard(pgid int, name string) (*exec.Cmd, *os.File, error) {
+	script, err := scriptPipe(guardScript)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer script.Close()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
 	}
 	defer r.Close()
-	g := exec.Command("/bin/sh", "-c", guardScript, "elasticd-guard", strconv.Itoa(pgid))
+	g := &exec.Cmd{
+		Path: "/bin/sh",
+		Args: []string{guardName, "/dev/fd/3", strconv.Itoa(pgid), name},
+	}
+	g.ExtraFiles = []*os.File{script}
 	g.Stdin = r
 	g.Env = []string{"PATH=/usr/bin:/bin"}
 	// Its own group, so that a Ctrl-C meant for the driver does not reach it either; and no
@@ -89,6 +107,24 @@ func startGuard(pgid int) (*exec.Cmd, *os.File, error) {
 		return nil, nil, err
 	}
 	return g, w, nil
+}
+
+// scriptPipe returns the read end of a pipe that holds text and then EOF: small enough for the
+// pipe's buffer, so nothing waits on a reader.
+func scriptPipe(text string) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	_, err = w.WriteString(text)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
 }
 
 type localProcess struct {
