@@ -673,9 +673,11 @@ func (f *fakeAWS) deleteBatch(w http.ResponseWriter, body []byte) {
 	f.sqsReply(w, map[string]any{"Successful": ok, "Failed": bad})
 }
 
-// pollCtx is a context for one poll, as the driver's watcher gives it (10 s).
+// pollCtx is a context for one poll: a guard against a hang, not a speed test. The driver
+// gives a poll --discovery-timeout (10 s); whether a 10,000-instance group fits in it is
+// measured by BenchmarkHosts10k, since a busy CI runner under -race may take longer here.
 func pollCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
