@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -270,11 +271,16 @@ func TestStopThroughAgent(t *testing.T) {
 	d := startDriver(t, "127.0.0.1:0", "job-1")
 	runAgent(t, agent.Config{DriverURL: d.url()})
 	d.waitAgents(1)
-	p, err := d.reg.Launcher().Start(t.Context(), proc.Spec{Name: "w", Host: "host-a", Command: []string{"sh", "-c", `trap "exit 7" TERM; sleep 60 & wait`}})
+	// The worker says when its trap is set: a SIGTERM before that would kill the shell
+	// outright, and the test would fail for the wrong reason.
+	ready := filepath.Join(t.TempDir(), "trap-set")
+	p, err := d.reg.Launcher().Start(t.Context(), proc.Spec{Name: "w", Host: "host-a",
+		Command: []string{"sh", "-c", `trap "exit 7" TERM; : > "$1"; sleep 60 & wait`, "worker", ready}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the worker's PID", 10*time.Second, func() bool { return p.PID() != 0 })
+	waitFor(t, "the worker's trap", 10*time.Second, func() bool { _, err := os.Stat(ready); return err == nil })
 	pid := p.PID()
 	p.Stop(5 * time.Second)
 	st, err := p.Wait()
