@@ -440,6 +440,17 @@ resource "aws_autoscaling_group" "gpu" {
     }
   }
 
+  # A new launch template version (the driver was replaced and has a new private IP, or the
+  # setup commands or the release changed) replaces the running instances, whose agents would
+  # otherwise keep dialling the old driver. All at once: the job restarts anyway.
+  instance_refresh {
+    strategy = "Rolling"
+
+    preferences {
+      min_healthy_percentage = 0
+    }
+  }
+
   # Part of the group from its creation, so that even its first instances wait for the
   # driver to move their workers off before they terminate.
   initial_lifecycle_hook {
