@@ -246,6 +246,11 @@ func TestDeployDocs(t *testing.T) {
 			for _, msg := range checkDeployDoc(doc, filepath.Join(c.name, "examples", "basic"), refused, known) {
 				t.Errorf("%s: %s", path, msg)
 			}
+			for _, from := range []string{filepath.Join("..", "docs", "terraform.md"), filepath.Join(c.name, "README.md")} {
+				if text, err := os.ReadFile(from); err != nil || !strings.Contains(string(text), "deploy-"+c.name+".md") {
+					t.Errorf("%s does not link deploy-%s.md (%v)", from, c.name, err)
+				}
+			}
 		})
 	}
 }
