@@ -19,19 +19,19 @@ var update = flag.Bool("update", false, "rewrite the generated tables of docs/de
 // permissionWhy says why the driver needs each permission the permission tables name; the
 // generated tables of docs/deploy-*.md show it, and a permission without a reason fails.
 var permissionWhy = map[string]string{
-	"autoscaling:DescribeAutoScalingGroups":      "the group's instances and their lifecycle states (every discovery)",
-	"autoscaling:CompleteLifecycleAction":        "lets a scaled-in instance go once its workers have left",
-	"autoscaling:RecordLifecycleActionHeartbeat": "keeps a scaled-in instance waiting while its workers leave",
-	"ec2:DescribeInstances":                      "private IPs, types, zones, spot or on-demand",
-	"ec2:DescribeInstanceTypes":                  "GPU count of each instance type (slots per host)",
-	"ec2:DescribeSpotPriceHistory":               "current spot prices of the types in use, for the cost and savings",
-	"sqs:ReceiveMessage":                         "reads the notices EventBridge puts in the queue",
-	"sqs:DeleteMessage":                          "removes handled notices (also authorizes DeleteMessageBatch)",
-	"sqs:ChangeMessageVisibility":                "hands a notice back to the queue",
-	"sqs:GetQueueUrl":                            "finds the queue by name",
-	"compute.instanceGroupManagers.get":          "the group and its managed instances (listManagedInstances is authorized by get)",
-	"compute.instances.list":                     "the VMs' internal IPs, machine types and provisioning model",
-	"compute.instances.get":                      "one VM's details",
+	"autoscaling:DescribeAutoScalingGroups":                          "the group's instances and their lifecycle states (every discovery)",
+	"autoscaling:CompleteLifecycleAction":                            "lets a scaled-in instance go once its workers have left",
+	"autoscaling:RecordLifecycleActionHeartbeat":                     "keeps a scaled-in instance waiting while its workers leave",
+	"ec2:DescribeInstances":                                          "private IPs, types, zones, spot or on-demand",
+	"ec2:DescribeInstanceTypes":                                      "GPU count of each instance type (slots per host)",
+	"ec2:DescribeSpotPriceHistory":                                   "current spot prices of the types in use, for the cost and savings",
+	"sqs:ReceiveMessage":                                             "reads the notices EventBridge puts in the queue",
+	"sqs:DeleteMessage":                                              "removes handled notices (also authorizes DeleteMessageBatch)",
+	"sqs:ChangeMessageVisibility":                                    "hands a notice back to the queue",
+	"sqs:GetQueueUrl":                                                "finds the queue by name",
+	"compute.instanceGroupManagers.get":                              "the group and its managed instances (listManagedInstances is authorized by get)",
+	"compute.instances.list":                                         "the VMs' internal IPs, machine types and provisioning model",
+	"compute.instances.get":                                          "one VM's details",
 	"Microsoft.Compute/virtualMachineScaleSets/read":                 "the scale set (its SKU: slots, Spot priority)",
 	"Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read": "the scale set's VMs and their states",
 	"Microsoft.Network/networkInterfaces/read":                       "the VMs' private IPs, from their network interfaces",
@@ -300,7 +300,9 @@ func TestDeployDocsCanFail(t *testing.T) {
 			t.Errorf("no problem reported containing %q; got:\n%s", want, strings.Join(got, "\n"))
 		}
 	}
-	if slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, "driver_private_ip") || strings.Contains(s, "reset-limit") }) {
+	if slices.ContainsFunc(got, func(s string) bool {
+		return strings.Contains(s, "driver_private_ip") || strings.Contains(s, "reset-limit")
+	}) {
 		t.Errorf("a problem reported about what is right:\n%s", strings.Join(got, "\n"))
 	}
 }

@@ -539,8 +539,8 @@ func TestSharedModuleWithTerraform(t *testing.T) {
 			"training_command":        {`[""]`, "training_command must name a program"},
 			"elasticd_release_url":    {`"http://example.com/elasticd"`, "elasticd_release_url must be an https:// URL without spaces or quotes."},
 			"elasticd_release_sha256": {`"ABC"`, "elasticd_release_sha256 must be 64 lower-case hex digits, or null."},
-			"elasticd_release_path":   {`"/nonexistent/elasticd.tar.gz"`, "elasticd_release_path must name an existing file"},
 			"elasticd_release_object": {`{ fetch = "ftp", url = "https://x/y" }`, "elasticd_release_object.fetch must be s3, gcs or azure-blob."},
+			"elasticd_release_path":   {`"/nonexistent/elasticd.tar.gz"`, "elasticd_release_path must name an existing file"},
 			"agent_secret":            {`"short"`, "agent_secret must be at least 32 characters on one line, or null to generate one."},
 			"agent_metadata":          {`"oracle"`, "agent_metadata must be aws, gcp, azure or none."},
 			"provider_args":           {`["--asg", "demo-gpu"]`, "provider_args must start with --provider and the provider's name."},
@@ -572,6 +572,14 @@ func TestSharedModuleWithTerraform(t *testing.T) {
 			main += jobCall("bad_flags_"+name, map[string]string{arg: flags[name].with})
 			want = append(want, "Invalid value for variable: "+flags[name].want)
 		}
+		// A file whose name cannot be an object key as it is.
+		odd := filepath.Join(t.TempDir(), "elasticd v1 (copy).tar.gz")
+		if err := os.WriteFile(odd, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		main += jobCall("bad_path_name", map[string]string{"elasticd_release_url": "null", "elasticd_release_path": strconv.Quote(odd),
+			"elasticd_release_object": `{ fetch = "s3", url = "https://x/y" }`})
+		want = append(want, "Invalid value for variable: elasticd_release_path: the file's name must be")
 		checkPlanErrors(t, tf, main, nil, want)
 
 		// Each input valid, but not together: the preconditions, checked once the values

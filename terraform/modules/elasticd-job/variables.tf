@@ -134,6 +134,12 @@ variable "elasticd_release_path" {
     condition     = var.elasticd_release_path == null || try(fileexists(var.elasticd_release_path), false)
     error_message = "elasticd_release_path must name an existing file, such as dist/elasticd-v1.2.0-linux-amd64.tar.gz from make release (relative to where terraform runs, or absolute)."
   }
+
+  # Its name becomes the object's key, part of a URL that curl signs or sends as it is.
+  validation {
+    condition     = var.elasticd_release_path == null || can(regex("^[A-Za-z0-9._-]+$", basename(coalesce(var.elasticd_release_path, "-"))))
+    error_message = "elasticd_release_path: the file's name must be letters, digits, dots, dashes and underscores only, as make release names it."
+  }
 }
 
 variable "elasticd_release_object" {
