@@ -501,17 +501,21 @@ func TestSharedModuleWithTerraform(t *testing.T) {
 
 	t.Run("uploaded release", func(t *testing.T) {
 		// elasticd_release_path: the cloud module uploaded it and says where; the checksum is
-		// the file's, computed by the module.
-		tarball, sum := releaseTarball(t, "#!/bin/sh\n")
+		// the file's, computed by the module. The install script Terraform renders then runs
+		// against a fake S3 that checks the signature, and installs the tarball's elasticd.
+		const binary = "#!/bin/sh\necho uploaded\n"
+		tarball, sum := releaseTarball(t, binary)
 		path := filepath.Join(t.TempDir(), "elasticd-v9.9.9-linux-amd64.tar.gz")
 		if err := os.WriteFile(path, tarball, 0o644); err != nil {
 			t.Fatal(err)
 		}
+		srv := fakeCloud(t, tarball, fakeSecret)
+		url := srv.URL + "/bucket/releases/elasticd.tar.gz"
 		main := jobCall("job", map[string]string{
 			"elasticd_release_url":    "null",
 			"elasticd_release_sha256": "null",
 			"elasticd_release_path":   strconv.Quote(path),
-			"elasticd_release_object": `{ fetch = "s3", url = "https://b.s3.eu-west-1.amazonaws.com/releases/e.tar.gz", region = "eu-west-1" }`,
+			"elasticd_release_object": `{ fetch = "s3", url = "` + url + `", region = "eu-west-1" }`,
 		})
 		main += "output \"agent_user_data\" {\n  value     = module.job.agent_user_data\n  sensitive = true\n}\n"
 		dir, run := terraformRoot(t, tf, main)
@@ -523,10 +527,17 @@ func TestSharedModuleWithTerraform(t *testing.T) {
 			t.Fatal(err)
 		}
 		install := cloudConfigFiles(t, string(raw))["/usr/local/sbin/install-elasticd"]
-		for _, want := range []string{"url='https://b.s3.eu-west-1.amazonaws.com/releases/e.tar.gz'", "sum='" + sum + "'", "fetch='s3'", "region='eu-west-1'"} {
+		for _, want := range []string{"url='" + url + "'", "sum='" + sum + "'", "fetch='s3'", "region='eu-west-1'"} {
 			if !strings.Contains(install, want) {
 				t.Errorf("install-elasticd lacks %s:\n%s", want, install)
 			}
+		}
+		bindir, out, err := runInstall(t, install, srv.URL)
+		if err != nil {
+			t.Fatalf("install-elasticd: %v\n%s", err, out)
+		}
+		if got, err := os.ReadFile(filepath.Join(bindir, "elasticd")); err != nil || string(got) != binary {
+			t.Errorf("installed elasticd %q (%v), want the uploaded tarball's", got, err)
 		}
 	})
 
