@@ -266,3 +266,28 @@ variable "elasticd_release_url" { default = null }
 		})
 	}
 }
+
+// TestCloudsTakeEveryJobInput: each cloud module declares, for its callers, every input of the
+// shared module that is the user's (not the ones the cloud module fills in itself), and
+// live_page_cidrs; IBM alone lacks elasticd_release_path (TestReleaseUpload says why).
+func TestCloudsTakeEveryJobInput(t *testing.T) {
+	shared, err := loadModule(sharedModule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := []string{"name", "provider_args", "driver_environment", "driver_ip", "agent_metadata", "elasticd_release_object"}
+	for _, c := range clouds {
+		m, err := loadModule(c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range append(sortedKeys(shared.variables), "live_page_cidrs") {
+			if slices.Contains(own, v) || (v == "elasticd_release_path" && releaseFetch[c.name] == "") {
+				continue
+			}
+			if m.variables[v] == nil {
+				t.Errorf("terraform/%s does not take %s", c.name, v)
+			}
+		}
+	}
+}
