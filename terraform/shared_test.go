@@ -571,13 +571,16 @@ func TestSharedModuleWithTerraform(t *testing.T) {
 			"dashes":      {`["--", "./train"]`, "driver_flags must not set what the module sets itself"},
 			"unknown":     {`["--no-such-flag"]`, "driver_flags names a flag that `elasticd run` does not have"},
 			"two_lines":   {`["--output-dir", "/var/lib/elasticd/out\nExecStart=/bin/sh"]`, "driver_flags: each element must be one line."},
+			"object_url":  {`{ fetch = "s3", url = "https://x/y'; reboot; '" }`, "elasticd_release_object: url without quotes"},
 			"file_in_dir": {`{ "/etc/elasticd/../passwd" = "x" }`, "driver_files: each path must be absolute"},
 			"state":       {`{ "/var/lib/elasticd/state/job" = "x" }`, "driver_files: each path must be absolute"},
 			"secret":      {`{ "/etc/elasticd/agent-secret" = "x" }`, "driver_files: each path must be absolute"},
 		}
 		for _, name := range sortedKeys(flags) {
 			arg := "driver_flags"
-			if strings.HasPrefix(flags[name].with, "{") {
+			if strings.HasPrefix(name, "object") {
+				arg = "elasticd_release_object"
+			} else if strings.HasPrefix(flags[name].with, "{") {
 				arg = "driver_files"
 			}
 			main += jobCall("bad_flags_"+name, map[string]string{arg: flags[name].with})

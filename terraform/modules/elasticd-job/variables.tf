@@ -156,6 +156,16 @@ variable "elasticd_release_object" {
     condition     = var.elasticd_release_object == null || try(contains(["s3", "gcs", "azure-blob"], var.elasticd_release_object.fetch), false)
     error_message = "elasticd_release_object.fetch must be s3, gcs or azure-blob."
   }
+
+  # Rendered into the install script between single quotes.
+  validation {
+    condition = var.elasticd_release_object == null || try(
+      !can(regex("['\"\\\\[:space:]]", var.elasticd_release_object.url)) &&
+      can(regex("^[A-Za-z0-9-]*$", var.elasticd_release_object.region)) &&
+      can(regex("^[A-Za-z0-9-]*$", var.elasticd_release_object.client_id)),
+    false)
+    error_message = "elasticd_release_object: url without quotes, backslashes or spaces; region and client_id of letters, digits and dashes."
+  }
 }
 
 variable "elasticd_release_sha256" {
