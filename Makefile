@@ -22,7 +22,8 @@ build:
 
 # Versioned tarballs in dist/ (linux amd64 and arm64: the binary with version and commit, the
 # Python package, the price example, the README) and dist/SHA256SUMS, for the Terraform modules'
-# elasticd_release_url and elasticd_release_sha256. ARCHES=amd64 for one; arm64 on an amd64
+# elasticd_release_path (the tarball itself, uploaded by the module) or elasticd_release_url and
+# elasticd_release_sha256 (published). ARCHES=amd64 for one; arm64 on an amd64
 # machine needs gcc-aarch64-linux-gnu (NVML is cgo).
 release:
 	VERSION=$(VERSION) COMMIT=$(COMMIT) OUT=dist sh scripts/release.sh

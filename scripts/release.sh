@@ -2,7 +2,8 @@
 # Builds the release tarballs of elasticd: one per architecture (ARCHES, default "amd64 arm64"),
 # each elasticd-VERSION-linux-ARCH.tar.gz holding the binary (version and commit stamped), the
 # Python package (python/), the example price file and the README, plus SHA256SUMS over them.
-# The Terraform modules take a tarball's URL and its SHA-256 (elasticd_release_url,
+# The Terraform modules take a tarball's path (elasticd_release_path: they upload it and compute
+# its SHA-256), or its URL once published and its line of SHA256SUMS (elasticd_release_url,
 # elasticd_release_sha256). Run it as `make release`; OUT (default dist/) is where they go.
 #
 # The binary is built with cgo, for NVML's GPU health checks in `elasticd agent`: arm64 needs the

@@ -6,11 +6,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -347,6 +349,8 @@ var jobInputs = map[string]string{
 	"driver_environment":      `{ AWS_REGION = "us-east-1" }`,
 	"driver_ip":               `"10.0.0.5"`,
 	"agent_metadata":          `"aws"`,
+	"driver_flags":            `["--reset-limit", "5", "--prices=/etc/elasticd/prices.yaml", "-v"]`,
+	"driver_files":            `{ "/etc/elasticd/prices.yaml" = "currency: USD\n", "/var/lib/elasticd/admin/secret" = "s3cret" }`,
 }
 
 // jobCall writes a module block calling the shared module (linked as ./job) with jobInputs,
@@ -354,12 +358,10 @@ var jobInputs = map[string]string{
 func jobCall(name string, with map[string]string) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "module %q {\n  source = \"./job\"\n", name)
-	for _, k := range sortedKeys(jobInputs) {
-		v := jobInputs[k]
-		if w, ok := with[k]; ok {
-			v = w
-		}
-		fmt.Fprintf(&sb, "  %s = %s\n", k, v)
+	inputs := maps.Clone(jobInputs)
+	maps.Copy(inputs, with)
+	for _, k := range sortedKeys(inputs) {
+		fmt.Fprintf(&sb, "  %s = %s\n", k, inputs[k])
 	}
 	sb.WriteString("}\n")
 	return sb.String()
@@ -441,6 +443,7 @@ func TestSharedModuleWithTerraform(t *testing.T) {
 		wantArgs := []string{"/usr/local/bin/elasticd", "run", "--provider", "aws", "--asg", "demo-gpu", "--region", "us-east-1",
 			"--launcher", "agent", "--listen", "0.0.0.0:29400", "--agent-secret-file", "/etc/elasticd/agent-secret",
 			"--state-dir", "/var/lib/elasticd/state", "-np", "4", "--min-np", "2", "--max-np", "8",
+			"--reset-limit", "5", "--prices=/etc/elasticd/prices.yaml", "-v",
 			"--", "python3", "-c", "print('it is')", "$HOME", "a b"}
 		if port != 29400 || !slices.Equal(args, wantArgs) {
 			t.Errorf("driver_port %d, driver_args\n  %q\nwant 29400,\n  %q", port, args, wantArgs)
@@ -463,12 +466,22 @@ func TestSharedModuleWithTerraform(t *testing.T) {
 				t.Errorf("agent-secret %q", got)
 			}
 			install := files["/usr/local/sbin/install-elasticd"]
-			if !strings.Contains(install, "url='https://example.com/elasticd.tar.gz'") || !strings.Contains(install, "sum='"+strings.Repeat("0a", 32)+"'") {
+			if !strings.Contains(install, "url='https://example.com/elasticd.tar.gz'") || !strings.Contains(install, "sum='"+strings.Repeat("0a", 32)+"'") ||
+				!strings.Contains(install, "fetch='https'") {
 				t.Errorf("install-elasticd lacks the URL or the checksum:\n%s", install)
 			}
 		}
 		if got, want := driver["/usr/local/sbin/elasticd-driver"], "#!/bin/sh\nexec "+command+"\n"; got != want {
 			t.Errorf("elasticd-driver is\n%s\nwant\n%s", got, want)
+		}
+		if got := driver["/etc/elasticd/prices.yaml"]; got != "currency: USD\n" {
+			t.Errorf("driver_files: prices.yaml %q", got)
+		}
+		if got := driver["/var/lib/elasticd/admin/secret"]; got != "s3cret" {
+			t.Errorf("driver_files: admin/secret %q", got)
+		}
+		if _, ok := agent["/etc/elasticd/prices.yaml"]; ok {
+			t.Error("driver_files are written on the GPU hosts too")
 		}
 		if got := driver["/etc/elasticd/driver.env"]; got != "AWS_REGION=us-east-1\n" {
 			t.Errorf("driver.env %q", got)
@@ -486,6 +499,48 @@ func TestSharedModuleWithTerraform(t *testing.T) {
 		}
 	})
 
+	t.Run("uploaded release", func(t *testing.T) {
+		// elasticd_release_path: the cloud module uploaded it and says where; the checksum is
+		// the file's, computed by the module. The install script Terraform renders then runs
+		// against a fake S3 that checks the signature, and installs the tarball's elasticd.
+		const binary = "#!/bin/sh\necho uploaded\n"
+		tarball, sum := releaseTarball(t, binary)
+		path := filepath.Join(t.TempDir(), "elasticd-v9.9.9-linux-amd64.tar.gz")
+		if err := os.WriteFile(path, tarball, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		srv := fakeCloud(t, tarball, fakeSecret)
+		url := srv.URL + "/bucket/releases/elasticd.tar.gz"
+		main := jobCall("job", map[string]string{
+			"elasticd_release_url":    "null",
+			"elasticd_release_sha256": "null",
+			"elasticd_release_path":   strconv.Quote(path),
+			"elasticd_release_object": `{ fetch = "s3", url = "` + url + `", region = "eu-west-1" }`,
+		})
+		main += "output \"agent_user_data\" {\n  value     = module.job.agent_user_data\n  sensitive = true\n}\n"
+		dir, run := terraformRoot(t, tf, main)
+		if _, err := run("apply", "-no-color", "-input=false", "-auto-approve", "-lock=false", "-state="+filepath.Join(dir, "state")); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := run("output", "-raw", "-state="+filepath.Join(dir, "state"), "agent_user_data")
+		if err != nil {
+			t.Fatal(err)
+		}
+		install := cloudConfigFiles(t, string(raw))["/usr/local/sbin/install-elasticd"]
+		for _, want := range []string{"url='" + url + "'", "sum='" + sum + "'", "fetch='s3'", "region='eu-west-1'"} {
+			if !strings.Contains(install, want) {
+				t.Errorf("install-elasticd lacks %s:\n%s", want, install)
+			}
+		}
+		bindir, out, err := runInstall(t, install, srv.URL)
+		if err != nil {
+			t.Fatalf("install-elasticd: %v\n%s", err, out)
+		}
+		if got, err := os.ReadFile(filepath.Join(bindir, "elasticd")); err != nil || string(got) != binary {
+			t.Errorf("installed elasticd %q (%v), want the uploaded tarball's", got, err)
+		}
+	})
+
 	t.Run("refuses", func(t *testing.T) {
 		// One call per bad input, each otherwise valid: terraform plan reports them all.
 		cases := map[string]struct{ with, want string }{
@@ -495,9 +550,12 @@ func TestSharedModuleWithTerraform(t *testing.T) {
 			"training_command":        {`[""]`, "training_command must name a program"},
 			"elasticd_release_url":    {`"http://example.com/elasticd"`, "elasticd_release_url must be an https:// URL without spaces or quotes."},
 			"elasticd_release_sha256": {`"ABC"`, "elasticd_release_sha256 must be 64 lower-case hex digits, or null."},
+			"elasticd_release_object": {`{ fetch = "ftp", url = "https://x/y" }`, "elasticd_release_object.fetch must be s3, gcs or azure-blob."},
+			"elasticd_release_path":   {`"/nonexistent/elasticd.tar.gz"`, "elasticd_release_path must name an existing file"},
 			"agent_secret":            {`"short"`, "agent_secret must be at least 32 characters on one line, or null to generate one."},
 			"agent_metadata":          {`"oracle"`, "agent_metadata must be aws, gcp, azure or none."},
 			"provider_args":           {`["--asg", "demo-gpu"]`, "provider_args must start with --provider and the provider's name."},
+			"driver_files":            {`{ "/etc/passwd" = "x" }`, "driver_files: each path must be absolute"},
 		}
 		main := jobCall("fine", nil)
 		var want []string
@@ -505,18 +563,74 @@ func TestSharedModuleWithTerraform(t *testing.T) {
 			main += jobCall("bad_"+name, map[string]string{name: cases[name].with})
 			want = append(want, "Invalid value for variable: "+cases[name].want)
 		}
-		checkPlanErrors(t, tf, main, want)
+		// driver_flags: each of its checks, and the ways a flag is spelt.
+		flags := map[string]struct{ with, want string }{
+			"listen":      {`["--listen", "0.0.0.0:1"]`, "driver_flags must not set what the module sets itself"},
+			"np_equals":   {`["-np=3"]`, "driver_flags must not set what the module sets itself"},
+			"asg":         {`["--reset-limit", "3", "-asg", "other"]`, "driver_flags must not set what the module sets itself"},
+			"dashes":      {`["--", "./train"]`, "driver_flags must not set what the module sets itself"},
+			"unknown":     {`["--no-such-flag"]`, "driver_flags names a flag that `elasticd run` does not have"},
+			"two_lines":   {`["--output-dir", "/var/lib/elasticd/out\nExecStart=/bin/sh"]`, "driver_flags: each element must be one line."},
+			"object_url":  {`{ fetch = "s3", url = "https://x/y'; reboot; '" }`, "elasticd_release_object: url without quotes"},
+			"file_in_dir": {`{ "/etc/elasticd/../passwd" = "x" }`, "driver_files: each path must be absolute"},
+			"state":       {`{ "/var/lib/elasticd/state/job" = "x" }`, "driver_files: each path must be absolute"},
+			"secret":      {`{ "/etc/elasticd/agent-secret" = "x" }`, "driver_files: each path must be absolute"},
+		}
+		for _, name := range sortedKeys(flags) {
+			arg := "driver_flags"
+			if strings.HasPrefix(name, "object") {
+				arg = "elasticd_release_object"
+			} else if strings.HasPrefix(flags[name].with, "{") {
+				arg = "driver_files"
+			}
+			main += jobCall("bad_flags_"+name, map[string]string{arg: flags[name].with})
+			want = append(want, "Invalid value for variable: "+flags[name].want)
+		}
+		// A file whose name cannot be an object key as it is.
+		odd := filepath.Join(t.TempDir(), "elasticd v1 (copy).tar.gz")
+		if err := os.WriteFile(odd, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		main += jobCall("bad_path_name", map[string]string{"elasticd_release_url": "null", "elasticd_release_path": strconv.Quote(odd),
+			"elasticd_release_object": `{ fetch = "s3", url = "https://x/y" }`})
+		want = append(want, "Invalid value for variable: elasticd_release_path: the file's name must be")
+		checkPlanErrors(t, tf, main, nil, want)
 
-		// Each count valid, but out of order: the precondition, checked once the values
+		// Each input valid, but not together: the preconditions, checked once the values
 		// are (a plan with invalid variables stops before it).
-		checkPlanErrors(t, tf, jobCall("fine", nil)+jobCall("bad_order", map[string]string{"min_np": `5`}),
-			[]string{"Module output value precondition failed: Need min_np <= np <= max_np."})
+		dir := t.TempDir()
+		path := filepath.Join(dir, "elasticd.tar.gz")
+		if err := os.WriteFile(path, []byte("not really"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		object := `{ fetch = "gcs", url = "https://storage.googleapis.com/storage/v1/b/b/o/e?alt=media" }`
+		uploaded := map[string]string{"elasticd_release_url": "null", "elasticd_release_sha256": "null", "elasticd_release_path": strconv.Quote(path), "elasticd_release_object": object}
+		with := func(changes map[string]string) map[string]string {
+			out := maps.Clone(uploaded)
+			maps.Copy(out, changes)
+			return out
+		}
+		checkPlanErrors(t, tf, jobCall("fine", nil)+jobCall("fine_uploaded", uploaded)+
+			jobCall("bad_order", map[string]string{"min_np": `5`})+
+			jobCall("bad_both", with(map[string]string{"elasticd_release_url": `"https://example.com/e.tar.gz"`}))+
+			jobCall("bad_neither", map[string]string{"elasticd_release_url": "null"})+
+			jobCall("bad_no_object", with(map[string]string{"elasticd_release_object": "null"}))+
+			jobCall("bad_sum", with(map[string]string{"elasticd_release_sha256": `"` + strings.Repeat("0a", 32) + `"`})),
+			[]string{"fine", "fine_uploaded"},
+			[]string{
+				"Module output value precondition failed: Need min_np <= np <= max_np.",
+				"Module output value precondition failed: Set exactly one of elasticd_release_url",
+				"Module output value precondition failed: Set exactly one of elasticd_release_url",
+				"Module output value precondition failed: elasticd_release_path is uploaded by the cloud module",
+				"Module output value precondition failed: elasticd_release_sha256 does not match the file at elasticd_release_path",
+			})
 	})
 }
 
 // checkPlanErrors runs terraform plan on root module main and expects it to fail with the
-// errors want, each once (by the start of its summary and detail), and no other.
-func checkPlanErrors(t *testing.T, tf, main string, want []string) {
+// errors want (by the start of their summary and detail), as many times as listed, and no
+// other; none of them may come from the module calls named in fine.
+func checkPlanErrors(t *testing.T, tf, main string, fine, want []string) {
 	t.Helper()
 	_, run := terraformRoot(t, tf, main)
 	out, err := run("plan", "-json", "-no-color", "-input=false", "-lock=false")
@@ -527,15 +641,24 @@ func checkPlanErrors(t *testing.T, tf, main string, want []string) {
 	for _, line := range strings.Split(string(out), "\n") {
 		var msg struct {
 			Type       string
-			Diagnostic struct{ Severity, Summary, Detail string }
+			Diagnostic struct {
+				Severity, Summary, Detail string
+				Address                   string
+			}
 		}
 		if json.Unmarshal([]byte(line), &msg) == nil && msg.Type == "diagnostic" && msg.Diagnostic.Severity == "error" {
 			errs = append(errs, msg.Diagnostic.Summary+": "+msg.Diagnostic.Detail)
+			for _, f := range fine {
+				if strings.HasPrefix(msg.Diagnostic.Address, "module."+f+".") {
+					t.Errorf("module %s, which is valid, was refused: %s", f, msg.Diagnostic.Detail)
+				}
+			}
 		}
 	}
-	for _, w := range want {
-		if n := len(slices.DeleteFunc(slices.Clone(errs), func(e string) bool { return !strings.HasPrefix(e, w) })); n != 1 {
-			t.Errorf("%d errors starting %q, want 1", n, w)
+	for _, w := range slices.Compact(slices.Sorted(slices.Values(want))) {
+		n := len(slices.DeleteFunc(slices.Clone(errs), func(e string) bool { return !strings.HasPrefix(e, w) }))
+		if m := len(slices.DeleteFunc(slices.Clone(want), func(e string) bool { return e != w })); n != m {
+			t.Errorf("%d errors starting %q, want %d", n, w, m)
 		}
 	}
 	if len(errs) != len(want) {

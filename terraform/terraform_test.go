@@ -324,8 +324,9 @@ const sharedModule = "modules/elasticd-job"
 
 // TestDriverCommandLine: each module's driver runs `elasticd run` with the flags of the CLI
 // contract, in order, followed by the training command. The shared module writes the command
-// line as concat([elasticd run], var.provider_args, [the job's flags...], var.training_command),
-// and each cloud passes its provider_args and its training_command.
+// line as concat([elasticd run], var.provider_args, [the job's flags...], var.driver_flags,
+// ["--"], var.training_command), and each cloud passes its provider_args, its driver_flags and
+// its training_command.
 func TestDriverCommandLine(t *testing.T) {
 	shared, err := loadModule(sharedModule)
 	if err != nil {
@@ -336,14 +337,13 @@ func TestDriverCommandLine(t *testing.T) {
 		t.Fatalf("%s has no local driver_args", sharedModule)
 	}
 	call, ok := a.Expr.(*hclsyntax.FunctionCallExpr)
-	if !ok || call.Name != "concat" || len(call.Args) != 4 {
-		t.Fatalf("%s: driver_args must be concat([elasticd run], var.provider_args, [the job's args...], var.training_command)", a.SrcRange)
+	if !ok || call.Name != "concat" || len(call.Args) != 6 {
+		t.Fatalf("%s: driver_args must be concat([elasticd run], var.provider_args, [the job's args...], var.driver_flags, [\"--\"], var.training_command)", a.SrcRange)
 	}
-	if got := traversalOf(call.Args[1]); got != "var.provider_args" {
-		t.Errorf("driver_args's second part is %q, want var.provider_args", got)
-	}
-	if got := traversalOf(call.Args[3]); got != "var.training_command" {
-		t.Errorf("driver_args ends with %q, want var.training_command", got)
+	for i, want := range map[int]string{1: "var.provider_args", 3: "var.driver_flags", 5: "var.training_command"} {
+		if got := traversalOf(call.Args[i]); got != want {
+			t.Errorf("driver_args's part %d is %q, want %s", i+1, got, want)
+		}
 	}
 	head, err := stringLiterals(call.Args[0])
 	if err != nil {
@@ -353,6 +353,11 @@ func TestDriverCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v", a.SrcRange, err)
 	}
+	dashes, err := stringLiterals(call.Args[4])
+	if err != nil || !slices.Equal(dashes, []string{"--"}) {
+		t.Fatalf("%s: the fifth part of driver_args must be [\"--\"], the end of the flags (%v)", a.SrcRange, err)
+	}
+	job = append(job, dashes...)
 	for _, c := range clouds {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := loadModule(c.name)
@@ -360,8 +365,10 @@ func TestDriverCommandLine(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := m.modules[sharedCall(t, m)]
-			if got := traversalOf(argExpr(b, "training_command")); got != "var.training_command" {
-				t.Errorf("the module passes training_command = %q, want var.training_command", got)
+			for _, arg := range []string{"training_command", "driver_flags"} {
+				if got := traversalOf(argExpr(b, arg)); got != "var."+arg {
+					t.Errorf("the module passes %s = %q, want var.%s", arg, got, arg)
+				}
 			}
 			pa := b.Body.Attributes["provider_args"]
 			if pa == nil {

@@ -39,6 +39,11 @@ locals {
   }
 
   tags = merge(var.tags, { "elasticd:cluster" = var.name })
+
+  # A release given as a local file (elasticd_release_path) is uploaded to S3 and read by the
+  # instances with their roles; one given as a URL is fetched as it is.
+  release_upload = var.elasticd_release_path != null
+  release_key    = local.release_upload ? "releases/${basename(var.elasticd_release_path)}" : ""
 }
 
 # The job (np, the training command, the release) and what the hosts run, validated and rendered
@@ -63,8 +68,16 @@ module "job" {
   max_np                  = var.max_np
   training_command        = var.training_command
   worker_setup_commands   = var.worker_setup_commands
+  driver_flags            = var.driver_flags
+  driver_files            = var.driver_files
   elasticd_release_url    = var.elasticd_release_url
+  elasticd_release_path   = var.elasticd_release_path
   elasticd_release_sha256 = var.elasticd_release_sha256
+  elasticd_release_object = local.release_upload ? {
+    fetch  = "s3"
+    url    = "https://${aws_s3_bucket.release[0].bucket_regional_domain_name}/${local.release_key}"
+    region = var.region
+  } : null
 }
 
 resource "random_password" "agent_secret" {
@@ -108,6 +121,18 @@ resource "aws_vpc_security_group_ingress_rule" "driver_ssh" {
   from_port         = 22
   to_port           = 22
   cidr_ipv4         = var.ssh_cidr
+}
+
+# The live page, /v1/status and /metrics from live_page_cidrs: none by default (docs/deploy-aws.md).
+resource "aws_vpc_security_group_ingress_rule" "driver_live_page" {
+  for_each = toset(var.live_page_cidrs)
+
+  security_group_id = aws_security_group.driver.id
+  description       = "the driver's live page (read-only, unauthenticated) from ${each.value}"
+  ip_protocol       = "tcp"
+  from_port         = local.driver_port
+  to_port           = local.driver_port
+  cidr_ipv4         = each.value
 }
 
 resource "aws_vpc_security_group_ingress_rule" "gpu_mesh" {
@@ -246,6 +271,84 @@ resource "aws_iam_instance_profile" "driver" {
   tags = local.tags
 }
 
+# --- The release from elasticd_release_path: an S3 object, read by the instances' roles ---
+
+# The instances fetch it with curl alone: SigV4 signed by curl (--aws-sigv4) with the role's
+# credentials from IMDSv2 (modules/elasticd-job/templates/install-elasticd.sh.tftpl). Neither a
+# VPC endpoint nor a public object is needed, and the grant is one action on one object.
+resource "aws_s3_bucket" "release" {
+  count = local.release_upload ? 1 : 0
+
+  bucket_prefix = "elasticd-${substr(var.name, 0, 27)}-"
+  # The bucket holds only the uploaded release, which Terraform also manages.
+  force_destroy = true
+  tags          = local.tags
+}
+
+resource "aws_s3_bucket_public_access_block" "release" {
+  count = local.release_upload ? 1 : 0
+
+  bucket                  = aws_s3_bucket.release[0].id
+  block_public_acls       = true
+  block_public_policy     = true
+  ignore_public_acls      = true
+  restrict_public_buckets = true
+}
+
+resource "aws_s3_object" "release" {
+  count = local.release_upload ? 1 : 0
+
+  bucket      = aws_s3_bucket.release[0].id
+  key         = local.release_key
+  source      = var.elasticd_release_path
+  source_hash = filesha256(var.elasticd_release_path)
+  tags        = local.tags
+}
+
+# Kept to s3:GetObject on the one object by terraform/release_test.go.
+data "aws_iam_policy_document" "release" {
+  count = local.release_upload ? 1 : 0
+
+  statement {
+    sid       = "Release"
+    actions   = ["s3:GetObject"]
+    resources = ["${aws_s3_bucket.release[0].arn}/${aws_s3_object.release[0].key}"]
+  }
+}
+
+resource "aws_iam_role_policy" "driver_release" {
+  count = local.release_upload ? 1 : 0
+
+  name   = "elasticd-release"
+  role   = aws_iam_role.driver.id
+  policy = data.aws_iam_policy_document.release[0].json
+}
+
+# The GPU instances get a role only to read the release: nothing else.
+resource "aws_iam_role" "gpu" {
+  count = local.release_upload ? 1 : 0
+
+  name               = "${var.name}-gpu"
+  assume_role_policy = data.aws_iam_policy_document.assume_ec2.json
+  tags               = local.tags
+}
+
+resource "aws_iam_role_policy" "gpu_release" {
+  count = local.release_upload ? 1 : 0
+
+  name   = "elasticd-release"
+  role   = aws_iam_role.gpu[0].id
+  policy = data.aws_iam_policy_document.release[0].json
+}
+
+resource "aws_iam_instance_profile" "gpu" {
+  count = local.release_upload ? 1 : 0
+
+  name = "${var.name}-gpu"
+  role = aws_iam_role.gpu[0].name
+  tags = local.tags
+}
+
 # --- The driver instance ---
 
 resource "aws_instance" "driver" {
@@ -267,8 +370,9 @@ resource "aws_instance" "driver" {
 
   tags = merge(local.tags, { Name = "${var.name}-driver" })
 
-  # The role's policy must exist before elasticd's first poll, or that poll is refused.
-  depends_on = [aws_iam_role_policy.driver]
+  # The role's policies must exist before elasticd's first poll (and the release's download),
+  # or they are refused.
+  depends_on = [aws_iam_role_policy.driver, aws_iam_role_policy.driver_release]
 }
 
 # --- The spot GPU group ---
@@ -280,6 +384,15 @@ resource "aws_launch_template" "gpu" {
   vpc_security_group_ids = [aws_security_group.gpu.id]
 
   user_data = base64encode(module.job.agent_user_data)
+
+  # Only with elasticd_release_path: the role that may read the uploaded release.
+  dynamic "iam_instance_profile" {
+    for_each = aws_iam_instance_profile.gpu
+
+    content {
+      arn = iam_instance_profile.value.arn
+    }
+  }
 
   # The agent reads spot interruption notices from the instance metadata service.
   metadata_options {
@@ -327,6 +440,17 @@ resource "aws_autoscaling_group" "gpu" {
     }
   }
 
+  # A new launch template version (the driver was replaced and has a new private IP, or the
+  # setup commands or the release changed) replaces the running instances, whose agents would
+  # otherwise keep dialling the old driver. All at once: the job restarts anyway.
+  instance_refresh {
+    strategy = "Rolling"
+
+    preferences {
+      min_healthy_percentage = 0
+    }
+  }
+
   # Part of the group from its creation, so that even its first instances wait for the
   # driver to move their workers off before they terminate.
   initial_lifecycle_hook {
@@ -356,5 +480,6 @@ resource "aws_autoscaling_group" "gpu" {
   }
 
   # The rules and the queue policy first, so that no notice of the first instances is lost.
-  depends_on = [aws_cloudwatch_event_target.notices, aws_sqs_queue_policy.notices]
+  # The GPU role's policy, so that the first instances can read the release.
+  depends_on = [aws_cloudwatch_event_target.notices, aws_sqs_queue_policy.notices, aws_iam_role_policy.gpu_release]
 }

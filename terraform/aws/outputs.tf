@@ -8,6 +8,16 @@ output "driver_private_ip" {
   value       = aws_instance.driver.private_ip
 }
 
+output "driver_public_ip" {
+  description = "Public IPv4 address of the driver, with driver_public_ip = true (ssh, and the tunnel to the live page); empty otherwise."
+  value       = aws_instance.driver.public_ip
+}
+
+output "release_object" {
+  description = "With elasticd_release_path: the S3 URI of the uploaded release (s3://bucket/key); null otherwise."
+  value       = local.release_upload ? "s3://${aws_s3_object.release[0].bucket}/${aws_s3_object.release[0].key}" : null
+}
+
 output "driver_instance_id" {
   description = "Instance ID of the driver."
   value       = aws_instance.driver.id

@@ -14,6 +14,10 @@ locals {
   agent_secret = var.agent_secret != null ? var.agent_secret : random_password.agent_secret[0].result
 
   tags = merge(var.tags, { elasticd-cluster = var.name })
+
+  # A release given as a local file (elasticd_release_path) is uploaded to a storage container
+  # and read with the managed identity "release"; one given as a URL is fetched as it is.
+  release_upload = var.elasticd_release_path != null
 }
 
 # The job (np, the training command, the release) and what the hosts run, validated and rendered
@@ -39,8 +43,16 @@ module "job" {
   max_np                  = var.max_np
   training_command        = var.training_command
   worker_setup_commands   = var.worker_setup_commands
+  driver_flags            = var.driver_flags
+  driver_files            = var.driver_files
   elasticd_release_url    = var.elasticd_release_url
+  elasticd_release_path   = var.elasticd_release_path
   elasticd_release_sha256 = var.elasticd_release_sha256
+  elasticd_release_object = local.release_upload ? {
+    fetch     = "azure-blob"
+    url       = azurerm_storage_blob.release[0].url
+    client_id = azurerm_user_assigned_identity.release[0].client_id
+  } : null
 }
 
 resource "random_password" "agent_secret" {
@@ -99,6 +111,24 @@ resource "azurerm_network_security_group" "cluster" {
     destination_port_range                     = "*"
     source_application_security_group_ids      = [azurerm_application_security_group.gpu.id]
     destination_application_security_group_ids = [azurerm_application_security_group.gpu.id]
+  }
+
+  # The live page, /v1/status and /metrics from live_page_cidrs: none by default.
+  dynamic "security_rule" {
+    for_each = length(var.live_page_cidrs) > 0 ? [var.live_page_cidrs] : []
+
+    content {
+      name                                       = "DriverLivePage"
+      description                                = "the driver's live page (read-only, unauthenticated)"
+      priority                                   = 1030
+      direction                                  = "Inbound"
+      access                                     = "Allow"
+      protocol                                   = "Tcp"
+      source_port_range                          = "*"
+      destination_port_range                     = tostring(local.driver_port)
+      source_address_prefixes                    = security_rule.value
+      destination_application_security_group_ids = [azurerm_application_security_group.driver.id]
+    }
   }
 
   dynamic "security_rule" {
@@ -203,10 +233,14 @@ resource "azurerm_linux_virtual_machine" "driver" {
     version   = var.driver_image.version
   }
 
+  # The driver's own identity (AZURE_CLIENT_ID picks it for elasticd) and, with
+  # elasticd_release_path, the one that may read the release.
   identity {
     type         = "UserAssigned"
-    identity_ids = [azurerm_user_assigned_identity.driver.id]
+    identity_ids = concat([azurerm_user_assigned_identity.driver.id], azurerm_user_assigned_identity.release[*].id)
   }
+
+  depends_on = [azurerm_role_assignment.release]
 }
 
 # --- The Spot GPU scale set ---
@@ -257,9 +291,82 @@ resource "azurerm_linux_virtual_machine_scale_set" "gpu" {
     }
   }
 
+  # Only with elasticd_release_path: the identity that may read the release, nothing else.
+  dynamic "identity" {
+    for_each = azurerm_user_assigned_identity.release
+
+    content {
+      type         = "UserAssigned"
+      identity_ids = [identity.value.id]
+    }
+  }
+
   lifecycle {
     ignore_changes = [instances]
   }
+
+  depends_on = [azurerm_role_assignment.release]
+}
+
+# --- The release from elasticd_release_path: a blob, read with the identity "release" ---
+
+# The VMs fetch it with curl and the identity's token from IMDS
+# (modules/elasticd-job/templates/install-elasticd.sh.tftpl). The account holds only the release.
+resource "random_id" "release" {
+  count = local.release_upload ? 1 : 0
+
+  byte_length = 4
+}
+
+resource "azurerm_storage_account" "release" {
+  count = local.release_upload ? 1 : 0
+
+  # 3 to 24 lower-case letters and digits, unique in Azure.
+  name                            = "elasticd${substr(replace(var.name, "-", ""), 0, 8)}${random_id.release[0].hex}"
+  resource_group_name             = var.resource_group_name
+  location                        = var.location
+  account_tier                    = "Standard"
+  account_replication_type        = "LRS"
+  min_tls_version                 = "TLS1_2"
+  allow_nested_items_to_be_public = false
+  tags                            = local.tags
+}
+
+resource "azurerm_storage_container" "release" {
+  count = local.release_upload ? 1 : 0
+
+  name                  = "elasticd"
+  storage_account_id    = azurerm_storage_account.release[0].id
+  container_access_type = "private"
+}
+
+resource "azurerm_storage_blob" "release" {
+  count = local.release_upload ? 1 : 0
+
+  name                   = "releases/${basename(var.elasticd_release_path)}"
+  storage_account_name   = azurerm_storage_account.release[0].name
+  storage_container_name = azurerm_storage_container.release[0].name
+  type                   = "Block"
+  source                 = var.elasticd_release_path
+  content_md5            = filemd5(var.elasticd_release_path)
+}
+
+resource "azurerm_user_assigned_identity" "release" {
+  count = local.release_upload ? 1 : 0
+
+  name                = "${var.name}-release"
+  resource_group_name = var.resource_group_name
+  location            = var.location
+  tags                = local.tags
+}
+
+# Kept to reading blobs of the release's container by terraform/release_test.go.
+resource "azurerm_role_assignment" "release" {
+  count = local.release_upload ? 1 : 0
+
+  scope                = azurerm_storage_container.release[0].id
+  role_definition_name = "Storage Blob Data Reader"
+  principal_id         = azurerm_user_assigned_identity.release[0].principal_id
 }
 
 # --- The driver's role: exactly the calls providers/azure makes, on the scale set only ---

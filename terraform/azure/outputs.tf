@@ -13,6 +13,11 @@ output "driver_public_ip" {
   value       = var.driver_public_ip ? azurerm_public_ip.driver[0].ip_address : null
 }
 
+output "release_object" {
+  description = "With elasticd_release_path: the URL of the uploaded release blob; null otherwise."
+  value       = local.release_upload ? azurerm_storage_blob.release[0].url : null
+}
+
 output "vmss_name" {
   description = "Name of the Spot GPU scale set (--vmss)."
   value       = azurerm_linux_virtual_machine_scale_set.gpu.name

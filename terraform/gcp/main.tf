@@ -13,6 +13,10 @@ locals {
   location_args = local.regional ? ["--region", var.region] : ["--zone", var.mig_zone]
 
   labels = merge(var.labels, { elasticd-cluster = var.name })
+
+  # A release given as a local file (elasticd_release_path) is uploaded to Cloud Storage and read
+  # by the VMs with their service accounts; one given as a URL is fetched as it is.
+  release_upload = var.elasticd_release_path != null
 }
 
 # The job (np, the training command, the release) and what the hosts run, validated and rendered
@@ -36,8 +40,15 @@ module "job" {
   max_np                  = var.max_np
   training_command        = var.training_command
   worker_setup_commands   = var.worker_setup_commands
+  driver_flags            = var.driver_flags
+  driver_files            = var.driver_files
   elasticd_release_url    = var.elasticd_release_url
+  elasticd_release_path   = var.elasticd_release_path
   elasticd_release_sha256 = var.elasticd_release_sha256
+  elasticd_release_object = local.release_upload ? {
+    fetch = "gcs"
+    url   = "https://storage.googleapis.com/storage/v1/b/${google_storage_bucket.release[0].name}/o/${urlencode(google_storage_bucket_object.release[0].name)}?alt=media"
+  } : null
 }
 
 resource "random_password" "agent_secret" {
@@ -70,11 +81,55 @@ resource "google_project_iam_member" "driver" {
   member  = "serviceAccount:${google_service_account.driver.email}"
 }
 
-# The GPU VMs call no Google API: their service account has no role.
+# The GPU VMs call no Google API: their service account has no role (but may read the release
+# uploaded from elasticd_release_path, below).
 resource "google_service_account" "gpu" {
   project      = var.project
   account_id   = "${var.name}-gpu"
   display_name = "elasticd GPU VMs of ${var.name} (no roles)"
+}
+
+# --- The release from elasticd_release_path: a Cloud Storage object, read by the VMs ---
+
+# The VMs fetch it with curl and their service account's token from the metadata server
+# (modules/elasticd-job/templates/install-elasticd.sh.tftpl). The bucket holds only the release.
+resource "random_id" "release" {
+  count = local.release_upload ? 1 : 0
+
+  byte_length = 4
+}
+
+resource "google_storage_bucket" "release" {
+  count = local.release_upload ? 1 : 0
+
+  project                     = var.project
+  name                        = "elasticd-${var.name}-${random_id.release[0].hex}"
+  location                    = var.region
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  force_destroy               = true
+  labels                      = local.labels
+}
+
+resource "google_storage_bucket_object" "release" {
+  count = local.release_upload ? 1 : 0
+
+  bucket = google_storage_bucket.release[0].name
+  name   = "releases/${basename(var.elasticd_release_path)}"
+  source = var.elasticd_release_path
+}
+
+# Kept to storage.objects.get on the release's bucket by terraform/release_test.go:
+# legacyObjectReader is that one permission (objectViewer would add objects.list).
+resource "google_storage_bucket_iam_member" "release" {
+  for_each = local.release_upload ? {
+    driver = google_service_account.driver.email
+    gpu    = google_service_account.gpu.email
+  } : {}
+
+  bucket = google_storage_bucket.release[0].name
+  role   = "roles/storage.legacyObjectReader"
+  member = "serviceAccount:${each.value}"
 }
 
 # --- Firewall: the driver's port and the workers' mesh, inside the network only ---
@@ -105,6 +160,24 @@ resource "google_compute_firewall" "gpu_mesh" {
 
   allow {
     protocol = "tcp"
+  }
+}
+
+# The live page, /v1/status and /metrics from live_page_cidrs: none by default.
+resource "google_compute_firewall" "driver_live_page" {
+  count = length(var.live_page_cidrs) > 0 ? 1 : 0
+
+  project       = var.project
+  name          = "${var.name}-driver-live-page"
+  network       = var.network
+  description   = "the driver's live page (read-only, unauthenticated)"
+  direction     = "INGRESS"
+  source_ranges = var.live_page_cidrs
+  target_tags   = [local.driver_tag]
+
+  allow {
+    protocol = "tcp"
+    ports    = [tostring(local.driver_port)]
   }
 }
 
@@ -161,8 +234,9 @@ resource "google_compute_instance" "driver" {
     scopes = ["cloud-platform"]
   }
 
-  # The role must be bound before elasticd's first poll, or that poll is refused.
-  depends_on = [google_project_iam_member.driver]
+  # The role must be bound before elasticd's first poll, or that poll is refused; the
+  # release's reader before its download.
+  depends_on = [google_project_iam_member.driver, google_storage_bucket_iam_member.release]
 }
 
 # --- The SPOT GPU group ---
@@ -232,6 +306,9 @@ resource "google_compute_instance_group_manager" "gpu" {
   lifecycle {
     ignore_changes = [target_size]
   }
+
+  # The GPU service account may read the release before the first VM fetches it.
+  depends_on = [google_storage_bucket_iam_member.release]
 }
 
 resource "google_compute_region_instance_group_manager" "gpu" {
@@ -251,4 +328,7 @@ resource "google_compute_region_instance_group_manager" "gpu" {
   lifecycle {
     ignore_changes = [target_size]
   }
+
+  # The GPU service account may read the release before the first VM fetches it.
+  depends_on = [google_storage_bucket_iam_member.release]
 }

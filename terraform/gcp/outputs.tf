@@ -8,6 +8,16 @@ output "driver_private_ip" {
   value       = google_compute_instance.driver.network_interface[0].network_ip
 }
 
+output "driver_public_ip" {
+  description = "External IPv4 address of the driver, with driver_public_ip = true (ssh, and the tunnel to the live page); null otherwise."
+  value       = var.driver_public_ip ? google_compute_instance.driver.network_interface[0].access_config[0].nat_ip : null
+}
+
+output "release_object" {
+  description = "With elasticd_release_path: the Cloud Storage URI of the uploaded release (gs://bucket/object); null otherwise."
+  value       = local.release_upload ? "gs://${google_storage_bucket.release[0].name}/${google_storage_bucket_object.release[0].name}" : null
+}
+
 output "mig_name" {
   description = "Name of the SPOT GPU managed instance group (--mig)."
   value       = local.mig_name

@@ -161,13 +161,32 @@ variable "worker_setup_commands" {
   default     = []
 }
 
+variable "driver_flags" {
+  description = "More flags of `elasticd run` for the driver, one argument per element, before -- (e.g. [\"--reset-limit\", \"5\", \"--prices\", \"/etc/elasticd/prices.yaml\"]); not the ones the module sets (--provider and its flags, --launcher, --listen, --agent-secret-file, --state-dir, -np, --min-np, --max-np, --)."
+  type        = list(string)
+  default     = []
+}
+
+variable "driver_files" {
+  description = "Files the driver's flags need, path -> content, written by cloud-init (root, 0600) under /etc/elasticd/ or /var/lib/elasticd/ before elasticd starts (a price file for --prices, an admin secret for --admin-secret-file)."
+  type        = map(string)
+  default     = {}
+}
+
 variable "elasticd_release_url" {
-  description = "HTTPS URL of the elasticd release to install: a .tar.gz holding an elasticd binary, or the binary itself."
+  description = "HTTPS URL of the elasticd release to install: a .tar.gz holding an elasticd binary, or the binary itself. Give this or elasticd_release_path."
   type        = string
+  default     = null
+}
+
+variable "elasticd_release_path" {
+  description = "Local path of a tarball built by `make release` (dist/elasticd-VERSION-linux-amd64.tar.gz): uploaded to a Cloud Storage bucket of its own, read by the VMs' service accounts (storage.objects.get on that bucket only, roles/storage.legacyObjectReader), checked against its SHA-256. Give this or elasticd_release_url."
+  type        = string
+  default     = null
 }
 
 variable "elasticd_release_sha256" {
-  description = "SHA-256 of the file at elasticd_release_url; when set, cloud-init refuses a download that does not match. Null: not checked."
+  description = "SHA-256 of the release (its line in dist/SHA256SUMS); when set, cloud-init refuses a download that does not match. Null: not checked with elasticd_release_url, computed from the file with elasticd_release_path."
   type        = string
   default     = null
 }
@@ -177,6 +196,17 @@ variable "agent_secret" {
   type        = string
   default     = null
   sensitive   = true
+}
+
+variable "live_page_cidrs" {
+  description = "IPv4 CIDR blocks allowed to reach the driver's TCP 29400 for the live page, /v1/status and /metrics, which are read-only and unauthenticated; the same port carries the agents' and workers' (authenticated) protocol. Empty (the default): only the GPU VMs reach it; use an ssh tunnel instead."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for c in var.live_page_cidrs : can(cidrhost(c, 0)) && !endswith(c, "/0")])
+    error_message = "live_page_cidrs must list IPv4 CIDR blocks such as 203.0.113.0/24, none of them /0 (the whole internet)."
+  }
 }
 
 variable "ssh_cidr" {

@@ -39,6 +39,8 @@ module "job" {
   max_np                  = var.max_np
   training_command        = var.training_command
   worker_setup_commands   = var.worker_setup_commands
+  driver_flags            = var.driver_flags
+  driver_files            = var.driver_files
   elasticd_release_url    = var.elasticd_release_url
   elasticd_release_sha256 = var.elasticd_release_sha256
 }
@@ -87,6 +89,20 @@ resource "ibm_is_security_group_rule" "driver_ssh" {
   tcp {
     port_min = 22
     port_max = 22
+  }
+}
+
+# The live page, /v1/status and /metrics from live_page_cidrs: none by default.
+resource "ibm_is_security_group_rule" "driver_live_page" {
+  for_each = toset(var.live_page_cidrs)
+
+  group     = ibm_is_security_group.driver.id
+  direction = "inbound"
+  remote    = each.value
+
+  tcp {
+    port_min = local.driver_port
+    port_max = local.driver_port
   }
 }
 

@@ -22,16 +22,30 @@ locals {
       "-np", tostring(var.np),
       "--min-np", tostring(var.min_np),
       "--max-np", tostring(var.max_np),
-      "--",
     ],
+    # The job's other flags (validated: none of the above), then the command.
+    var.driver_flags,
+    ["--"],
     var.training_command,
   )
 
   # Each argument in single quotes, for sh.
   driver_command = join(" ", [for a in local.driver_args : "'${replace(a, "'", "'\\''")}'"])
 
+  # The release: an https URL fetched as it is, or the file at elasticd_release_path, which the
+  # cloud module uploaded (elasticd_release_object) and each host fetches with its own identity.
+  # A local file's checksum is always checked: it is computed here.
+  release = var.elasticd_release_object != null ? var.elasticd_release_object : {
+    fetch = "https", url = var.elasticd_release_url == null ? "" : var.elasticd_release_url, region = "", client_id = ""
+  }
+  release_sha256 = (var.elasticd_release_path != null ? filesha256(var.elasticd_release_path)
+  : var.elasticd_release_sha256 != null ? var.elasticd_release_sha256 : "")
+
   install_script = templatefile("${path.module}/templates/install-elasticd.sh.tftpl", {
-    url    = var.elasticd_release_url
-    sha256 = var.elasticd_release_sha256 == null ? "" : var.elasticd_release_sha256
+    url       = local.release.url
+    sha256    = local.release_sha256
+    fetch     = local.release.fetch
+    region    = local.release.region
+    client_id = local.release.client_id
   })
 }

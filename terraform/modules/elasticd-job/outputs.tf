@@ -21,12 +21,28 @@ output "driver_user_data" {
     install_script = local.install_script
     command_line   = local.driver_command
     environment    = var.driver_environment
+    files          = var.driver_files
   })
   sensitive = true
 
   precondition {
     condition     = var.min_np <= var.np && var.np <= var.max_np
     error_message = "Need min_np <= np <= max_np."
+  }
+
+  precondition {
+    condition     = (var.elasticd_release_url == null) != (var.elasticd_release_path == null)
+    error_message = "Set exactly one of elasticd_release_url (an https:// URL of a release) and elasticd_release_path (a tarball from make release, which the module uploads)."
+  }
+
+  precondition {
+    condition     = (var.elasticd_release_path == null) == (var.elasticd_release_object == null)
+    error_message = "elasticd_release_path is uploaded by the cloud module, which passes where as elasticd_release_object; this module got one without the other."
+  }
+
+  precondition {
+    condition     = var.elasticd_release_path == null || var.elasticd_release_sha256 == null || var.elasticd_release_sha256 == local.release_sha256
+    error_message = "elasticd_release_sha256 does not match the file at elasticd_release_path: compare with dist/SHA256SUMS, or leave it null (it is computed from the file)."
   }
 }
 

@@ -57,6 +57,57 @@ variable "training_command" {
   }
 }
 
+variable "driver_flags" {
+  description = "More flags of `elasticd run` for the driver, one argument per element, placed before -- (e.g. [\"--reset-limit\", \"5\", \"--prices\", \"/etc/elasticd/prices.yaml\"]). Not the flags this module sets: --provider and the provider's flags, --launcher, --listen, --agent-secret-file, --state-dir, -np, --min-np, --max-np, or --."
+  type        = list(string)
+  default     = []
+
+  # The flags this module and the cloud modules set (refused), and every flag of `elasticd run`
+  # (a value that is not one is a typo): terraform/flags_test.go keeps both lists true to
+  # cmd/elasticd and to what the modules write.
+  validation {
+    condition = alltrue([for f in var.driver_flags : !(startswith(f, "-") && contains([
+      "", "provider", "hosts", "H", "host-discovery-script", "region", "zone", "project", "endpoint",
+      "asg", "sqs-queue-url", "mig", "subscription", "resource-group", "vmss", "instance-group",
+      "launcher", "listen", "agent-secret-file", "state-dir", "np", "min-np", "max-np",
+    ], replace(split("=", f)[0], "/^--?/", "")))])
+    error_message = "driver_flags must not set what the module sets itself: --provider and the provider's flags (-H, --host-discovery-script, --region, --asg, --mig, ...), --launcher, --listen, --agent-secret-file, --state-dir, -np, --min-np, --max-np, or \"--\" (the command is training_command)."
+  }
+
+  validation {
+    condition = alltrue([for f in var.driver_flags : !startswith(f, "-") || f == "--" || can(regex("^-[0-9]", f)) || contains([
+      "H", "admin-secret-file", "agent-secret-file", "asg", "barrier-timeout", "blacklist-cooldown-range",
+      "checkpoint-dir", "checkpoint-every", "comm-timeout", "discovery-interval", "discovery-timeout",
+      "driver-addr", "elastic-timeout", "endpoint", "flap-limit", "flap-window", "host-discovery-script",
+      "hosts", "instance-group", "launcher", "listen", "local-spot", "max-np", "mig", "min-np", "mode", "np",
+      "output-dir", "prices", "project", "provider", "region", "reset-limit", "resource-group",
+      "scale-up-interval", "slot-gradient", "slot-groups", "slot-policy", "slot-weights", "slots-per-host",
+      "sqs-queue-url", "ssh-identity-file", "ssh-port", "start-timeout", "state-dir", "stop-grace",
+      "subscription", "v", "verbose", "vmss", "warm-start", "zone",
+    ], replace(split("=", f)[0], "/^--?/", ""))])
+    error_message = "driver_flags names a flag that `elasticd run` does not have: see elasticd run --help."
+  }
+
+  validation {
+    condition     = alltrue([for f in var.driver_flags : !can(regex("[\n\r]", f))])
+    error_message = "driver_flags: each element must be one line."
+  }
+}
+
+variable "driver_files" {
+  description = "Files the driver's flags need (a price file, an admin secret), path -> content, written by cloud-init on the driver (root, mode 0600) before elasticd starts. Paths are absolute, under /etc/elasticd/ or /var/lib/elasticd/, and not the module's own files."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    condition = alltrue([for p in keys(var.driver_files) :
+      can(regex("^/(etc/elasticd|var/lib/elasticd)/[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$", p)) && !can(regex("/\\.\\.?(/|$)", p)) &&
+      !contains(["/etc/elasticd/agent-secret", "/etc/elasticd/driver.env"], p) && !startswith(p, "/var/lib/elasticd/state/")
+    ])
+    error_message = "driver_files: each path must be absolute, under /etc/elasticd/ or /var/lib/elasticd/ (letters, digits, . _ -), without .. and not /etc/elasticd/agent-secret, /etc/elasticd/driver.env or under /var/lib/elasticd/state/."
+  }
+}
+
 variable "worker_setup_commands" {
   description = "Shell commands each GPU host runs at first boot, after installing elasticd and before starting the agent."
   type        = list(string)
@@ -64,17 +115,61 @@ variable "worker_setup_commands" {
 }
 
 variable "elasticd_release_url" {
-  description = "HTTPS URL of the elasticd release to install: a .tar.gz holding an elasticd binary, or the binary itself."
+  description = "HTTPS URL of the elasticd release to install: a .tar.gz holding an elasticd binary, or the binary itself. Give this or elasticd_release_path, not both."
   type        = string
+  default     = null
 
   validation {
-    condition     = can(regex("^https://[^[:space:]'\"]+$", var.elasticd_release_url))
+    condition     = var.elasticd_release_url == null || can(regex("^https://[^[:space:]'\"]+$", var.elasticd_release_url))
     error_message = "elasticd_release_url must be an https:// URL without spaces or quotes."
   }
 }
 
+variable "elasticd_release_path" {
+  description = "Local path of a release tarball built by `make release` (dist/elasticd-VERSION-linux-ARCH.tar.gz), which the cloud module uploads to its object store and the hosts fetch with their own identity; its SHA-256 is computed here. Give this or elasticd_release_url, not both."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.elasticd_release_path == null || try(fileexists(var.elasticd_release_path), false)
+    error_message = "elasticd_release_path must name an existing file, such as dist/elasticd-v1.2.0-linux-amd64.tar.gz from make release (relative to where terraform runs, or absolute)."
+  }
+
+  # Its name becomes the object's key, part of a URL that curl signs or sends as it is.
+  validation {
+    condition     = var.elasticd_release_path == null || can(regex("^[A-Za-z0-9._-]+$", basename(coalesce(var.elasticd_release_path, "-"))))
+    error_message = "elasticd_release_path: the file's name must be letters, digits, dots, dashes and underscores only, as make release names it."
+  }
+}
+
+variable "elasticd_release_object" {
+  description = "Set by the cloud module when it uploaded elasticd_release_path: where the object is (url) and how a host fetches it with its own identity (fetch: s3 with region, gcs, or azure-blob with the client_id of the managed identity that may read it). Null with elasticd_release_url."
+  type = object({
+    fetch     = string
+    url       = string
+    region    = optional(string, "")
+    client_id = optional(string, "")
+  })
+  default = null
+
+  validation {
+    condition     = var.elasticd_release_object == null || try(contains(["s3", "gcs", "azure-blob"], var.elasticd_release_object.fetch), false)
+    error_message = "elasticd_release_object.fetch must be s3, gcs or azure-blob."
+  }
+
+  # Rendered into the install script between single quotes.
+  validation {
+    condition = var.elasticd_release_object == null || try(
+      !can(regex("['\"\\\\[:space:]]", var.elasticd_release_object.url)) &&
+      can(regex("^[A-Za-z0-9-]*$", var.elasticd_release_object.region)) &&
+      can(regex("^[A-Za-z0-9-]*$", var.elasticd_release_object.client_id)),
+    false)
+    error_message = "elasticd_release_object: url without quotes, backslashes or spaces; region and client_id of letters, digits and dashes."
+  }
+}
+
 variable "elasticd_release_sha256" {
-  description = "SHA-256 of the file at elasticd_release_url; when set, cloud-init refuses a download that does not match. Null: not checked."
+  description = "SHA-256 of the release (a line of dist/SHA256SUMS); when set, cloud-init refuses a download that does not match. Null: not checked with elasticd_release_url, computed from the file with elasticd_release_path."
   type        = string
   default     = null
 
