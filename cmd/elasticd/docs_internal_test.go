@@ -183,3 +183,33 @@ func TestDocsFlagCheckCanFail(t *testing.T) {
 		}
 	}
 }
+
+// Every file of the repository that a --help text names (docs/…, examples/…, dashboards/…)
+// exists: help that sends a user to a missing page teaches nothing.
+func TestHelpNamesRealFiles(t *testing.T) {
+	var texts []string
+	var out strings.Builder
+	app := newApp(&out, io.Discard)
+	texts = append(texts, app.Description)
+	walkCommands(app.Commands, "elasticd", func(_ string, c *cli.Command) {
+		texts = append(texts, c.Description, c.Usage, c.UsageText)
+		for _, f := range c.Flags {
+			if d, ok := f.(cli.DocGenerationFlag); ok {
+				texts = append(texts, d.GetUsage())
+			}
+		}
+	})
+	path := regexp.MustCompile(`\b(?:docs|examples|dashboards|terraform|bench)/[\w./-]*[\w/]`)
+	named := 0
+	for _, text := range texts {
+		for _, p := range path.FindAllString(text, -1) {
+			named++
+			if _, err := os.Stat(filepath.Join("..", "..", p)); err != nil {
+				t.Errorf("help names %s: %v", p, err)
+			}
+		}
+	}
+	if named < 5 {
+		t.Fatalf("help texts name only %d repository files: is the pattern right?", named)
+	}
+}

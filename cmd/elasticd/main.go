@@ -64,7 +64,8 @@ Start here:
    elasticd bench allreduce --np 4                  collectives across 4 local processes
    elasticd version                                 the version
 
-Guides: docs/operations.md (running jobs), docs/providers/ (clouds), docs/protocol.md.
+Guides: docs/operations.md (running jobs), docs/deploy-aws.md (a cloud job from zero, with
+Terraform; deploy-gcp, -azure, -ibm beside it), docs/providers/ (clouds), docs/protocol.md.
 
 Every flag can also be set through an environment variable named ELASTICD_<FLAG>
 (for example ELASTICD_NP=4); the flag's help shows the exact name.`,
