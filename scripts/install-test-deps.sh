@@ -5,6 +5,8 @@
 #     start a real sshd on loopback and launch workers through it;
 #   - util-linux (setsid): the remote launch wrapper runs each worker in its own session;
 #   - gcc and libc6-dev: the race detector (go test -race) and go-nvml's bindings need cgo;
+#   - curl: the Terraform modules' install script is run with sh and curl against fakes of each
+#     cloud's metadata service and object store (terraform/install_test.go);
 #   - chromium and a font: the live page's tests load it in headless Chromium
 #     (internal/browsertest; with CI set they fail rather than skip when it is missing);
 #   - python3-torch and python3-pytest: the PyTorch modes' tests run real torch (gloo on
@@ -26,6 +28,7 @@ missing=()
 command -v setsid >/dev/null || missing+=(util-linux)
 # go test -race needs cgo, so a C compiler and libc headers (also for go-nvml's cgo bindings).
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+command -v curl >/dev/null || missing+=(curl)
 [ -x /usr/bin/chromium ] || missing+=(chromium fonts-dejavu-core)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || missing+=(python3-torch)
 /usr/bin/python3 -c 'import pytest' 2>/dev/null || missing+=(python3-pytest)

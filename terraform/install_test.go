@@ -226,13 +226,23 @@ func verifySigV4(r *http.Request, secret string) error {
 	return nil
 }
 
+// needCurl skips a test without curl, except in CI, where scripts/install-test-deps.sh
+// installs it and its absence is a failure, not a reason to test less.
+func needCurl(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("curl"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("curl is not on PATH: scripts/install-test-deps.sh installs it")
+		}
+		t.Skip("curl is not on PATH (scripts/install-test-deps.sh installs it)")
+	}
+}
+
 // TestInstallScript runs the install script with sh and curl against a fake of each way it
 // fetches a release: an https URL, and the object the cloud module uploaded from
 // elasticd_release_path, read with the instance's identity on AWS, GCP and Azure.
 func TestInstallScript(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("curl is not on PATH")
-	}
+	needCurl(t)
 	const binary = "#!/bin/sh\necho elasticd v9.9.9\n"
 	tarball, sum := releaseTarball(t, binary)
 	srv := fakeCloud(t, tarball, fakeSecret)
@@ -266,9 +276,7 @@ func TestInstallScript(t *testing.T) {
 // TestInstallScriptCanFail: a download that does not match the checksum, a signature S3
 // would refuse, and a missing token are each refused, and nothing is installed.
 func TestInstallScriptCanFail(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("curl is not on PATH")
-	}
+	needCurl(t)
 	tarball, sum := releaseTarball(t, "#!/bin/sh\n")
 	good := fakeCloud(t, tarball, fakeSecret)
 	otherKey := fakeCloud(t, tarball, "another secret")
