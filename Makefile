@@ -74,12 +74,13 @@ bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./allreduce/
 	$(GO) test -run '^$$' -bench Reset -benchtime 3x -count 1 ./driver/rendezvous/
 
-# elasticd, Gloo and Open MPI interleaved on this machine, ROUNDS times, then medians side by
-# side (installs Gloo and Open MPI with apt-get). Raw lines stay in $(COMPARE_OUT).
+# elasticd, Gloo, torch.distributed's gloo (under $(PYTHON)), Open MPI over TCP and over shared
+# memory, interleaved on this machine, ROUNDS times, then medians and ratios side by side
+# (installs Gloo and Open MPI with apt-get; torch must be there). Raw lines stay in $(COMPARE_OUT).
 ROUNDS      ?= 3
 COMPARE_OUT ?= bench-compare.jsonl
 bench-compare: build
-	ROUNDS=$(ROUNDS) bench/baselines/run.sh > $(COMPARE_OUT)
+	ROUNDS=$(ROUNDS) TORCH_PYTHON=$(PYTHON) bench/baselines/run.sh > $(COMPARE_OUT)
 	./$(BIN) bench report $(COMPARE_OUT)
 
 # Recovery of a 4-worker DDP job (gloo, ~1M parameters) with one worker SIGKILLed, under

@@ -13,7 +13,8 @@
 //   - Notice: a 4-worker job on two agent hosts (loopback addresses) watching simulated EC2
 //     metadata services: from a spot interruption notice until training goes on without the host.
 //   - Report: medians of allreduce JSON lines from several implementations side by side
-//     (bench/baselines/run.sh runs elasticd, Gloo and Open MPI).
+//     (bench/baselines/run.sh runs elasticd, Gloo, torch.distributed's gloo, and Open MPI over
+//     TCP and over shared memory).
 //
 // How it is run: from the command line, `make bench` (or `elasticd bench ... --help`); in Go,
 // Allreduce, Recovery, Notice and Report, each with its Options. The harness starts the

@@ -20,7 +20,8 @@ type ReportOptions struct {
 // Report summarises JSON lines of allreduce results from several implementations and rounds
 // (`bench allreduce --json` and bench/baselines/run.sh, whose lines carry an "impl" field;
 // lines without one count as "elasticd") into the median time of each implementation per rank
-// count and size, side by side, and how many times faster elasticd is than each other.
+// count and size, side by side, and how many times faster elasticd is than each other. Without
+// elasticd lines there is nothing to divide by, and only the medians are printed.
 func Report(o ReportOptions) error {
 	out, _ := writers(o.Out, nil)
 	var lines []reportLine
@@ -88,9 +89,12 @@ func printReport(w io.Writer, lines []reportLine) {
 			impls = append(impls, l.Impl)
 		}
 	}
-	// elasticd first, the others in the order they appeared.
-	if i := slices.Index(impls, "elasticd"); i > 0 {
+	// elasticd first, the others in the order they appeared (run.sh's IMPLS order). Each
+	// other one gets a ratio column, but only if there is an elasticd to divide by.
+	var others []string
+	if i := slices.Index(impls, "elasticd"); i >= 0 {
 		impls = append([]string{"elasticd"}, slices.Delete(impls, i, i+1)...)
+		others = impls[1:]
 	}
 	keys := make([]key, 0, len(times))
 	for k := range times {
@@ -102,14 +106,18 @@ func printReport(w io.Writer, lines []reportLine) {
 		}
 		return int(a.size - b.size)
 	})
-	fmt.Fprintln(w, "median time over rounds (busbw GB/s); speedup = other's time / elasticd's time")
+	if others != nil {
+		fmt.Fprintln(w, "median time over rounds (busbw GB/s); vs X = X's time / elasticd's time (> 1: elasticd is faster)")
+	} else {
+		fmt.Fprintln(w, "median time over rounds (busbw GB/s)")
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "ranks\tsize\trounds\t"
 	for _, im := range impls {
-		head += im + "\t"
+		head += implTitle(im) + "\t"
 	}
-	for _, im := range impls[1:] {
-		head += "vs " + im + "\t"
+	for _, im := range others {
+		head += "vs " + implTitle(im) + "\t"
 	}
 	fmt.Fprintln(tw, head)
 	for _, k := range keys {
@@ -128,9 +136,9 @@ func printReport(w io.Writer, lines []reportLine) {
 			med[im] = m
 			cells += fmt.Sprintf("%s (%.2f)\t", fmtDur(m), busbw(float64(k.size)/m/1e9, k.ranks))
 		}
-		for _, im := range impls[1:] {
-			if med[impls[0]] > 0 && med[im] > 0 {
-				cells += fmt.Sprintf("%.2fx\t", med[im]/med[impls[0]])
+		for _, im := range others {
+			if med["elasticd"] > 0 && med[im] > 0 {
+				cells += fmt.Sprintf("%.2fx\t", med[im]/med["elasticd"])
 			} else {
 				cells += "-\t"
 			}
@@ -138,4 +146,20 @@ func printReport(w io.Writer, lines []reportLine) {
 		fmt.Fprintln(tw, row+fmt.Sprint(rounds)+"\t"+cells)
 	}
 	tw.Flush()
+}
+
+// implTitle is the column title of an "impl" name that bench/baselines/run.sh writes; other
+// names are their own title.
+func implTitle(impl string) string {
+	switch impl {
+	case "gloo":
+		return "Gloo"
+	case "torch-gloo":
+		return "torch Gloo"
+	case "mpi":
+		return "Open MPI TCP"
+	case "mpi-shm":
+		return "Open MPI shm"
+	}
+	return impl
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -56,5 +57,77 @@ func TestReportMediansAndSpeedup(t *testing.T) {
 	}
 	if err := bench.Report(bench.ReportOptions{Stdin: strings.NewReader("not JSON\n")}); !errors.As(err, &ue) || !strings.Contains(err.Error(), "no JSON result lines") {
 		t.Errorf("no result lines: %v", err)
+	}
+}
+
+// Every implementation run.sh runs gets a column under a name that says what it is, and a
+// ratio to elasticd, in IMPLS order.
+func TestReportNamesEveryBaseline(t *testing.T) {
+	// Two rounds each: the medians are the means of the two. elasticd 10µs; the others 2, 4, 1
+	// and 0.5 times that.
+	lines := `{"impl":"elasticd","size_bytes":4096,"ranks":2,"median_s":0.000008}
+{"impl":"gloo","size_bytes":4096,"ranks":2,"median_s":0.00002}
+{"impl":"torch-gloo","size_bytes":4096,"ranks":2,"median_s":0.00004}
+{"impl":"mpi","size_bytes":4096,"ranks":2,"median_s":0.00001}
+{"impl":"mpi-shm","size_bytes":4096,"ranks":2,"median_s":0.000005}
+{"impl":"elasticd","size_bytes":4096,"ranks":2,"median_s":0.000012}
+{"impl":"gloo","size_bytes":4096,"ranks":2,"median_s":0.00002}
+{"impl":"torch-gloo","size_bytes":4096,"ranks":2,"median_s":0.00004}
+{"impl":"mpi","size_bytes":4096,"ranks":2,"median_s":0.00001}
+{"impl":"mpi-shm","size_bytes":4096,"ranks":2,"median_s":0.000005}
+`
+	var out bytes.Buffer
+	if err := bench.Report(bench.ReportOptions{Stdin: strings.NewReader(lines), Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	rows := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(rows) != 3 {
+		t.Fatalf("want title, header and 1 row:\n%s", out.String())
+	}
+	if !strings.Contains(rows[0], "elasticd's time") {
+		t.Errorf("title does not say what the ratios are: %q", rows[0])
+	}
+	// Column titles, in this order: the medians, then the ratios.
+	at := 0
+	for _, title := range []string{"elasticd", "Gloo", "torch Gloo", "Open MPI TCP", "Open MPI shm",
+		"vs Gloo", "vs torch Gloo", "vs Open MPI TCP", "vs Open MPI shm"} {
+		i := strings.Index(rows[1][at:], title)
+		if i < 0 {
+			t.Fatalf("header lacks %q after column %d: %q", title, at, rows[1])
+		}
+		at += i + len(title)
+	}
+	if strings.Contains(rows[1], "mpi") || strings.Contains(rows[1], "torch-gloo") {
+		t.Errorf("header has a raw impl name: %q", rows[1])
+	}
+	var ratios []string
+	for _, f := range strings.Fields(rows[2]) {
+		if strings.HasSuffix(f, "x") {
+			ratios = append(ratios, f)
+		}
+	}
+	if want := []string{"2.00x", "4.00x", "1.00x", "0.50x"}; !slices.Equal(ratios, want) {
+		t.Errorf("ratios %v, want %v (gloo, torch-gloo, mpi, mpi-shm over elasticd) in %q", ratios, want, rows[2])
+	}
+	for _, want := range []string{"10µs", "2"} { // elasticd's median of 8 and 12µs; 2 rounds
+		if !strings.Contains(rows[2], want) {
+			t.Errorf("row lacks %q: %q", want, rows[2])
+		}
+	}
+}
+
+// Without elasticd there is nothing to divide by: medians only, and no ratio against
+// whichever baseline came first.
+func TestReportWithoutElasticd(t *testing.T) {
+	lines := `{"impl":"torch-gloo","size_bytes":1048576,"ranks":2,"median_s":0.002}
+{"impl":"mpi-shm","size_bytes":1048576,"ranks":2,"median_s":0.001}
+`
+	var out bytes.Buffer
+	if err := bench.Report(bench.ReportOptions{Stdin: strings.NewReader(lines), Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); strings.Contains(s, "vs ") || strings.Contains(s, "x ") || strings.HasSuffix(strings.TrimSpace(s), "x") ||
+		!strings.Contains(s, "torch Gloo") || !strings.Contains(s, "Open MPI shm") || !strings.Contains(s, "2ms") {
+		t.Errorf("report without elasticd:\n%s", s)
 	}
 }

@@ -8,7 +8,13 @@
  *          mpi_allreduce SIZE_BYTES [SIZE_BYTES ...]
  *
  * i.e. point-to-point over the ob1 PML and the TCP BTL on loopback only (no
- * vader/shared-memory BTL, no UCX). The allreduce is in place (MPI_IN_PLACE),
+ * vader/shared-memory BTL, no UCX), and as
+ *
+ *   mpirun ... --mca pml ob1 --mca btl vader,self ... \
+ *          mpi_allreduce --impl mpi-shm SIZE_BYTES [SIZE_BYTES ...]
+ *
+ * over shared memory instead (--impl only names the JSON "impl" field and the
+ * stderr lines; the transport is mpirun's choice). The allreduce is in place (MPI_IN_PLACE),
  * like a gradient allreduce; the collective algorithm is whatever Open MPI's
  * default "tuned" coll component picks for the size and rank count.
  *
@@ -21,6 +27,7 @@
 
 #include <mpi.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +38,7 @@
 #define MAX_ITERS 2000
 
 static int g_rank = -1;
+static const char *g_impl = "mpi";
 
 static void die(const char *msg) {
   fprintf(stderr, "mpi_allreduce: rank %d: %s\n", g_rank, msg);
@@ -112,16 +120,16 @@ static void bench_size(size_t bytes, int rank, int world) {
     double med = median(times, iters); /* sorts times */
 #define PCT(q) times[(int)((q) * (iters - 1) + 0.5)]
     fprintf(stderr,
-            "[mpi] ranks=%d size=%zu iters=%d min=%.3gs p10=%.3gs p50=%.3gs "
+            "[%s] ranks=%d size=%zu iters=%d min=%.3gs p10=%.3gs p50=%.3gs "
             "p90=%.3gs max=%.3gs\n",
-            world, bytes, iters, times[0], PCT(0.1), PCT(0.5), PCT(0.9),
+            g_impl, world, bytes, iters, times[0], PCT(0.1), PCT(0.5), PCT(0.9),
             times[iters - 1]);
 #undef PCT
     double algbw = (double)bytes / med / 1e9;
     double busbw = algbw * 2.0 * (world - 1) / world;
-    printf("{\"impl\":\"mpi\",\"size_bytes\":%zu,\"ranks\":%d,\"iters\":%d,"
+    printf("{\"impl\":\"%s\",\"size_bytes\":%zu,\"ranks\":%d,\"iters\":%d,"
            "\"median_s\":%.9g,\"algbw_gbps\":%.6g,\"busbw_gbps\":%.6g}\n",
-           bytes, world, iters, med, algbw, busbw);
+           g_impl, bytes, world, iters, med, algbw, busbw);
     fflush(stdout);
   }
   free(times);
@@ -133,9 +141,17 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (argc < 2) die("usage: mpi_allreduce SIZE_BYTES [SIZE_BYTES ...]");
+  int first = 1;
+  if (argc > 2 && strcmp(argv[1], "--impl") == 0) {
+    for (const char *c = argv[2]; *c; c++) { /* printed inside a JSON string */
+      if (!(isalnum((unsigned char)*c) || *c == '-' || *c == '_')) die("--impl: letters, digits, - and _ only");
+    }
+    g_impl = argv[2];
+    first = 3;
+  }
+  if (argc <= first) die("usage: mpi_allreduce [--impl NAME] SIZE_BYTES [SIZE_BYTES ...]");
 
-  for (int a = 1; a < argc; a++) {
+  for (int a = first; a < argc; a++) {
     char *end = NULL;
     errno = 0;
     long long v = strtoll(argv[a], &end, 10);

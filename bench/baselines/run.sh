@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Baseline CPU allreduce measurements (Gloo TCP and Open MPI TCP, loopback
-# only) to compare elasticd's Go ring allreduce against.
+# Baseline CPU allreduce measurements to compare elasticd's Go ring allreduce
+# against: Gloo (C++, TCP), torch.distributed's gloo backend (TCP), Open MPI
+# over TCP and Open MPI over shared memory, all on this machine, loopback only.
 #
 #   bench/baselines/run.sh                  # NPS="2 4", default SIZES
 #   NPS="2" SIZES="4096 1048576" bench/baselines/run.sh
@@ -10,8 +11,12 @@
 #   NPS          rank counts (default "2 4")
 #   SIZES        buffer sizes in bytes, multiples of 4
 #                (default "4096 65536 1048576 16777216 67108864 268435456")
-#   IMPLS        which to run (default "elasticd gloo mpi"); elasticd is
-#                ELASTICD_BIN (default bin/elasticd, built by make bench-compare)
+#   IMPLS        which to run (default "elasticd gloo torch-gloo mpi mpi-shm");
+#                elasticd is ELASTICD_BIN (default bin/elasticd, built by make
+#                bench-compare); torch-gloo runs torch_allreduce.py under
+#                TORCH_PYTHON (default /usr/bin/python3, Debian's, with
+#                python3-torch); mpi is Open MPI over TCP, mpi-shm over shared
+#                memory (the vader BTL)
 #   ROUNDS       how many times to run every (impl, NP), interleaved, so that
 #                medians over rounds compare side by side (default 1)
 #   RUN_TIMEOUT  seconds allowed per (impl, NP) run (default 300)
@@ -30,23 +35,35 @@ log() { echo "[baselines] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 # Open MPI flags: ob1 PML (never UCX or the cm/ofi/psm MTLs, which would pick
-# their own transports incl. shared memory), only the tcp and self BTLs (so
-# vader/sm is never loaded), TCP restricted to loopback IPv4, and the runtime's
-# out-of-band channel restricted to loopback as well. No binding, so MPI ranks
-# are scheduled like the gloo (and Go) processes.
+# their own transports), the runtime's out-of-band channel restricted to
+# loopback, and no binding, so MPI ranks are scheduled like the gloo (and Go)
+# processes. Then the BTLs:
+#   mpi:     only tcp and self (so vader/sm is never loaded), TCP restricted to
+#            loopback IPv4;
+#   mpi-shm: only vader (shared memory; Open MPI 4.1's name for the sm BTL,
+#            single copies through CMA) and self.
 MPI_FLAGS=(
   --allow-run-as-root --oversubscribe --bind-to none
   --mca pml ob1
+  --mca oob_tcp_if_include lo
+)
+MPI_TCP_FLAGS=(
   --mca btl tcp,self
   --mca btl_tcp_if_include lo
   --mca btl_tcp_disable_family 6
-  --mca oob_tcp_if_include lo
 )
+MPI_SHM_FLAGS=(
+  --mca btl vader,self
+)
+
+# Seconds a torch-gloo rank waits in its rendezvous or in one collective before
+# failing (gloo_allreduce.cc sets the same on its gloo context).
+TORCH_TIMEOUT=120
 
 # ---------------------------------------------------------------------------
 # Inner mode: runs one (impl, NP) benchmark, possibly inside the namespace.
-#   run.sh --inner gloo NP STORE_DIR SIZE...
-#   run.sh --inner mpi  NP SIZE...
+#   run.sh --inner gloo|torch-gloo NP STORE_DIR SIZE...
+#   run.sh --inner elasticd|mpi|mpi-shm NP SIZE...
 # ---------------------------------------------------------------------------
 inner() {
   local impl=$1 np=$2
@@ -56,9 +73,14 @@ inner() {
     ip link set lo up
   fi
   case "$impl" in
-    gloo)
+    gloo | torch-gloo)
+      # One process per rank, started and (on failure) stopped by PID.
       local store=$1
       shift
+      local -a rank_cmd=("$BUILD_DIR/gloo_allreduce")
+      if [[ "$impl" == torch-gloo ]]; then
+        rank_cmd=("${TORCH_PYTHON:?}" "$HERE/torch_allreduce.py" --timeout "$TORCH_TIMEOUT")
+      fi
       local -a pids=()
       local p
       kill_ranks() {
@@ -68,10 +90,10 @@ inner() {
       local r
       for ((r = 0; r < np; r++)); do
         if ((r == 0)); then
-          timeout -k 10 "$RUN_TIMEOUT" "$BUILD_DIR/gloo_allreduce" \
+          timeout -k 10 "$RUN_TIMEOUT" "${rank_cmd[@]}" \
             --rank "$r" --world "$np" --store "$store" "$@" &
         else
-          timeout -k 10 "$RUN_TIMEOUT" "$BUILD_DIR/gloo_allreduce" \
+          timeout -k 10 "$RUN_TIMEOUT" "${rank_cmd[@]}" \
             --rank "$r" --world "$np" --store "$store" "$@" >&2 &
         fi
         pids+=("$!")
@@ -89,7 +111,7 @@ inner() {
         for p in "${running[@]}"; do [[ "$p" == "$finished" ]] || still+=("$p"); done
         running=("${still[@]}")
         if ((rc != 0)); then
-          log "gloo rank process $finished failed (exit $rc); stopping the others"
+          log "$impl rank process $finished failed (exit $rc); stopping the others"
           kill_ranks
           wait || true
           return 1
@@ -105,8 +127,12 @@ inner() {
       ;;
     mpi)
       # mpirun forwards rank 0's stdout to ours and forwards TERM to ranks.
-      exec timeout -k 10 "$RUN_TIMEOUT" mpirun "${MPI_FLAGS[@]}" -np "$np" \
-        "$BUILD_DIR/mpi_allreduce" "$@"
+      exec timeout -k 10 "$RUN_TIMEOUT" mpirun "${MPI_FLAGS[@]}" "${MPI_TCP_FLAGS[@]}" \
+        -np "$np" "$BUILD_DIR/mpi_allreduce" "$@"
+      ;;
+    mpi-shm)
+      exec timeout -k 10 "$RUN_TIMEOUT" mpirun "${MPI_FLAGS[@]}" "${MPI_SHM_FLAGS[@]}" \
+        -np "$np" "$BUILD_DIR/mpi_allreduce" --impl mpi-shm "$@"
       ;;
     *) die "unknown impl $impl" ;;
   esac
@@ -125,7 +151,8 @@ export BUILD_DIR="${BUILD_DIR:-/tmp/elasticd-baselines}"
 export RUN_TIMEOUT="${RUN_TIMEOUT:-300}"
 NPS="${NPS:-2 4}"
 SIZES="${SIZES:-4096 65536 1048576 16777216 67108864 268435456}"
-IMPLS="${IMPLS:-elasticd gloo mpi}"
+IMPLS="${IMPLS:-elasticd gloo torch-gloo mpi mpi-shm}"
+export TORCH_PYTHON="${TORCH_PYTHON:-/usr/bin/python3}"
 ROUNDS="${ROUNDS:-1}"
 export ELASTICD_BIN="${ELASTICD_BIN:-$HERE/../../bin/elasticd}"
 ISOLATE_NET="${ISOLATE_NET:-auto}"
@@ -134,11 +161,30 @@ read -r -a size_list <<<"$SIZES"
 read -r -a impl_list <<<"$IMPLS"
 ((${#np_list[@]} > 0)) || die "NPS is empty"
 ((${#size_list[@]} > 0)) || die "SIZES is empty"
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
 for s in "${size_list[@]}"; do
   [[ "$s" =~ ^[0-9]+$ ]] && ((s > 0 && s % 4 == 0)) || die "bad size '$s' (positive multiple of 4)"
 done
 for n in "${np_list[@]}"; do
   [[ "$n" =~ ^[0-9]+$ ]] && ((n >= 2)) || die "bad rank count '$n' (>= 2)"
+done
+for impl in "${impl_list[@]}"; do
+  case "$impl" in
+    gloo | mpi | mpi-shm) ;;
+    elasticd) [[ -x "$ELASTICD_BIN" ]] || die "$ELASTICD_BIN is not built (make build)" ;;
+    torch-gloo)
+      # Not installed here: python3-torch is large, and another interpreter may be meant.
+      torch_err=$("$TORCH_PYTHON" -c 'import torch, torch.distributed as d
+assert d.is_available() and d.is_gloo_available(), "torch.distributed without gloo"
+print(torch.__version__)' 2>&1) ||
+        die "torch-gloo needs torch with torch.distributed and gloo, and TORCH_PYTHON=$TORCH_PYTHON" \
+          "does not have it ($(tail -n 1 <<<"$torch_err")). Install Debian's python3-torch" \
+          "(apt-get install python3-torch) for /usr/bin/python3, set TORCH_PYTHON to an" \
+          "interpreter that imports torch, or leave torch-gloo out of IMPLS"
+      log "torch-gloo: $TORCH_PYTHON, torch $torch_err"
+      ;;
+    *) die "unknown impl '$impl' in IMPLS" ;;
+  esac
 done
 
 # --- install what is missing ------------------------------------------------
@@ -195,7 +241,7 @@ run_one() {
   local impl=$1 np=$2
   local out="$work/$impl-$np.out"
   local -a cmd=(bash "$SELF" --inner "$impl" "$np")
-  if [[ "$impl" == gloo ]]; then
+  if [[ "$impl" == gloo || "$impl" == torch-gloo ]]; then
     local store="$work/store-$np"
     rm -rf "$store"
     mkdir -p "$store"
@@ -224,14 +270,6 @@ run_one() {
   log "$impl np=$np done in $((SECONDS - start))s"
 }
 
-for impl in "${impl_list[@]}"; do
-  case "$impl" in
-    gloo | mpi) ;;
-    elasticd) [[ -x "$ELASTICD_BIN" ]] || die "$ELASTICD_BIN is not built (make build)" ;;
-    *) die "unknown impl '$impl' in IMPLS" ;;
-  esac
-done
-[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
 for ((round = 1; round <= ROUNDS; round++)); do
   for np in "${np_list[@]}"; do
     for impl in "${impl_list[@]}"; do
