@@ -360,7 +360,7 @@ func (b *StatusBoard) Record(now time.Time) {
 // progressPoint is s's progress and cost as a point of the history.
 func progressPoint(s *Status) ProgressPoint {
 	pt := ProgressPoint{T: s.Now, Step: s.Progress.Step, StepsPerSecond: s.Progress.StepsPerSecond, Loss: s.Progress.Loss}
-	if c := s.Cost; c != nil && (c.Total > 0 || len(c.Unpriced) == 0) {
+	if c := s.Cost; c != nil && (len(c.Unpriced) == 0 || slices.ContainsFunc(c.Lines, func(l cost.Line) bool { return l.Cost != nil })) {
 		pt.Cost = new(c.Total)
 	}
 	return pt

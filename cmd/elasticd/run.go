@@ -19,6 +19,7 @@ import (
 	"github.com/elasticd/elasticd/driver/cost"
 	"github.com/elasticd/elasticd/driver/hosts"
 	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/driver/webui"
 	"github.com/elasticd/elasticd/proc"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
@@ -148,6 +149,13 @@ func runJob(c *cli.Context) error {
 	fmt.Fprintf(c.App.ErrWriter, "elasticd: %s (generations %d, resets %d of which %d after failures)\n", res.Reason, res.Generations, res.Resets, res.FailureResets)
 	if res.Status != nil {
 		fmt.Fprintf(c.App.ErrWriter, "elasticd: %s\n", costLine(res.Status))
+		if o.OutputDir != "" {
+			if path, err := writeReport(o.OutputDir, res.Status); err != nil {
+				fmt.Fprintf(c.App.ErrWriter, "elasticd: no report: %v\n", err)
+			} else {
+				fmt.Fprintf(c.App.ErrWriter, "elasticd: report at %s (the live page's final state; open it in a browser, no driver needed)\n", path)
+			}
+		}
 	}
 	if res.Code != 0 {
 		return cli.Exit("job failed: "+res.Reason, res.Code)
@@ -450,4 +458,37 @@ func joinCooldownArgs(args []string) []string {
 		out = append(out, a)
 	}
 	return out
+}
+
+// writeReport writes the job's post-mortem, the live page with its final status, to
+// DIR/report.html, and returns the path. It replaces the file at once (a rename), so a
+// browser never opens half of one.
+func writeReport(dir string, s *driver.Status) (string, error) {
+	path := filepath.Join(dir, "report.html")
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(dir, ".report-*.html")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(f.Name()) // after the rename, there is nothing left to remove
+	if err := webui.Report(f, s); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return "", err
+	}
+	return path, nil
 }
