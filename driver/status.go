@@ -40,10 +40,10 @@ type Status struct {
 	// ProgressHistory is the step, step rate, loss and cost over time, oldest first: at most
 	// maxProgressPoints, evenly spaced, then the point of this answer (progressHistory).
 	ProgressHistory []ProgressPoint `json:"progress_history"`
-	Events        []JobEvent     `json:"events"`  // oldest first, at most 100
-	Notices       []NoticeCount  `json:"notices"` // by source, then kind
-	Cost          *cost.Summary  `json:"cost"`    // nil until Board.Current prices it
-	Finished      *Finished      `json:"finished"`
+	Events          []JobEvent      `json:"events"`  // oldest first, at most 100
+	Notices         []NoticeCount   `json:"notices"` // by source, then kind
+	Cost            *cost.Summary   `json:"cost"`    // nil until Board.Current prices it
+	Finished        *Finished       `json:"finished"`
 
 	lives      []usage            // every host ever discovered, for the cost; shared, read-only
 	rolledBack map[string]float64 // host ID -> slot-seconds rolled back
