@@ -85,6 +85,12 @@
     return s + 's';
   }
 
+  // A time to go, to the two units that matter: "18s", "12m 03s", "5h 33m", "2d 03h".
+  function fmtEta(sec) {
+    const full = fmtDuration(sec);
+    return full.split(' ').slice(0, 2).join(' ');
+  }
+
   // Seconds since the start, for the chart's axis: "0:00", "12:30", "1:02:00".
   function fmtOffset(sec) {
     let s = Math.round(sec);
@@ -175,7 +181,7 @@
     if (s.finished) {
       eta = total && p.step >= total ? 'done' : '—';
     } else if (isNum(p.eta_seconds)) {
-      eta = fmtDuration(p.eta_seconds);
+      eta = fmtEta(p.eta_seconds);
     }
     setText('eta', eta);
     let of = '';
@@ -339,7 +345,7 @@
     const box = svg.getBoundingClientRect();
     const W = Math.max(240, Math.round(box.width) || 400);
     const H = Math.max(120, Math.round(box.height) || 160);
-    const m = { l: 58, r: 12, t: 10, b: 24 };
+    const m = { l: 58, r: 18, t: 10, b: 24 };
     svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
     svg.dataset.points = String(pts.length);
     const [t0, t1] = timeRange(s);
@@ -366,7 +372,9 @@
     for (const o of timeTicks(t0, t1, 4)) {
       const px = x(t0 + o * 1000);
       kids.push(svgEl('line', { class: 'grid v', x1: px, x2: px, y1: m.t, y2: H - m.b }));
-      kids.push(svgEl('text', { class: 'tick', x: px, y: H - m.b + 16, 'text-anchor': 'middle' }, fmtOffset(o)));
+      // A label at the right edge ends there rather than past the chart.
+      const anchor = o > 0 && px > W - m.r - 16 ? 'end' : 'middle';
+      kids.push(svgEl('text', { class: 'tick', x: anchor === 'end' ? W - 2 : px, y: H - m.b + 16, 'text-anchor': anchor }, fmtOffset(o)));
     }
     kids.push(svgEl('line', { class: 'axis', x1: m.l, x2: W - m.r, y1: y(Math.max(lo, 0)), y2: y(Math.max(lo, 0)) }));
     if (pts.length) {
@@ -542,10 +550,12 @@
   function render(s) {
     renderHeader(s);
     renderStats(s);
-    renderCharts(s);
+    // The panels first, the charts last: a chart takes the height its row has once the cost
+    // panel beside it is filled in.
+    renderCost(s);
     renderHosts(s);
     renderEvents(s);
-    renderCost(s);
+    renderCharts(s);
   }
 
   // ---- connection ----
@@ -635,6 +645,8 @@
     setConn('finished', 'report · job finished ' + fmtDateTime(s.now));
     document.body.dataset.updated = s.now;
     document.body.dataset.ready = '1';
+    // Drawn once: draw the charts again at the size the laid-out page gives them.
+    requestAnimationFrame(() => renderCharts(s));
   }
 
   const embedded = byId('final-status');
