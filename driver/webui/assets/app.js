@@ -642,7 +642,7 @@
     const links = byId('links'); // report.html drops them: nothing to link to without the driver
     if (links) links.hidden = true;
     document.body.dataset.report = '1';
-    setConn('finished', 'report · job finished ' + fmtDateTime(s.now));
+    setConn('finished', (s.finished ? 'report · job finished ' : 'report · status at ') + fmtDateTime(s.now));
     document.body.dataset.updated = s.now;
     document.body.dataset.ready = '1';
     // Drawn once: draw the charts again at the size the laid-out page gives them.
