@@ -76,10 +76,13 @@ Examples:
    elasticd run -np 8 --launcher agent --agent-secret-file /etc/elasticd/agent-secret \
        --provider aws --asg my-gpu-asg --region us-east-1 -- ./train
 
-Watching it: the driver serves a live page at http://<--listen>/ (world size over time,
-step rate, hosts, recent events, cost and savings), /v1/status (JSON; 'elasticd status
---driver URL' prints it) and /metrics (Prometheus; dashboards/elasticd.json for Grafana).
-The URL is logged at start; give --listen a fixed port to find it again.
+Watching it: the driver serves a live page at http://<--listen>/ (world size, step rate,
+loss and cost over time, step X of N and the time to go where the program reports them,
+hosts with their uptime, heartbeat and failures, recent events, cost and savings),
+/v1/status (JSON; 'elasticd status --driver URL' prints it) and /metrics (Prometheus;
+dashboards/elasticd.json for Grafana). The URL is logged at start; give --listen a fixed
+port to find it again. With --output-dir, the job also writes DIR/report.html at its end:
+the same page with the final state, which opens in a browser with no driver running.
 
 Cost: each host's time in the group × its price: spot prices from the cloud where it
 publishes them (AWS), else --prices FILE (on-demand and spot per instance type):
@@ -117,7 +120,7 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.IntFlag{Name: "ssh-port", Usage: "ssh port (default: ssh's own)", EnvVars: []string{"ELASTICD_SSH_PORT"}},
 			&cli.StringFlag{Name: "driver-addr", Usage: "`HOST` workers use to reach this driver (default: 127.0.0.1 with the local launcher, else this machine's first non-loopback IPv4 address)", EnvVars: []string{"ELASTICD_DRIVER_ADDR"}},
 			&cli.StringFlag{Name: "ssh-identity-file", Usage: "ssh private key `FILE`", EnvVars: []string{"ELASTICD_SSH_IDENTITY_FILE"}},
-			&cli.StringFlag{Name: "output-dir", Usage: "also write each worker's output to `DIR`/<worker>/gen-<generation>.{stdout,stderr}", EnvVars: []string{"ELASTICD_OUTPUT_DIR"}},
+			&cli.StringFlag{Name: "output-dir", Usage: "also write each worker's output to `DIR`/<worker>/gen-<generation>.{stdout,stderr}, and at the job's end DIR/report.html (the live page's final state, viewable with no driver)", EnvVars: []string{"ELASTICD_OUTPUT_DIR"}},
 			&cli.DurationFlag{Name: "stop-grace", Value: 5 * time.Second, Usage: "time between SIGTERM and SIGKILL when stopping a worker", EnvVars: []string{"ELASTICD_STOP_GRACE"}},
 			&cli.StringFlag{Name: "slot-policy", Usage: "which slots to use when more are usable than --max-np: packed (fill each host in discovery order, as horovodrun), roundrobin (one slot per host in turn) or loadaware (faster hosts get more; see --slot-groups, --slot-gradient, --slot-weights)", Value: "packed", EnvVars: []string{"ELASTICD_SLOT_POLICY"}},
 			&cli.IntFlag{Name: "slot-groups", Value: hosts.DefaultSlotGroups, Usage: "loadaware: how many speed groups the hosts are sorted into", EnvVars: []string{"ELASTICD_SLOT_GROUPS"}},
