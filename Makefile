@@ -51,7 +51,8 @@ test-deps:
 # The workers commit every 10 steps, so the failure rolls back the steps since the last
 # commit. The hosts count as spot capacity priced by examples/prices.yaml: the last line gives
 # the cost, the savings against on-demand and the cost of the rolled-back work. While it
-# runs, the live page is at http://127.0.0.1:$(DEMO_PORT)/ (DEMO_STEPS longer to watch it).
+# runs, the live page is at http://127.0.0.1:$(DEMO_PORT)/ (DEMO_STEPS longer to watch it): the
+# world size, step rate, loss and cost over time, step X of DEMO_STEPS and the time to go.
 DEMO_PORT  ?= 29400
 DEMO_STEPS ?= 800
 demo: build

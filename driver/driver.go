@@ -266,6 +266,17 @@ func (d *runner) serve(ctx context.Context) (stop func(), err error) {
 		board = &StatusBoard{}
 	}
 	board.jobID, board.progress, board.prices = d.jobID, srv.Progress, d.o.Prices
+	board.heard = func() map[string]time.Time {
+		heard := srv.Heard()
+		if d.o.Agents != nil {
+			for _, a := range d.o.Agents.Agents() {
+				if a.LastSeen.After(heard[a.HostID]) {
+					heard[a.HostID] = a.LastSeen
+				}
+			}
+		}
+		return heard
+	}
 	d.board, d.metrics = board, NewMetrics(board)
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", srv)
@@ -307,6 +318,7 @@ func (d *runner) startInputs() func() {
 	})
 	d.tasks.Go(func(ctx context.Context) { w.RunNotices(ctx, noticeCh) })
 	d.tasks.Go(func(ctx context.Context) { d.o.Prices.Run(ctx, d.board.Types) })
+	d.tasks.Go(func(ctx context.Context) { record(ctx, d.board, historyEvery) })
 	if d.o.Agents != nil {
 		in.agentNotices, in.agentFaults = d.o.Agents.Notices(), d.o.Agents.Faults()
 	}
@@ -317,6 +329,23 @@ func (d *runner) startInputs() func() {
 	}
 	d.tasks.Go(func(ctx context.Context) { d.fanIn(ctx, in) })
 	return stop
+}
+
+// historyEvery is how often the status board records the job's progress and cost.
+const historyEvery = time.Second
+
+// record adds a point to the board's progress history every interval until ctx ends.
+func record(ctx context.Context, b *StatusBoard, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			b.Record(now)
+		}
+	}
 }
 
 // fanIn turns what the job hears (discovery, notices, agents' faults, the workers' reports,
@@ -430,6 +459,7 @@ func (d *runner) shutdown(res *Result, stopServing func()) {
 		}
 	}
 	res.Generations, res.Resets, res.FailureResets = d.m.Generation(), d.m.Resets().All, d.m.Resets().Failures
+	d.board.Record(time.Now()) // the end, which the ticker may not have caught
 	res.Status = d.board.Current(time.Now())
 
 	for id, p := range d.procs {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/cost"
+	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 )
 
@@ -67,6 +68,7 @@ type journal struct {
 	// usage is lives as snapshots share it, by host ID: made again by each discovery (which
 	// reports changes only), not for every snapshot, and never written into afterwards.
 	usage    []usage
+	failures map[string]*HostFailures // by host ID: every host that ever had a worker fail
 	events   []JobEvent
 	history  []WorldPoint
 	causes   map[string]int
@@ -88,7 +90,7 @@ type journal struct {
 }
 
 func newJournal() journal {
-	return journal{lives: map[string]*hostLife{}, causes: map[string]int{}, notices: map[[2]string]int{}, rolledBackSlotSec: map[string]float64{}}
+	return journal{lives: map[string]*hostLife{}, failures: map[string]*HostFailures{}, causes: map[string]int{}, notices: map[[2]string]int{}, rolledBackSlotSec: map[string]float64{}}
 }
 
 func (j *journal) event(now time.Time, kind, format string, args ...any) {
@@ -96,6 +98,17 @@ func (j *journal) event(now time.Time, kind, format string, args ...any) {
 		j.events = slices.Delete(j.events, 0, 1)
 	}
 	j.events = append(j.events, JobEvent{At: now, Kind: kind, Message: fmt.Sprintf(format, args...)})
+}
+
+// failed counts a failure of worker id (it died, or hung, or came too late): why is how.
+func (j *journal) failed(now time.Time, id protocol.WorkerID, why string) {
+	f := j.failures[id.Host]
+	if f == nil {
+		f = &HostFailures{}
+		j.failures[id.Host] = f
+	}
+	f.Count++
+	f.Last = &HostFailure{At: now, Worker: id.String(), Cause: why}
 }
 
 func (j *journal) point(now time.Time, gen uint64, size int) {

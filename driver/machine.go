@@ -581,6 +581,7 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 	}
 	if m.phase == phaseRestarting { // one more worker failing at start, in the collateral window
 		m.j.event(now, EventFailure, "rank %d (%s) %s too", rank, e.Worker, status)
+		m.j.failed(now, e.Worker, status)
 		return []Action{Note{"worker failed too", []any{"rank", rank, "worker", e.Worker.String(), "status", status}}}
 	}
 	m.lastFailure = fmt.Sprintf("rank %d (%s) %s", rank, e.Worker, status)
@@ -589,6 +590,7 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 	}
 	out, flapping := m.slotFailed(now, e.Worker)
 	m.j.event(now, EventFailure, "rank %d (%s) %s; its slot is %s", rank, e.Worker, status, out)
+	m.j.failed(now, e.Worker, status)
 	acts := append([]Action{Note{"worker failed; its slot is " + out, []any{"rank", rank, "worker", e.Worker.String(), "status", status}}}, flapping...)
 	// In restart mode the state is the script's checkpoint, not in the workers: losing them
 	// all is one more restart.
@@ -867,6 +869,7 @@ func (m *Machine) failWorker(now time.Time, id protocol.WorkerID, why string, hu
 	out, flapping := m.slotFailed(now, id)
 	m.lastFailure = fmt.Sprintf("%s %s", id, why)
 	m.j.event(now, EventFailure, "%s %s; its slot is %s", id, why, out)
+	m.j.failed(now, id, why)
 	stop := Stop{Worker: id, Reason: why}
 	if hung {
 		stop.Deadline = now // no grace: SIGKILL

@@ -48,6 +48,8 @@ var (
 	descStep         = desc("step", "The job's training step as rank 0 last reported it.")
 	descCommitted    = desc("committed_step", "The step of the job's last commit.")
 	descRate         = desc("steps_per_second", "Training steps per second over the last 10 s; 0 when not stepping.")
+	descLoss         = desc("loss", "The training loss of rank 0's newest report that had one; absent while the program reports none.")
+	descTotalSteps   = desc("total_steps", "The job's steps in all as the program reported them; 0 when unknown.")
 	descRolledSteps  = desc("steps_rolled_back_total", "Training steps thrown away by restoring the last commit after failures.")
 	descRolledGPUs   = desc("rolled_back_gpu_seconds_total", "Slot-seconds of work thrown away by rollbacks.")
 	descNotices      = desc("notices_total", "Notices that a host goes away, by source and kind.", "provider", "kind")
@@ -59,7 +61,7 @@ var (
 	descUnpriced     = desc("unpriced_types", "Lifecycle and type pairs with no price, left out of the cost.")
 	metricsCollected = []*prometheus.Desc{
 		descJob, descStart, descPhase, descHosts, descWorkers, descWorld, descGeneration, descNP, descResets,
-		descStep, descCommitted, descRate, descRolledSteps, descRolledGPUs, descNotices,
+		descStep, descCommitted, descRate, descLoss, descTotalSteps, descRolledSteps, descRolledGPUs, descNotices,
 		descInstanceSec, descCost, descOnDemandEq, descSavings, descRolledBack, descUnpriced,
 	}
 )
@@ -160,6 +162,10 @@ func (c boardCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descStep, float64(s.Progress.Step))
 	gauge(descCommitted, float64(s.Progress.CommittedStep))
 	gauge(descRate, s.Progress.StepsPerSecond)
+	if s.Progress.Loss != nil {
+		gauge(descLoss, *s.Progress.Loss)
+	}
+	gauge(descTotalSteps, float64(s.Progress.TotalSteps))
 	counter(descRolledSteps, float64(s.Progress.RolledBackSteps))
 	counter(descRolledGPUs, s.Progress.RolledBackGPUs)
 	for _, n := range s.Notices {

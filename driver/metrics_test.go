@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/cost"
+	"github.com/elasticd/elasticd/driver/rendezvous"
 	"github.com/elasticd/elasticd/providers"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -30,6 +31,9 @@ func TestMetricsFromTheBoard(t *testing.T) {
 	s.m.Step(NoticeReceived{Now: s.now, Source: "aws", Notice: providers.Notice{ID: "n", HostID: "h1", Kind: providers.Interruption}})
 	b := &StatusBoard{jobID: "job1", now: func() time.Time { return s.now }}
 	b.prices = cost.NewCatalog(&cost.File{Currency: "USD", Types: map[string]cost.Rate{"g": {OnDemand: 3, Spot: 1}}}, nil, nil)
+	b.progress = func() rendezvous.Progress {
+		return rendezvous.Progress{Generation: 2, Step: 100, Committed: 90, At: s.now, StepsPerSecond: 10, Loss: new(0.25), TotalSteps: 1000}
+	}
 	b.store(s.m.Snapshot())
 	m := NewMetrics(b)
 	m.ObserveRendezvous(300 * time.Millisecond)
@@ -68,6 +72,9 @@ func TestMetricsFromTheBoard(t *testing.T) {
 		`elasticd_rendezvous_seconds_bucket{le="0.25"} 0`,
 		`elasticd_cost_total{currency="USD",lifecycle="on-demand",type="g"} 3`,
 		`elasticd_unpriced_types 0`,
+		`elasticd_step 100`,
+		`elasticd_loss 0.25`,
+		`elasticd_total_steps 1000`,
 	} {
 		if !strings.Contains(text, want+"\n") {
 			t.Errorf("/metrics lacks %q", want)

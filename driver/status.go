@@ -37,10 +37,13 @@ type Status struct {
 	Hosts         []HostStatus   `json:"hosts"`   // the hosts of the latest discovery result, by ID
 	Workers       []WorkerStatus `json:"workers"` // the worker processes not yet exited: by rank, then the others by ID
 	WorldHistory  []WorldPoint   `json:"world_history"`
-	Events        []JobEvent     `json:"events"`  // oldest first, at most 100
-	Notices       []NoticeCount  `json:"notices"` // by source, then kind
-	Cost          *cost.Summary  `json:"cost"`    // nil until Board.Current prices it
-	Finished      *Finished      `json:"finished"`
+	// ProgressHistory is the step, step rate, loss and cost over time, oldest first: at most
+	// maxProgressPoints, evenly spaced, then the point of this answer (progressHistory).
+	ProgressHistory []ProgressPoint `json:"progress_history"`
+	Events          []JobEvent      `json:"events"`  // oldest first, at most 100
+	Notices         []NoticeCount   `json:"notices"` // by source, then kind
+	Cost            *cost.Summary   `json:"cost"`    // nil until Board.Current prices it
+	Finished        *Finished       `json:"finished"`
 
 	lives      []usage            // every host ever discovered, for the cost; shared, read-only
 	rolledBack map[string]float64 // host ID -> slot-seconds rolled back
@@ -69,6 +72,26 @@ type ProgressStatus struct {
 	// progress (elasticd.progress) in the generation that restarted.
 	UnreportedRestarts int        `json:"unreported_restarts"`
 	UpdatedAt          *time.Time `json:"updated_at"` // nil before the first report
+	// Loss is the training loss of rank 0's newest report that had one; nil when the
+	// program reports none (State.SetLoss, elasticd.progress(loss=...)).
+	Loss *float64 `json:"loss"`
+	// TotalSteps is the job's steps in all, as the program reported it; 0 when unknown.
+	TotalSteps uint64 `json:"total_steps"`
+	// ETASeconds is the time to go at the current step rate: (TotalSteps - Step) /
+	// StepsPerSecond; nil when either is unknown (or 0: not stepping).
+	ETASeconds *float64 `json:"eta_seconds"`
+}
+
+// ProgressPoint is the job's progress at one time. A point that stands for several merged
+// ones (progressHistory) has their mean rate and loss, and the last one's step and cost.
+type ProgressPoint struct {
+	T              time.Time `json:"t"`
+	Step           uint64    `json:"step"`
+	StepsPerSecond float64   `json:"steps_per_second"`
+	Loss           *float64  `json:"loss,omitempty"` // absent before the program reports one
+	// Cost is what the job's priced instance time had cost by then; absent while none of
+	// it is priced (cost.unpriced says what is not).
+	Cost *float64 `json:"cost,omitempty"`
 }
 
 // HostStatus is one discovered host.
@@ -88,6 +111,29 @@ type HostStatus struct {
 	Zone         string    `json:"zone"`
 	Since        time.Time `json:"since"`          // in the group since
 	PricePerHour *float64  `json:"price_per_hour"` // nil when unknown
+	// UptimeSeconds is how long the host has been in the group: now - Since.
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	// LastHeartbeat is when the driver last heard from the host: its agent's latest poll,
+	// or its workers' latest request to the rendezvous (in-process workers; restart-mode
+	// scripts only when they report progress). Nil when never: the driver has no channel
+	// to the host other than the processes it launched.
+	LastHeartbeat       *time.Time `json:"last_heartbeat"`
+	HeartbeatAgeSeconds *float64   `json:"heartbeat_age_seconds"` // now - LastHeartbeat
+	HostFailures
+}
+
+// HostFailures counts the worker failures on one host over the job (exits other than 0,
+// hangs, late registrations), with the latest.
+type HostFailures struct {
+	Count int          `json:"failures"`
+	Last  *HostFailure `json:"last_failure"` // nil when none
+}
+
+// HostFailure is one worker failure.
+type HostFailure struct {
+	At     time.Time `json:"at"`
+	Worker string    `json:"worker"` // HOST/SLOT
+	Cause  string    `json:"cause"`  // "exit 1", "killed by SIGKILL", "hung: ..."
 }
 
 // WorldPoint is the world size from a time on: a generation's start, or 0 while waiting.
@@ -180,6 +226,9 @@ func (m *Machine) Snapshot() Status {
 		if l := m.j.lives[h.ID]; l != nil {
 			hs.Since, _ = l.present()
 		}
+		if f := m.j.failures[h.ID]; f != nil {
+			hs.Count, hs.Last = f.Count, new(*f.Last) // the journal's record changes with the next failure
+		}
 		s.Hosts = append(s.Hosts, hs)
 	}
 	// The zero time never moves the manager's clock: this lists the cooldowns as of the
@@ -261,7 +310,11 @@ type StatusBoard struct {
 	jobID    string
 	progress func() rendezvous.Progress
 	prices   *cost.Catalog
-	now      func() time.Time // time.Now when nil; tests set it
+	// heard is when each host was last heard from (agents, workers), by host ID; nil: never.
+	heard func() map[string]time.Time
+	now   func() time.Time // time.Now when nil; tests set it
+
+	hist progressHistory // Record's points
 }
 
 // clock is the time readers price the status at.
@@ -286,6 +339,35 @@ const staleProgress = 5 * time.Second
 // the hosts' prices and the cost of their time until now (until the end, for a finished
 // job). Nil before the job's first step. The result is the caller's.
 func (b *StatusBoard) Current(now time.Time) *Status {
+	s := b.current(now)
+	if s != nil {
+		s.ProgressHistory = b.hist.points()
+		if n := len(s.ProgressHistory); n == 0 || s.Now.After(s.ProgressHistory[n-1].T) {
+			s.ProgressHistory = append(s.ProgressHistory, progressPoint(s))
+		}
+	}
+	return s
+}
+
+// Record adds the progress and cost as of now to the history that Current returns. The
+// driver calls it every second; the history stays bounded however long the job runs.
+func (b *StatusBoard) Record(now time.Time) {
+	if s := b.current(now); s != nil {
+		b.hist.add(progressPoint(s))
+	}
+}
+
+// progressPoint is s's progress and cost as a point of the history.
+func progressPoint(s *Status) ProgressPoint {
+	pt := ProgressPoint{T: s.Now, Step: s.Progress.Step, StepsPerSecond: s.Progress.StepsPerSecond, Loss: s.Progress.Loss}
+	if c := s.Cost; c != nil && (len(c.Unpriced) == 0 || slices.ContainsFunc(c.Lines, func(l cost.Line) bool { return l.Cost != nil })) {
+		pt.Cost = new(c.Total)
+	}
+	return pt
+}
+
+// current is Current without the progress history.
+func (b *StatusBoard) current(now time.Time) *Status {
 	p := b.Load()
 	if p == nil {
 		return nil
@@ -309,12 +391,32 @@ func (b *StatusBoard) Current(now time.Time) *Status {
 			}
 			t := pr.At
 			s.Progress.UpdatedAt = &t
+			if pr.Loss != nil {
+				s.Progress.Loss = new(*pr.Loss)
+			}
+			s.Progress.TotalSteps = pr.TotalSteps
+			if n, sp := pr.TotalSteps, s.Progress.StepsPerSecond; n > 0 && sp > 0 {
+				s.Progress.ETASeconds = new(float64(n-min(n, pr.Step)) / sp)
+			} else if n > 0 && pr.Step >= n {
+				s.Progress.ETASeconds = new(0.0) // done, whatever the rate
+			}
 		}
+	}
+	var heard map[string]time.Time
+	if b.heard != nil {
+		heard = b.heard()
 	}
 	s.Hosts = slices.Clone(p.Hosts)
 	for i, h := range s.Hosts {
+		hs := &s.Hosts[i]
 		if price, _, ok := b.prices.Price(h.Type, h.Zone, h.Lifecycle == cost.LifecycleSpot); ok {
-			s.Hosts[i].PricePerHour = &price
+			hs.PricePerHour = &price
+		}
+		if !h.Since.IsZero() {
+			hs.UptimeSeconds = max(0, at.Sub(h.Since).Seconds())
+		}
+		if t, ok := heard[h.ID]; ok && !t.IsZero() {
+			hs.LastHeartbeat, hs.HeartbeatAgeSeconds = new(t), new(max(0, at.Sub(t).Seconds()))
 		}
 	}
 	us := make([]cost.Usage, 0, len(p.lives))

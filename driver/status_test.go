@@ -1,10 +1,14 @@
 package driver
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/elasticd/elasticd/driver/rendezvous"
 )
 
 // workersOf renders a snapshot's workers as "id:rank:state", in the snapshot's order.
@@ -71,5 +75,144 @@ func TestStatusBoard(t *testing.T) {
 	b.store(Status{Generation: 4})
 	if b.Load().Generation != 4 {
 		t.Fatalf("the board holds generation %d, want the latest, 4", b.Load().Generation)
+	}
+}
+
+// A progress history fed a point a second for 28 hours stays within maxProgressPoints, still
+// starts at the job's start and ends near its end, evenly spaced, with the steps and cost
+// accumulated and the rate and loss averaged.
+func TestProgressHistoryBounded(t *testing.T) {
+	var h progressHistory
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	const n = 100_000
+	for i := range n {
+		p := ProgressPoint{T: start.Add(time.Duration(i) * time.Second), Step: uint64(10 * i), StepsPerSecond: 10, Cost: new(0.01 * float64(i))}
+		if i >= 1000 { // the program reports a loss from step 10000 on
+			p.Loss = new(1.0)
+		}
+		h.add(p)
+		if len(h.pts) > maxProgressPoints || cap(h.pts) > 2*maxProgressPoints {
+			t.Fatalf("after %d points the history holds %d (capacity %d), want at most %d", i+1, len(h.pts), cap(h.pts), maxProgressPoints)
+		}
+	}
+	pts := h.points()
+	if len(pts) < maxProgressPoints/2 {
+		t.Fatalf("%d points left, want at least %d", len(pts), maxProgressPoints/2)
+	}
+	end := start.Add((n - 1) * time.Second)
+	if !pts[0].T.Equal(start) || end.Sub(pts[len(pts)-1].T) > h.every {
+		t.Errorf("history from %v to %v, want from the start %v to within %v of the end %v", pts[0].T, pts[len(pts)-1].T, start, h.every, end)
+	}
+	for i := 1; i < len(pts); i++ {
+		a, b := pts[i-1], pts[i]
+		if b.T.Sub(a.T) < h.every/2 || b.T.Sub(a.T) > 2*h.every {
+			t.Fatalf("points %d and %d are %v apart, want about the spacing %v", i-1, i, b.T.Sub(a.T), h.every)
+		}
+		if b.Step <= a.Step || *b.Cost < *a.Cost {
+			t.Fatalf("point %d (step %d, cost %v) is behind point %d (step %d, cost %v)", i, b.Step, *b.Cost, i-1, a.Step, *a.Cost)
+		}
+		if b.StepsPerSecond != 10 {
+			t.Fatalf("point %d has rate %v, want the constant 10", i, b.StepsPerSecond)
+		}
+	}
+	if last := pts[len(pts)-1]; last.Loss == nil || *last.Loss != 1 || *last.Cost < 0.01*(n-1)-0.01*h.every.Seconds() {
+		t.Errorf("last point %+v: want loss 1 and the cost near %v", last, 0.01*(n-1))
+	}
+	if pts[0].Loss != nil {
+		t.Errorf("the first point has a loss %v: none was reported then", *pts[0].Loss)
+	}
+
+	// A point not after the last, or closer than the spacing, is not taken.
+	before := len(h.pts)
+	h.add(ProgressPoint{T: pts[len(pts)-1].T})
+	if len(h.pts) != before {
+		t.Errorf("a point at the last one's time was added")
+	}
+}
+
+func TestMergeProgressPoints(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	a := ProgressPoint{T: t0, Step: 10, StepsPerSecond: 4, Loss: new(3.0), Cost: new(1.0)}
+	b := ProgressPoint{T: t0.Add(time.Second), Step: 20, StepsPerSecond: 8, Loss: new(1.0), Cost: new(1.5)}
+	m := merge(a, b)
+	if !m.T.Equal(b.T) || m.Step != 20 || m.StepsPerSecond != 6 || *m.Loss != 2 || *m.Cost != 1.5 {
+		t.Errorf("merge = %+v (loss %v, cost %v), want b's time, step and cost, mean rate 6 and loss 2", m, *m.Loss, *m.Cost)
+	}
+	b.Loss, b.Cost = nil, nil
+	if m := merge(a, b); m.Loss == nil || *m.Loss != 3 || m.Cost == nil || *m.Cost != 1 {
+		t.Errorf("merge with b lacking loss and cost = %+v: want a's", m)
+	}
+}
+
+// The board completes the status with the reported loss, total steps and time to go, each
+// host's uptime, heartbeat and failures, and the progress history; in JSON, what is unknown
+// is null.
+func TestStatusProgressAndHostFields(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, MaxNP: 3})
+	s.hosts("a", "b", "c")
+	s.ready(0, "a", "b", "c")
+	s.after(time.Second).exit("b", 1)
+	s.ready(1, "a", "c")
+	s.after(10 * time.Second)
+
+	now := s.now
+	var pr rendezvous.Progress
+	b := &StatusBoard{
+		progress: func() rendezvous.Progress { return pr },
+		heard:    func() map[string]time.Time { return map[string]time.Time{"a": now.Add(-3 * time.Second)} },
+	}
+	b.store(s.m.Snapshot())
+
+	// Nothing reported yet: no loss, total or time to go.
+	st := b.Current(now)
+	if st.Progress.Loss != nil || st.Progress.TotalSteps != 0 || st.Progress.ETASeconds != nil {
+		t.Errorf("before any report: progress %+v", st.Progress)
+	}
+	js, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"loss":null`, `"total_steps":0`, `"eta_seconds":null`, `"progress_history":[{"t":`} {
+		if !strings.Contains(string(js), want) {
+			t.Errorf("JSON lacks %s: %s", want, js)
+		}
+	}
+
+	pr = rendezvous.Progress{Generation: 2, Step: 400, Committed: 390, At: now.Add(-time.Second), StepsPerSecond: 50, Loss: new(0.5), TotalSteps: 1000}
+	st = b.Current(now)
+	if p := st.Progress; p.Loss == nil || *p.Loss != 0.5 || p.TotalSteps != 1000 || p.ETASeconds == nil || *p.ETASeconds != 12 {
+		t.Errorf("progress %+v, want loss 0.5, 1000 steps in all and 12 s to go (600 steps at 50/s)", p)
+	}
+	byID := map[string]HostStatus{}
+	for _, h := range st.Hosts {
+		byID[h.ID] = h
+	}
+	if a := byID["a"]; a.LastHeartbeat == nil || *a.HeartbeatAgeSeconds != 3 || a.UptimeSeconds < 11 || a.Count != 0 || a.Last != nil {
+		t.Errorf("host a: %+v, want a heartbeat 3 s ago, up 11 s or more, no failures", a)
+	}
+	if b := byID["b"]; b.Count != 1 || b.Last == nil || b.Last.Worker != "b/0" || b.Last.Cause != "exit 1" || b.LastHeartbeat != nil {
+		t.Errorf("host b: %+v (last failure %+v), want one failure, exit 1 of b/0, and no heartbeat", b, b.Last)
+	}
+	if c := byID["c"]; c.Count != 0 || c.LastHeartbeat != nil || c.HeartbeatAgeSeconds != nil {
+		t.Errorf("host c: %+v, want no failures and no heartbeat", c)
+	}
+
+	// Not stepping (the last report is stale): no rate, so no time to go; past the total: 0.
+	pr.At = now.Add(-time.Minute)
+	if st := b.Current(now); st.Progress.ETASeconds != nil {
+		t.Errorf("stale report: time to go %v, want unknown", *st.Progress.ETASeconds)
+	}
+	pr.Step, pr.Committed = 1000, 1000
+	if st := b.Current(now); st.Progress.ETASeconds == nil || *st.Progress.ETASeconds != 0 {
+		t.Errorf("at the total: time to go %v, want 0", st.Progress.ETASeconds)
+	}
+
+	// Record adds points; Current ends the history with its own moment.
+	pr.At = now
+	b.Record(now)
+	b.Record(now.Add(time.Second))
+	st = b.Current(now.Add(1500 * time.Millisecond))
+	if h := st.ProgressHistory; len(h) != 3 || !h[2].T.Equal(now.Add(1500*time.Millisecond)) || h[0].Step != 1000 || h[0].Loss == nil || *h[0].Loss != 0.5 {
+		t.Errorf("history %+v: want the two records and the answer's own point", h)
 	}
 }

@@ -95,10 +95,20 @@ type StateReport struct {
 }
 
 // ProgressReport is the body of POST /v1/workers/{id}/progress.
+//
+// Loss and TotalSteps came later in version 1: both are optional and omitted when the
+// training program gives none, so reports of older clients (without them) mean "unknown"
+// and are accepted as before. JSON has no NaN or infinity: a client drops a loss that is not
+// a finite number rather than send it, and the driver refuses a report it cannot decode.
 type ProgressReport struct {
 	Generation uint64 `json:"generation"`
 	Step       uint64 `json:"step"`
 	Committed  uint64 `json:"committed_step"`
+	// Loss is the training loss of the latest step, as the program computed it.
+	Loss *float64 `json:"loss,omitempty"`
+	// TotalSteps is how many steps the job trains in all (0: unknown), for "step X of N"
+	// and the time to go.
+	TotalSteps uint64 `json:"total_steps,omitempty"`
 }
 
 // HostsVersion is the body of a 200 answer to GET /v1/hosts/version.

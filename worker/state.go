@@ -6,10 +6,12 @@ import (
 	"encoding/binary"
 	"encoding/gob"
 	"fmt"
+	"math"
 	"reflect"
 	"time"
 
 	"github.com/elasticd/elasticd/allreduce"
+	"github.com/elasticd/elasticd/protocol"
 )
 
 // State is the training state every rank holds: tensors ([]float32, []float64, []int64 whose
@@ -21,6 +23,9 @@ type State struct {
 	// CommitEvery and CheckEvery are in steps (see Step); 0 means every step. They must be
 	// the same on every rank.
 	CommitEvery, CheckEvery int
+	// TotalSteps is how many steps (Step calls) the job makes in all, when the program knows:
+	// rank 0 reports it, and the driver shows "step X of N" and the time to go. 0: unknown.
+	TotalSteps uint64
 
 	entries []*entry
 	step    int
@@ -35,6 +40,9 @@ type State struct {
 	// last commit, made at savedAt.
 	total, saved uint64
 	savedAt      time.Time
+	// loss is SetLoss's value, valid when hasLoss.
+	loss    float64
+	hasLoss bool
 }
 
 type entry struct {
@@ -167,7 +175,28 @@ func (s *State) resume() error {
 // committedNow records a commit of the live state made at now.
 func (s *State) committedNow(now time.Time) {
 	s.saved, s.savedAt = s.total, now
-	s.w.noteProgress(now, s.total, s.saved)
+	s.noteProgress(now)
+}
+
+// SetLoss records the training loss of the step under way (or just ended): rank 0 sends the
+// latest with its next progress report, and the driver's status and live page show it. Call
+// it on rank 0 at least (other ranks' are not sent), before or after Step. A NaN or infinite
+// loss is not recorded (JSON cannot carry it): the last finite one stays.
+func (s *State) SetLoss(loss float64) {
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return
+	}
+	s.loss, s.hasLoss = loss, true
+}
+
+// noteProgress hands the worker the counts, the loss and the total as of now.
+func (s *State) noteProgress(now time.Time) {
+	p := protocol.ProgressReport{Step: s.total, Committed: s.saved, TotalSteps: s.TotalSteps}
+	if s.hasLoss {
+		l := s.loss
+		p.Loss = &l
+	}
+	s.w.noteProgress(now, p)
 }
 
 func (s *State) save() error {
@@ -194,7 +223,7 @@ func (s *State) Restore() error {
 		s.w.rollback.Seconds += time.Since(s.savedAt).Seconds()
 	}
 	s.total = s.saved
-	s.w.noteProgress(time.Now(), s.total, s.saved)
+	s.noteProgress(time.Now())
 	return nil
 }
 
@@ -239,7 +268,7 @@ func (s *State) Step(ctx context.Context) error {
 			return err
 		}
 	} else {
-		s.w.noteProgress(now, s.total, s.saved)
+		s.noteProgress(now)
 	}
 	if s.CheckEvery <= 1 || s.step%s.CheckEvery == 0 {
 		return s.CheckHosts(ctx)

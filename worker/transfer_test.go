@@ -263,8 +263,8 @@ func TestStepCountFollowsTheState(t *testing.T) {
 	}
 	syncAll(t, ranks) // rank 1 joins with nothing
 	for i, r := range ranks {
-		if r.s.total != 8 || r.s.saved != 8 || r.w.steps != 8 || r.w.committed != 8 {
-			t.Fatalf("rank %d after Sync: total %d, committed %d (worker %d/%d); want rank 0's 8, committed", i, r.s.total, r.s.saved, r.w.steps, r.w.committed)
+		if r.s.total != 8 || r.s.saved != 8 || r.w.last.Step != 8 || r.w.last.Committed != 8 {
+			t.Fatalf("rank %d after Sync: total %d, committed %d (worker %d/%d); want rank 0's 8, committed", i, r.s.total, r.s.saved, r.w.last.Step, r.w.last.Committed)
 		}
 	}
 }

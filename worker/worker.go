@@ -60,18 +60,16 @@ type Worker struct {
 
 	// progress carries rank 0's step counts to the reporting goroutine (capacity 1: a report
 	// still waiting is replaced by nothing newer until it is sent); lastProgress is when
-	// Step last handed one over. steps and committed are the State's counts, for Close.
-	progress         chan progressReport
-	lastProgress     time.Time
-	steps, committed uint64
+	// Step last handed one over. last is the State's latest counts, for Close.
+	progress     chan protocol.ProgressReport
+	lastProgress time.Time
+	last         protocol.ProgressReport
 	// rollback is the work Restore threw away, told to the driver with the next READY.
 	rollback protocol.Rollback
 	// ckptDir and ckptEvery: Config.CheckpointDir and CheckpointEvery.
 	ckptDir   string
 	ckptEvery int
 }
-
-type progressReport struct{ gen, step, committed uint64 }
 
 // progressEvery is how often rank 0 tells the driver how far training has got.
 const progressEvery = time.Second
@@ -182,7 +180,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 		ckptDir: cfg.CheckpointDir, ckptEvery: cmp.Or(cfg.CheckpointEvery, protocol.DefaultCheckpointEvery),
 		client:   rendezvous.NewClient(cfg.Rendezvous, cfg.Secret, cfg.ID, nil),
 		log:      log.With("worker", cfg.ID.String()),
-		progress: make(chan progressReport, 1), loadEvery: cmp.Or(cfg.LoadEvery, DefaultLoadEvery),
+		progress: make(chan protocol.ProgressReport, 1), loadEvery: cmp.Or(cfg.LoadEvery, DefaultLoadEvery),
 	}
 	// Registering = READY for the generation before the one we were launched for.
 	if err := w.join(ctx, cfg.Generation-1, protocol.ReadyReport{Message: "registering"}, nil); err != nil {
@@ -278,7 +276,7 @@ func (w *Worker) reportLoad(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case p := <-w.progress:
-			if err := w.client.ReportProgress(ctx, p.gen, p.step, p.committed); err != nil {
+			if err := w.client.ReportProgress(ctx, p); err != nil {
 				w.log.Debug("could not report progress", "err", err)
 			}
 			continue
@@ -294,15 +292,17 @@ func (w *Worker) reportLoad(ctx context.Context) {
 	}
 }
 
-// noteProgress records the State's step counts; on rank 0 it hands them to the reporting
-// goroutine at most once per progressEvery, without waiting for it.
-func (w *Worker) noteProgress(now time.Time, steps, committed uint64) {
-	w.steps, w.committed = steps, committed
+// noteProgress records the State's step counts (and loss and total, when it has them); on
+// rank 0 it hands them to the reporting goroutine at most once per progressEvery, without
+// waiting for it.
+func (w *Worker) noteProgress(now time.Time, p protocol.ProgressReport) {
+	p.Generation = w.assign.Generation
+	w.last = p
 	if w.assign.Rank != 0 || now.Sub(w.lastProgress) < progressEvery {
 		return
 	}
 	select {
-	case w.progress <- progressReport{gen: w.assign.Generation, step: steps, committed: committed}:
+	case w.progress <- p:
 		w.lastProgress = now
 	default: // the previous report is still on its way
 	}
@@ -376,8 +376,9 @@ func (w *Worker) Close(ctx context.Context, err error) {
 		}
 		if err == nil || !errors.Is(err, ErrRemoved) {
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if err == nil && w.assign.Rank == 0 && w.steps > 0 { // the last steps, which no tick sent
-				if perr := w.client.ReportProgress(rctx, w.assign.Generation, w.steps, w.committed); perr != nil {
+			if err == nil && w.assign.Rank == 0 && w.last.Step > 0 { // the last steps, which no tick sent
+				w.last.Generation = w.assign.Generation
+				if perr := w.client.ReportProgress(rctx, w.last); perr != nil {
 					w.log.Debug("could not report progress", "err", perr)
 				}
 			}

@@ -62,8 +62,9 @@ func TestLivePageShowsTheRunningJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	outDir := t.TempDir()
 	j := startJob(t, append([]string{"run", "-np", "4", "--min-np", "2", "--blacklist-cooldown-range", "2s,30s",
-		"--local-spot", "--prices", prices},
+		"--local-spot", "--prices", prices, "--output-dir", outDir},
 		trainArgs("--steps", "1000000", "--step-delay", "20ms", "--commit-every", "10", "--die-at-step", "45")...)...)
 	base := j.waitFor(`live page at (http://127\.0\.0\.1:\d+)/`, 30*time.Second)[1]
 
@@ -76,6 +77,36 @@ func TestLivePageShowsTheRunningJob(t *testing.T) {
 	}
 	if s0.Cost == nil || s0.Cost.Total <= 0 || s0.Cost.Savings <= 0 || len(s0.Cost.Unpriced) != 0 || s0.Cost.RolledBack <= 0 {
 		t.Fatalf("cost %+v: want a positive total, savings and rollback cost, all priced", s0.Cost)
+	}
+	// The trainer reports its loss and its total steps (examples/train: State.SetLoss and
+	// State.TotalSteps); the driver keeps a history of them, and each host's uptime,
+	// heartbeat (the in-process workers' requests) and failures.
+	s0 = waitStatus(t, base, "a progress history with a loss", func(s driver.Status) bool {
+		n := 0
+		for _, p := range s.ProgressHistory {
+			if p.Loss != nil && p.Cost != nil && p.StepsPerSecond > 0 {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	if p := s0.Progress; p.Loss == nil || !(*p.Loss > 0 && *p.Loss < 10) || p.TotalSteps != 1000000 || p.ETASeconds == nil || *p.ETASeconds <= 0 {
+		t.Errorf("progress %+v: want a loss, 1000000 steps in all and a time to go", p)
+	}
+	failed := 0
+	for _, h := range s0.Hosts {
+		if h.UptimeSeconds <= 0 || h.LastHeartbeat == nil || *h.HeartbeatAgeSeconds > 30 {
+			t.Errorf("host %s: uptime %v, heartbeat %v: want both, the heartbeat recent", h.ID, h.UptimeSeconds, h.HeartbeatAgeSeconds)
+		}
+		if h.Count > 0 {
+			failed++
+			if h.Count != 1 || h.Last == nil || !strings.Contains(h.Last.Cause, "SIGKILL") {
+				t.Errorf("host %s: %d failures, last %+v; want the one SIGKILL", h.ID, h.Count, h.Last)
+			}
+		}
+	}
+	if failed != 1 {
+		t.Errorf("%d hosts with failures, want the killed worker's", failed)
 	}
 
 	ctx := browsertest.New(t)
@@ -119,6 +150,74 @@ func TestLivePageShowsTheRunningJob(t *testing.T) {
 	}
 	if !strings.Contains(shown.Cost, "$") {
 		t.Errorf("cost shown as %q", shown.Cost)
+	}
+	// The new figures: step X of N with the time to go, the loss, the charts, the hosts'
+	// uptime, heartbeat and failures, and links to the driver's other views.
+	var page struct {
+		StepOf, ETA, Loss string
+		Rate, LossPts     int
+		Cost              int
+		Cells             []int
+		Failures          []string
+		Metrics           string
+	}
+	page.StepOf, _ = browsertest.Text(ctx, "#step-of")
+	page.ETA, _ = browsertest.Text(ctx, "#eta")
+	page.Loss, _ = browsertest.Text(ctx, "#loss")
+	if err := browsertest.Wait(ctx, `document.getElementById('loss-chart').dataset.points >= 2`); err != nil {
+		t.Error(err)
+	}
+	for _, c := range []struct {
+		dst  *int
+		expr string
+	}{
+		{&page.Rate, `Number(document.getElementById('rate-chart').dataset.points)`},
+		{&page.LossPts, `Number(document.getElementById('loss-chart').dataset.points)`},
+		{&page.Cost, `Number(document.getElementById('cost-chart').dataset.points)`},
+	} {
+		if *c.dst, err = browsertest.Eval[int](ctx, c.expr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if page.Cells, err = browsertest.Eval[[]int](ctx, `Array.from(document.querySelectorAll('#hosts tr[data-host-id]')).map(tr => tr.cells.length)`); err != nil {
+		t.Fatal(err)
+	}
+	if page.Failures, err = browsertest.Eval[[]string](ctx, `Array.from(document.querySelectorAll('#hosts td.failures')).map(td => td.textContent)`); err != nil {
+		t.Fatal(err)
+	}
+	if page.Metrics, err = browsertest.Eval[string](ctx, `document.querySelector('#links a[href="metrics"]').href`); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^step [\d,]+ of 1,000,000 \(\d+\.\d%\)$`).MatchString(page.StepOf) {
+		t.Errorf("step-of %q, want step X of 1,000,000", page.StepOf)
+	}
+	if !regexp.MustCompile(`^\d+[dhms]`).MatchString(page.ETA) {
+		t.Errorf("time to go %q, want a duration", page.ETA)
+	}
+	if _, err := strconv.ParseFloat(page.Loss, 64); err != nil {
+		t.Errorf("loss %q, want a number", page.Loss)
+	}
+	if page.Rate < 2 || page.LossPts < 2 || page.Cost < 2 {
+		t.Errorf("charts with %d rate, %d loss and %d cost points: want lines", page.Rate, page.LossPts, page.Cost)
+	}
+	killed := 0
+	for i, n := range page.Cells {
+		if n != 13 {
+			t.Errorf("host row %d has %d cells, want 13 (uptime, heartbeat and failures included)", i, n)
+		}
+	}
+	for _, f := range page.Failures {
+		if strings.HasPrefix(f, "1") && strings.Contains(f, "SIGKILL") {
+			killed++
+		} else if f != "0" {
+			t.Errorf("failures cell %q, want 0 or the one SIGKILL", f)
+		}
+	}
+	if killed != 1 {
+		t.Errorf("failure cells %q: want one host with the SIGKILL", page.Failures)
+	}
+	if page.Metrics != base+"/metrics" {
+		t.Errorf("the page links %q for the metrics, want %s/metrics", page.Metrics, base)
 	}
 	if problems, _ := browsertest.Problems(ctx); len(problems) > 0 {
 		t.Errorf("the page had problems: %q", problems)
@@ -165,6 +264,32 @@ func TestLivePageShowsTheRunningJob(t *testing.T) {
 	}
 	if m := regexp.MustCompile(`elasticd: cost \$?[0-9.]+ USD for [0-9.]+ instance-hours .*saved [0-9.]+ USD \(\d+%\) against .*rollbacks threw away \d+ steps`).FindString(j.output()); m == "" {
 		t.Errorf("no cost line at the end")
+	}
+
+	// The last lines say where the post-mortem is; opened from file://, with the driver
+	// gone, it shows the job's final state.
+	m := regexp.MustCompile(`elasticd: report at (\S+) \(`).FindStringSubmatch(j.output())
+	if m == nil || m[1] != filepath.Join(outDir, "report.html") {
+		t.Fatalf("report line %q, want one naming %s", m, filepath.Join(outDir, "report.html"))
+	}
+	if err := browsertest.Navigate(ctx, "file://"+m[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := browsertest.Wait(ctx, `document.body.dataset.report === "1"`); err != nil {
+		t.Fatal(err)
+	}
+	title, _ := browsertest.Text(ctx, "#finished-title")
+	stepShown, _ := browsertest.Text(ctx, "#step")
+	hostsShown, _ := browsertest.Eval[int](ctx, `document.querySelectorAll("#hosts tr[data-host-id]").length`)
+	lossPts, _ := browsertest.Eval[int](ctx, `Number(document.getElementById('loss-chart').dataset.points)`)
+	if title != "Failed · exit code 130" || hostsShown != 4 || lossPts < 2 {
+		t.Errorf("report shows %q, %d hosts, a loss chart of %d points: want the interrupted job's end (130), its 4 hosts and the loss", title, hostsShown, lossPts)
+	}
+	if n, _ := strconv.ParseUint(digits.ReplaceAllString(stepShown, ""), 10, 64); n < s2.Progress.Step {
+		t.Errorf("report shows step %q, want at least %d", stepShown, s2.Progress.Step)
+	}
+	if problems, _ := browsertest.Problems(ctx); len(problems) > 0 {
+		t.Errorf("the report had problems: %q", problems)
 	}
 }
 

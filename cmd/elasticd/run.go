@@ -19,6 +19,7 @@ import (
 	"github.com/elasticd/elasticd/driver/cost"
 	"github.com/elasticd/elasticd/driver/hosts"
 	"github.com/elasticd/elasticd/driver/launch"
+	"github.com/elasticd/elasticd/driver/webui"
 	"github.com/elasticd/elasticd/proc"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
@@ -75,10 +76,13 @@ Examples:
    elasticd run -np 8 --launcher agent --agent-secret-file /etc/elasticd/agent-secret \
        --provider aws --asg my-gpu-asg --region us-east-1 -- ./train
 
-Watching it: the driver serves a live page at http://<--listen>/ (world size over time,
-step rate, hosts, recent events, cost and savings), /v1/status (JSON; 'elasticd status
---driver URL' prints it) and /metrics (Prometheus; dashboards/elasticd.json for Grafana).
-The URL is logged at start; give --listen a fixed port to find it again.
+Watching it: the driver serves a live page at http://<--listen>/ (world size, step rate,
+loss and cost over time, step X of N and the time to go where the program reports them,
+hosts with their uptime, heartbeat and failures, recent events, cost and savings),
+/v1/status (JSON; 'elasticd status --driver URL' prints it) and /metrics (Prometheus;
+dashboards/elasticd.json for Grafana). The URL is logged at start; give --listen a fixed
+port to find it again. With --output-dir, the job also writes DIR/report.html at its end:
+the same page with the final state, which opens in a browser with no driver running.
 
 Cost: each host's time in the group × its price: spot prices from the cloud where it
 publishes them (AWS), else --prices FILE (on-demand and spot per instance type):
@@ -116,7 +120,7 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.IntFlag{Name: "ssh-port", Usage: "ssh port (default: ssh's own)", EnvVars: []string{"ELASTICD_SSH_PORT"}},
 			&cli.StringFlag{Name: "driver-addr", Usage: "`HOST` workers use to reach this driver (default: 127.0.0.1 with the local launcher, else this machine's first non-loopback IPv4 address)", EnvVars: []string{"ELASTICD_DRIVER_ADDR"}},
 			&cli.StringFlag{Name: "ssh-identity-file", Usage: "ssh private key `FILE`", EnvVars: []string{"ELASTICD_SSH_IDENTITY_FILE"}},
-			&cli.StringFlag{Name: "output-dir", Usage: "also write each worker's output to `DIR`/<worker>/gen-<generation>.{stdout,stderr}", EnvVars: []string{"ELASTICD_OUTPUT_DIR"}},
+			&cli.StringFlag{Name: "output-dir", Usage: "also write each worker's output to `DIR`/<worker>/gen-<generation>.{stdout,stderr}, and at the job's end DIR/report.html (the live page's final state, viewable with no driver)", EnvVars: []string{"ELASTICD_OUTPUT_DIR"}},
 			&cli.DurationFlag{Name: "stop-grace", Value: 5 * time.Second, Usage: "time between SIGTERM and SIGKILL when stopping a worker", EnvVars: []string{"ELASTICD_STOP_GRACE"}},
 			&cli.StringFlag{Name: "slot-policy", Usage: "which slots to use when more are usable than --max-np: packed (fill each host in discovery order, as horovodrun), roundrobin (one slot per host in turn) or loadaware (faster hosts get more; see --slot-groups, --slot-gradient, --slot-weights)", Value: "packed", EnvVars: []string{"ELASTICD_SLOT_POLICY"}},
 			&cli.IntFlag{Name: "slot-groups", Value: hosts.DefaultSlotGroups, Usage: "loadaware: how many speed groups the hosts are sorted into", EnvVars: []string{"ELASTICD_SLOT_GROUPS"}},
@@ -148,6 +152,13 @@ func runJob(c *cli.Context) error {
 	fmt.Fprintf(c.App.ErrWriter, "elasticd: %s (generations %d, resets %d of which %d after failures)\n", res.Reason, res.Generations, res.Resets, res.FailureResets)
 	if res.Status != nil {
 		fmt.Fprintf(c.App.ErrWriter, "elasticd: %s\n", costLine(res.Status))
+		if o.OutputDir != "" {
+			if path, err := writeReport(o.OutputDir, res.Status); err != nil {
+				fmt.Fprintf(c.App.ErrWriter, "elasticd: no report: %v\n", err)
+			} else {
+				fmt.Fprintf(c.App.ErrWriter, "elasticd: report at %s (the live page's final state; open it in a browser, no driver needed)\n", path)
+			}
+		}
 	}
 	if res.Code != 0 {
 		return cli.Exit("job failed: "+res.Reason, res.Code)
@@ -450,4 +461,37 @@ func joinCooldownArgs(args []string) []string {
 		out = append(out, a)
 	}
 	return out
+}
+
+// writeReport writes the job's post-mortem, the live page with its final status, to
+// DIR/report.html, and returns the path. It replaces the file at once (a rename), so a
+// browser never opens half of one.
+func writeReport(dir string, s *driver.Status) (string, error) {
+	path := filepath.Join(dir, "report.html")
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(dir, ".report-*.html")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(f.Name()) // after the rename, there is nothing left to remove
+	if err := webui.Report(f, s); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return "", err
+	}
+	return path, nil
 }

@@ -405,6 +405,31 @@ func TestRunOutputDir(t *testing.T) {
 	if !strings.Contains(j.output(), "[0] generation 1: world size 2") {
 		t.Fatal("the terminal lacks rank 0's prefixed line")
 	}
+
+	// The post-mortem: report.html with the final status in it, named in the last lines, and
+	// no temporary file left beside it.
+	report := filepath.Join(dir, "report.html")
+	if !strings.Contains(j.output(), "elasticd: report at "+report+" (") {
+		t.Errorf("the last lines do not name %s:\n%s", report, j.output())
+	}
+	b, err = os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`<script type="application/json" id="final-status">(.*?)</script>`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("report.html has no final status")
+	}
+	var final driver.Status
+	if err := json.Unmarshal(m[1], &final); err != nil {
+		t.Fatalf("report.html's final status: %v", err)
+	}
+	if final.Finished == nil || final.Finished.Code != 0 || final.Progress.Step != 20 || final.Progress.TotalSteps != 20 || final.Progress.Loss == nil || len(final.ProgressHistory) == 0 {
+		t.Errorf("report.html's status: finished %+v, progress %+v, %d history points; want exit 0 at step 20 of 20 with a loss", final.Finished, final.Progress, len(final.ProgressHistory))
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(dir, ".report-*")); len(tmp) != 0 {
+		t.Errorf("temporary files left: %v", tmp)
+	}
 }
 
 // --slot-policy roundrobin spreads a job over hosts that offer more slots than it needs;

@@ -103,7 +103,17 @@ func printJobStatus(w io.Writer, s *driver.Status, events int) {
 	if p.StepsPerSecond > 0 {
 		rate = fmt.Sprintf("%.1f steps/s", p.StepsPerSecond)
 	}
-	fmt.Fprintf(w, "progress: step %d, committed %d, %s; rolled back %d steps\n", p.Step, p.CommittedStep, rate, p.RolledBackSteps)
+	step := fmt.Sprintf("step %d", p.Step)
+	if p.TotalSteps > 0 {
+		step += fmt.Sprintf(" of %d", p.TotalSteps)
+	}
+	if p.ETASeconds != nil && s.Finished == nil {
+		rate += fmt.Sprintf(", %s to go", (time.Duration(*p.ETASeconds) * time.Second).String())
+	}
+	if p.Loss != nil {
+		rate += fmt.Sprintf("; loss %.4g", *p.Loss)
+	}
+	fmt.Fprintf(w, "progress: %s, committed %d, %s; rolled back %d steps\n", step, p.CommittedStep, rate, p.RolledBackSteps)
 	var causes []string
 	for _, c := range driver.ResetCauses {
 		causes = append(causes, fmt.Sprintf("%s %d", c, s.ResetsByCause[c]))

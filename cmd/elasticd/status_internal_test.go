@@ -48,3 +48,21 @@ func TestCostLine(t *testing.T) {
 		})
 	}
 }
+
+// The progress line gives step X of N, the time to go and the loss where the program reports
+// them, and leaves them out where it does not.
+func TestPrintJobStatusProgress(t *testing.T) {
+	s := &driver.Status{JobID: "j", Phase: "running", Mode: "in-process"}
+	s.Progress = driver.ProgressStatus{Step: 400, CommittedStep: 390, StepsPerSecond: 50, TotalSteps: 1000, ETASeconds: new(12.0), Loss: new(0.123456)}
+	var b strings.Builder
+	printJobStatus(&b, s, 0)
+	if want := "progress: step 400 of 1000, committed 390, 50.0 steps/s, 12s to go; loss 0.1235; rolled back 0 steps\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("status:\n%s\nwant the line %q", b.String(), want)
+	}
+	s.Progress = driver.ProgressStatus{Step: 400, CommittedStep: 390}
+	b.Reset()
+	printJobStatus(&b, s, 0)
+	if want := "progress: step 400, committed 390, not stepping; rolled back 0 steps\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("status:\n%s\nwant the line %q", b.String(), want)
+	}
+}

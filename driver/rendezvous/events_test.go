@@ -184,7 +184,7 @@ func TestReportProgress(t *testing.T) {
 	}
 	report := func(gen, step, committed uint64) {
 		t.Helper()
-		if err := c.ReportProgress(t.Context(), gen, step, committed); err != nil {
+		if err := c.ReportProgress(t.Context(), protocol.ProgressReport{Generation: gen, Step: step, Committed: committed}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -208,8 +208,68 @@ func TestReportProgress(t *testing.T) {
 	if p := e.srv.Progress(); p.Step != 130 || p.Generation != 2 || p.StepsPerSecond != 0 {
 		t.Fatalf("after the rollback: %+v, want step 130 of generation 2 and no rate yet", p)
 	}
-	if err := c.ReportProgress(t.Context(), 2, 10, 11); err == nil || !strings.Contains(err.Error(), "committed_step") {
+	if err := c.ReportProgress(t.Context(), protocol.ProgressReport{Generation: 2, Step: 10, Committed: 11}); err == nil || !strings.Contains(err.Error(), "committed_step") {
 		t.Fatalf("committed past the step: %v, want a 400 naming committed_step", err)
+	}
+}
+
+// The loss and total steps of a report reach Progress and stay until a report gives new ones;
+// an old client's report, without them, is accepted and changes neither; a loss that JSON
+// cannot carry (NaN, or a number past float64) is refused with a 400, and moves nothing.
+func TestReportProgressLossAndTotal(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.client(wid("h", 0))
+	loss := 2.5
+	if err := c.ReportProgress(t.Context(), protocol.ProgressReport{Generation: 1, Step: 10, Committed: 10, Loss: &loss, TotalSteps: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	loss = 99 // the server keeps its own copy
+	p := e.srv.Progress()
+	if p.Loss == nil || *p.Loss != 2.5 || p.TotalSteps != 1000 {
+		t.Fatalf("progress %+v (loss %v), want loss 2.5 and 1000 steps in all", p, p.Loss)
+	}
+
+	// An old client's report: the exact body of protocol 1 before loss and total_steps.
+	const target = "/v1/workers/h%2F0/progress"
+	if code, body := e.send(t, signed{method: "POST", target: target, body: []byte(`{"generation": 1, "step": 20, "committed_step": 20}`)}); code != 204 {
+		t.Fatalf("a report without loss and total_steps: %d %s, want 204", code, body)
+	}
+	if p := e.srv.Progress(); p.Step != 20 || p.Loss == nil || *p.Loss != 2.5 || p.TotalSteps != 1000 {
+		t.Fatalf("after an old-style report: %+v, want step 20 with the loss and total kept", p)
+	}
+	for _, body := range []string{
+		`{"generation": 1, "step": 30, "committed_step": 30, "loss": NaN}`,
+		`{"generation": 1, "step": 30, "committed_step": 30, "loss": Infinity}`,
+		`{"generation": 1, "step": 30, "committed_step": 30, "loss": 1e999}`,
+		`{"generation": 1, "step": 30, "committed_step": 30, "loss": "0.5"}`,
+		`{"generation": 1, "step": 30, "committed_step": 30, "total_steps": -1}`,
+	} {
+		if code, msg := e.send(t, signed{method: "POST", target: target, body: []byte(body)}); code != 400 {
+			t.Errorf("%s: %d %s, want 400", body, code, msg)
+		}
+	}
+	if p := e.srv.Progress(); p.Step != 20 || *p.Loss != 2.5 {
+		t.Fatalf("a refused report moved progress to %+v", p)
+	}
+	loss = 0.75
+	if err := c.ReportProgress(t.Context(), protocol.ProgressReport{Generation: 1, Step: 40, Committed: 40, Loss: &loss}); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.srv.Progress(); *p.Loss != 0.75 || p.TotalSteps != 1000 {
+		t.Fatalf("progress %+v, want the new loss 0.75 and the total kept", p)
+	}
+}
+
+// Each host's workers are heard from whenever they make a request; other hosts are not.
+func TestHeard(t *testing.T) {
+	e := newEnv(t, nil)
+	before := time.Now()
+	if err := e.client(wid("a", 1)).ReportLoad(t.Context(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h := e.srv.Heard()
+	if at, ok := h["a"]; !ok || at.Before(before) || len(h) != 1 {
+		t.Fatalf("heard %v, want host a only, at or after %v", h, before)
 	}
 }
 

@@ -166,6 +166,15 @@ func (s *Server) handleProgress(w http.ResponseWriter, r *http.Request) {
 			s.progressSamples = s.progressSamples[:0]
 		}
 		p.Generation, p.Step, p.Committed, p.At = req.Generation, req.Step, req.Committed, now
+		// The loss and the total are kept from the report that last had them: an old client,
+		// or a report sent before the program's first loss, says nothing new, not "unknown".
+		if req.Loss != nil {
+			l := *req.Loss // a fresh variable: Progress values handed out share the pointer
+			p.Loss = &l
+		}
+		if req.TotalSteps > 0 {
+			p.TotalSteps = req.TotalSteps
+		}
 		s.progressSamples = append(s.progressSamples, progressSample{at: now, step: req.Step})
 		// Keep the samples of the window, and the one just before it as its start.
 		i := 0

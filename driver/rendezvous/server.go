@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,6 +119,9 @@ type Server struct {
 	kv         map[uint64]*genKV
 	lastReport map[protocol.WorkerID]string // report ID of each worker's last queued report
 	stepTimes  map[protocol.WorkerID]time.Duration
+	// heard is when each host's workers last made an authenticated request (its start, and
+	// the end of a long-poll), by host ID: the workers' heartbeat, for the status.
+	heard map[string]time.Time
 	// progress is the newest progress report; progressSamples its steps over ProgressWindow.
 	progress        Progress
 	progressSamples []progressSample
@@ -150,6 +156,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		kv:         map[uint64]*genKV{},
 		lastReport: map[protocol.WorkerID]string{},
 		stepTimes:  map[protocol.WorkerID]time.Duration{},
+		heard:      map[string]time.Time{},
 		qwake:      make(chan struct{}, 1),
 		events:     make(chan Event),
 	}
@@ -205,7 +212,43 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r2 := *r
 	r2.Body = io.NopCloser(bytes.NewReader(body))
+	if host := workerHost(r.URL); host != "" {
+		s.hear(host)
+		defer s.hear(host) // a long-poll held 25 s is a live worker too
+	}
 	s.mux.ServeHTTP(w, &r2)
+}
+
+// workerHost is the host of the worker a /v1/workers/{id}/... request is about, or "".
+func workerHost(u *url.URL) string {
+	rest, ok := strings.CutPrefix(u.EscapedPath(), "/v1/workers/")
+	if !ok {
+		return ""
+	}
+	seg, _, _ := strings.Cut(rest, "/")
+	raw, err := url.PathUnescape(seg)
+	if err != nil {
+		return ""
+	}
+	id, err := protocol.ParseWorkerID(raw)
+	if err != nil {
+		return ""
+	}
+	return id.Host
+}
+
+func (s *Server) hear(host string) {
+	s.mu.Lock()
+	s.heard[host] = time.Now()
+	s.mu.Unlock()
+}
+
+// Heard returns when each host's workers were last heard from (an authenticated request of
+// theirs began or ended), by host ID.
+func (s *Server) Heard() map[string]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.heard)
 }
 
 func (s *Server) tooLarge(w http.ResponseWriter, n int64) {

@@ -30,6 +30,11 @@ type Progress struct {
 	Committed      uint64
 	At             time.Time // when the server received it; zero before the first report
 	StepsPerSecond float64   // over the reports of the last ProgressWindow, 0 when unknown
+	// Loss is the training loss of the newest report that had one; nil before any. It is
+	// never written through: a new loss gets a new pointer.
+	Loss *float64
+	// TotalSteps is the job's steps in all, from the newest report that gave it; 0: unknown.
+	TotalSteps uint64
 }
 
 // ProgressWindow is how far back the step rate looks.

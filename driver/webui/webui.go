@@ -6,8 +6,15 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"embed"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"regexp"
+	"strings"
 	"time"
 )
 
@@ -33,6 +40,71 @@ var routes = map[string]struct{ file, ctype string }{
 	"/app.js":      {"assets/app.js", "text/javascript; charset=utf-8"},
 	"/app.css":     {"assets/app.css", "text/css; charset=utf-8"},
 	"/favicon.svg": {"assets/favicon.svg", "image/svg+xml"},
+}
+
+// reportCSP keeps the report to itself: it fetches nothing and loads nothing from elsewhere
+// (its script and style are inline, its icon a data: URL).
+const reportCSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
+
+// Report writes the page as one self-contained HTML file with status (the job's final
+// /v1/status, as JSON) embedded in a <script type="application/json" id="final-status">: the
+// same page, script and style as the live one, which draws that status once instead of
+// polling. It opens from file:// with no driver running: the job's post-mortem.
+func Report(w io.Writer, status any) error {
+	read := func(name string) (string, error) {
+		b, err := files.ReadFile("assets/" + name)
+		if err != nil {
+			return "", fmt.Errorf("report: %w", err)
+		}
+		return string(b), nil
+	}
+	page, err := read("index.html")
+	if err != nil {
+		return err
+	}
+	css, err := read("app.css")
+	if err != nil {
+		return err
+	}
+	js, err := read("app.js")
+	if err != nil {
+		return err
+	}
+	icon, err := read("favicon.svg")
+	if err != nil {
+		return err
+	}
+	// json.Marshal escapes <, > and & in strings, so no status string can end the script.
+	data, err := json.Marshal(status)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	for name, body := range map[string]string{"app.css": css, "app.js": js} {
+		if strings.Contains(strings.ToLower(body), "</s") {
+			return fmt.Errorf("report: %s contains \"</s\", which would end its inline element", name)
+		}
+	}
+	// The links to the driver's views go: a file has no driver beside it.
+	nav := regexp.MustCompile(`(?s)\n *<nav class="links".*?</nav>`)
+	if len(nav.FindAllStringIndex(page, -1)) != 1 {
+		return errors.New("report: index.html has no single <nav class=\"links\"> to drop")
+	}
+	page = nav.ReplaceAllString(page, "")
+	for _, r := range []struct{ old, new string }{
+		{`<link rel="icon" href="favicon.svg" type="image/svg+xml">`,
+			`<meta http-equiv="Content-Security-Policy" content="` + reportCSP + `">` + "\n" +
+				`<link rel="icon" href="data:image/svg+xml;base64,` + base64.StdEncoding.EncodeToString([]byte(icon)) + `" type="image/svg+xml">`},
+		{`<link rel="stylesheet" href="app.css">`, "<style>\n" + css + "</style>"},
+		{`<script src="app.js" defer></script>` + "\n", ""},
+		{"</body>", `<script type="application/json" id="final-status">` + string(data) + "</script>\n<script>\n" + js + "</script>\n</body>"},
+	} {
+		if strings.Count(page, r.old) != 1 {
+			return fmt.Errorf("report: index.html has no single %q to replace", r.old)
+		}
+		page = strings.Replace(page, r.old, r.new, 1)
+	}
+	_, err = io.WriteString(w, page)
+	return err
 }
 
 // Handler serves the page at "/" and its assets next to it; any other path is 404 (the

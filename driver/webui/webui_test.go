@@ -131,12 +131,23 @@ func TestSelfContained(t *testing.T) {
 		t.Fatalf("index.html refers to %d files, want the script, the style sheet and the icon", len(refs))
 	}
 	assets := map[string]string{"/": index}
+	// The driver's own views, which the page links to and the driver serves beside it.
+	driverRoutes := map[string]bool{"v1/status": false, "metrics": false}
 	for _, r := range refs {
 		if strings.Contains(r[1], ":") || strings.HasPrefix(r[1], "/") {
 			t.Errorf("index.html refers to %q: want a relative path (the page may sit behind a path prefix)", r[1])
 			continue
 		}
+		if _, ok := driverRoutes[r[1]]; ok {
+			driverRoutes[r[1]] = true
+			continue
+		}
 		assets["/"+r[1]] = get(t, h, "/"+r[1])
+	}
+	for route, linked := range driverRoutes {
+		if !linked {
+			t.Errorf("index.html does not link to the driver's %s", route)
+		}
 	}
 
 	// The one URL allowed is the SVG namespace, a name that nothing fetches.
@@ -237,6 +248,7 @@ type page struct {
 	t    *testing.T
 	ctx  context.Context
 	fake *fake
+	base string // the page's URL
 }
 
 // open serves the page and a fake /v1/status on loopback under prefix ("/" or "/a/b/") and
@@ -250,7 +262,7 @@ func open(t *testing.T, status map[string]any, prefix string) *page {
 	srv := httptest.NewServer(mux) // 127.0.0.1
 	t.Cleanup(srv.Close)
 
-	p := &page{t: t, ctx: browsertest.New(t), fake: f}
+	p := &page{t: t, ctx: browsertest.New(t), fake: f, base: srv.URL + prefix}
 	// Registered after New, so it runs while the browser is still up.
 	t.Cleanup(func() {
 		problems, err := browsertest.Problems(p.ctx)
@@ -331,16 +343,23 @@ func TestPageRendersStatus(t *testing.T) {
 		"#rolled-back-steps":                     "(12 steps, 0.5 GPU·s)",
 		"#conn-state":                            "live",
 		"#notices":                               "Notices received: aws interruption × 1",
+		"#eta":                                   "18s",
+		"#step-of":                               "step 412 of 2,000 (20.6%)",
+		"#loss":                                  "0.3521",
+		"#loss-sub":                              "lowest 0.2791",
+		"#cost-chart-unit":                       "USD",
 	} {
 		if got := p.text(sel); got != want {
 			t.Errorf("%s shows %q, want %q", sel, got, want)
 		}
 	}
 
+	// Uptime, heartbeat (the local host has none: "—") and failures with the last one's
+	// cause and age, before the price.
 	wantHosts := [][]string{
-		{"i-0a1b2c3d4e", "i-0a1b2c3d4e", "10.0.0.5", "active", "spot", "g5.12xlarge", "us-east-1a", "2", "0", "0 1", "$2.03"},
-		{"i-0f9e8d7c6b", "i-0f9e8d7c6b", "10.0.1.17", "leaving", "spot", "g5.12xlarge", "us-east-1b", "2", "0", "2 3", "$2.11"},
-		{"local", "local", "127.0.0.1", "blacklisted", "on-demand", "local", "—", "1", "1", "—", "—"},
+		{"i-0a1b2c3d4e", "i-0a1b2c3d4e", "10.0.0.5", "active", "spot", "g5.12xlarge", "us-east-1a", "2", "0", "0 1", "12m 03s", "0s ago", "0", "$2.03"},
+		{"i-0f9e8d7c6b", "i-0f9e8d7c6b", "10.0.1.17", "leaving", "spot", "g5.12xlarge", "us-east-1b", "2", "0", "2 3", "8m 43s", "1s ago", "0", "$2.11"},
+		{"local", "local", "127.0.0.1", "blacklisted", "on-demand", "local", "—", "1", "1", "—", "12m 03s", "—", "1killed by SIGKILL, 8m 54s ago", "—"},
 	}
 	if got := eval[[][]string](p, hostRows); !slices.EqualFunc(got, wantHosts, slices.Equal) {
 		t.Errorf("host rows:\n got %q\nwant %q", got, wantHosts)
@@ -375,6 +394,13 @@ func TestPageRendersStatus(t *testing.T) {
 	}
 	if hidden := eval[bool](p, `document.getElementById('finished').hidden`); !hidden {
 		t.Error("a running job shows the finished banner")
+	}
+	// The driver's other views are one click away, relative to the page.
+	if got := eval[[]string](p, `Array.from(document.querySelectorAll('#links a')).map(a =>
+		a.getAttribute('href') + '=' + a.href + ':' + (a.offsetParent !== null))`); !slices.Equal(got, []string{
+		"v1/status=" + p.base + "v1/status:true", "metrics=" + p.base + "metrics:true",
+	}) {
+		t.Errorf("links %q: want v1/status and metrics next to the page, visible", got)
 	}
 	// The style sheet loaded under the CSP (a blocked one leaves the browser's defaults).
 	if got := eval[string](p, `getComputedStyle(document.querySelector('.stat')).borderTopLeftRadius`); got != "8px" {
@@ -596,4 +622,277 @@ func TestScreenshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s", out)
+}
+
+// chartRead is what a test reads of one progress chart: its line's points and path, and the
+// svg's own count.
+const chartRead = `((id) => {
+	const svg = document.getElementById(id);
+	const line = svg.querySelector('path.line');
+	const d = line.getAttribute('d') || '';
+	const xy = d ? d.slice(1).split(' L').map(c => c.split(' ').map(Number)) : [];
+	return {points: Number(svg.dataset.points), xy: xy, empty: (svg.querySelector('text.empty') || {}).textContent || ''};
+})`
+
+type chartData struct {
+	Points int          `json:"points"`
+	XY     [][2]float64 `json:"xy"`
+	Empty  string       `json:"empty"`
+}
+
+// The step rate, loss and cost charts draw the progress history: a line through every point
+// that has the value, left to right; the loss falls and the cost rises as in the fixture,
+// and the rate's dip during the reset reaches the axis.
+func TestPageProgressCharts(t *testing.T) {
+	t.Parallel()
+	s := fixture(t, "running")
+	hist := list(s, "progress_history")
+	withLoss := 0
+	for _, p := range hist {
+		if _, ok := p.(map[string]any)["loss"]; ok {
+			withLoss++
+		}
+	}
+	if withLoss == 0 || withLoss == len(hist) {
+		t.Fatalf("fixture: %d of %d points have a loss; want some without (before the first report)", withLoss, len(hist))
+	}
+	p := open(t, s, "/")
+	for _, tc := range []struct {
+		id   string
+		want int
+	}{{"rate-chart", len(hist)}, {"loss-chart", withLoss}, {"cost-chart", len(hist)}} {
+		c := eval[chartData](p, chartRead+`('`+tc.id+`')`)
+		if c.Points != tc.want || len(c.XY) != tc.want || c.Empty != "" {
+			t.Errorf("%s: %d points, a line through %d, empty text %q; want %d", tc.id, c.Points, len(c.XY), c.Empty, tc.want)
+			continue
+		}
+		for i := 1; i < len(c.XY); i++ {
+			if c.XY[i][0] < c.XY[i-1][0] {
+				t.Errorf("%s: point %d is left of point %d", tc.id, i, i-1)
+				break
+			}
+		}
+		first, last := c.XY[0], c.XY[len(c.XY)-1]
+		switch tc.id { // SVG y grows downwards
+		case "loss-chart":
+			if last[1] <= first[1] {
+				t.Errorf("loss line from y %v to %v: want it falling, as the fixture's loss", first[1], last[1])
+			}
+		case "cost-chart":
+			if last[1] >= first[1] {
+				t.Errorf("cost line from y %v to %v: want it rising", first[1], last[1])
+			}
+		case "rate-chart":
+			lowest := first[1]
+			for _, xy := range c.XY {
+				lowest = max(lowest, xy[1])
+			}
+			axis := eval[float64](p, `Number(document.querySelector('#rate-chart line.axis').getAttribute('y1'))`)
+			if lowest != axis {
+				t.Errorf("the rate's lowest point is at y %v, the axis at %v: want the reset's 0 on the axis", lowest, axis)
+			}
+		}
+	}
+	// The charts span the same time as the world-size chart: the job's start to now.
+	if got := eval[[]string](p, `['world-chart', 'rate-chart', 'loss-chart', 'cost-chart'].map(id =>
+		Array.from(document.querySelectorAll('#' + id + ' text.tick')).filter(t => t.getAttribute('text-anchor') === 'middle')[0].textContent)`); !slices.Equal(got, []string{"0:00", "0:00", "0:00", "0:00"}) {
+		t.Errorf("first time ticks %q: want every chart to start at 0:00", got)
+	}
+
+	// A new point shows at the next poll.
+	p.fake.update(func(s map[string]any) {
+		s["now"] = "2026-03-01T12:12:06Z"
+		s["progress_history"] = append(list(s, "progress_history"), map[string]any{
+			"t": "2026-03-01T12:12:05Z", "step": 420, "steps_per_second": 80.0, "loss": 0.35, "cost": 1.24,
+		})
+	})
+	p.wait("the new history point", fmt.Sprintf(`document.getElementById('rate-chart').dataset.points === '%d' &&
+		document.getElementById('loss-chart').dataset.points === '%d'`, len(hist)+1, withLoss+1))
+}
+
+// A program that reports no loss and no total (an old client, or one that does not know):
+// the page says so instead of showing numbers, and the time to go is "—".
+func TestPageWithoutLossOrTotal(t *testing.T) {
+	t.Parallel()
+	s := fixture(t, "running")
+	pr := obj(s, "progress")
+	pr["loss"], pr["total_steps"], pr["eta_seconds"] = nil, 0, nil
+	for _, pt := range list(s, "progress_history") {
+		delete(pt.(map[string]any), "loss")
+	}
+	p := open(t, s, "/")
+	for sel, want := range map[string]string{
+		"#eta":      "—",
+		"#step-of":  "step 412 · total steps not reported",
+		"#loss":     "—",
+		"#loss-sub": "not reported by the program",
+	} {
+		if got := p.text(sel); got != want {
+			t.Errorf("%s shows %q, want %q", sel, got, want)
+		}
+	}
+	if c := eval[chartData](p, chartRead+`('loss-chart')`); c.Points != 0 || !strings.Contains(c.Empty, "no loss reported") {
+		t.Errorf("loss chart: %d points, text %q; want none and a note that no loss is reported", c.Points, c.Empty)
+	}
+	if c := eval[chartData](p, chartRead+`('rate-chart')`); c.Points == 0 {
+		t.Error("the rate chart is empty: it needs no loss")
+	}
+}
+
+// With no price for any of the job's instance time, the page says "unpriced" and how to get
+// prices: never a total of $0.00, which would read as a free job.
+func TestPageUnpriced(t *testing.T) {
+	t.Parallel()
+	s := fixture(t, "running")
+	s["cost"] = map[string]any{
+		"currency": "USD", "total": 0, "spot": 0, "on_demand": 0, "on_demand_equivalent": 0,
+		"savings": 0, "savings_percent": 0, "rolled_back": 0,
+		"instance_seconds": []any{map[string]any{"lifecycle": "on-demand", "type": "local", "seconds": 723.4, "cost": nil}},
+		"unpriced":         []any{"local (on-demand)"},
+	}
+	for _, h := range list(s, "hosts") {
+		h.(map[string]any)["price_per_hour"] = nil
+	}
+	for _, pt := range list(s, "progress_history") {
+		delete(pt.(map[string]any), "cost")
+	}
+	p := open(t, s, "/")
+	if got := p.text("#cost-total"); got != "unpriced" {
+		t.Errorf("cost total %q, want unpriced", got)
+	}
+	panel := eval[string](p, `document.getElementById('cost-total').closest('section').innerText`)
+	if strings.Contains(panel, "$0") {
+		t.Errorf("the cost panel shows a zero amount:\n%s", panel)
+	}
+	warn := p.text("#unpriced")
+	for _, want := range []string{"Unpriced", "local (on-demand)", "--prices FILE", "examples/prices.yaml"} {
+		if !strings.Contains(warn, want) {
+			t.Errorf("unpriced note %q lacks %q", warn, want)
+		}
+	}
+	if c := eval[chartData](p, chartRead+`('cost-chart')`); c.Points != 0 || !strings.Contains(c.Empty, "unpriced") || !strings.Contains(c.Empty, "--prices") {
+		t.Errorf("cost chart: %d points, text %q; want none and unpriced with --prices", c.Points, c.Empty)
+	}
+}
+
+// A finished job's driver goes away: the page keeps the final state, says the job finished,
+// and does not grey it out as stale.
+func TestPageKeepsFinishedJobWhenDriverStops(t *testing.T) {
+	t.Parallel()
+	p := open(t, fixture(t, "finished"), "/")
+	p.fake.setFail("close")
+	p.wait("the driver's end noticed", `document.getElementById('conn-state').textContent.includes('job finished')`)
+	if stale := eval[bool](p, `document.body.classList.contains('stale')`); stale {
+		t.Error("the final state is dimmed as stale")
+	}
+	for sel, want := range map[string]string{"#step": "2,000", "#finished-title": "Finished · exit code 0", "#eta": "done", "#step-of": "step 2,000 of 2,000 (100.0%)"} {
+		if got := p.text(sel); got != want {
+			t.Errorf("%s shows %q after the driver stopped, want %q", sel, got, want)
+		}
+	}
+}
+
+// writeReport writes the report of status to a temporary file and returns its path.
+func writeReport(t *testing.T, status map[string]any) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "report.html")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := webui.Report(f, status); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The report is one file: no reference to another file, the status embedded, the page's own
+// script and style inline.
+func TestReportSelfContained(t *testing.T) {
+	b, err := os.ReadFile(writeReport(t, fixture(t, "finished")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	if m := regexp.MustCompile(`(?:href|src)="(?:app\.js|app\.css|favicon\.svg|v1/status|metrics)"`).FindString(page); m != "" {
+		t.Errorf("the report refers to %s, which is not beside it", m)
+	}
+	for _, want := range []string{`<script type="application/json" id="final-status">{`, `"job_id":"3f2a9c1b"`, "<style>", "'use strict';", "Content-Security-Policy"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+}
+
+// report.html opened from file:// in Chromium, with no driver anywhere, shows the final
+// state: the banner, the figures, the charts, the hosts; it polls nothing, and a status
+// string with markup cannot break out of the embedded JSON.
+func TestReportRendersFromFile(t *testing.T) {
+	t.Parallel()
+	const evil = `</script><script>window.pwned=1</script><!--`
+	s := fixture(t, "finished")
+	s["events"] = append(list(s, "events"), map[string]any{"at": "2026-03-01T12:39:59Z", "kind": "failure", "message": evil})
+	path := writeReport(t, s)
+
+	ctx := browsertest.New(t)
+	t.Cleanup(func() {
+		problems, err := browsertest.Problems(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		for _, pr := range problems {
+			t.Errorf("in the report: %s", pr)
+		}
+	})
+	if err := browsertest.Navigate(ctx, "file://"+path); err != nil {
+		t.Fatal(err)
+	}
+	p := &page{t: t, ctx: ctx}
+	p.wait("the report drawn", `document.body.dataset.ready === "1" && document.body.dataset.report === "1"`)
+	for sel, want := range map[string]string{
+		"#finished-title":  "Finished · exit code 0",
+		"#phase":           "done",
+		"#step":            "2,000",
+		"#step-of":         "step 2,000 of 2,000 (100.0%)",
+		"#eta":             "done",
+		"#loss":            "0.3104",
+		"#cost-total":      "$1.23",
+		"#events li .msg":  evil,
+		"#elapsed":         "40m 00s",
+		"#hosts-count":     "(3)",
+		"#cost-chart-unit": "USD",
+	} {
+		if got := p.text(sel); got != want {
+			t.Errorf("%s shows %q, want %q", sel, got, want)
+		}
+	}
+	if got := p.text("#conn-state"); !strings.Contains(got, "report") || !strings.Contains(got, "job finished") {
+		t.Errorf("conn-state %q: want it to say this is the report of a finished job", got)
+	}
+	if visible := eval[bool](p, `!!document.querySelector('a[href]')`); visible {
+		t.Error("the report shows links to the driver's views, which a file cannot reach")
+	}
+	n := len(list(s, "progress_history"))
+	for _, id := range []string{"rate-chart", "cost-chart"} {
+		if c := eval[chartData](p, chartRead+`('`+id+`')`); c.Points != n {
+			t.Errorf("%s: %d points, want the history's %d", id, c.Points, n)
+		}
+	}
+	if got := eval[int](p, `document.querySelectorAll('#hosts tr[data-host-id]').length`); got != 3 {
+		t.Errorf("%d host rows, want 3", got)
+	}
+	if pwned := eval[bool](p, `window.pwned !== undefined`); pwned {
+		t.Error("a status string ran as script in the report")
+	}
+	// Drawn once, from the page: no request was made for a status.
+	if got := eval[int](p, `performance.getEntriesByType('resource').filter(e => e.name.includes('v1/status')).length`); got != 0 {
+		t.Errorf("the report asked for v1/status %d times", got)
+	}
+	// The style is the live page's.
+	if got := eval[string](p, `getComputedStyle(document.querySelector('.stat')).borderTopLeftRadius`); got != "8px" {
+		t.Errorf("a .stat card has border radius %q, want app.css's 8px", got)
+	}
 }

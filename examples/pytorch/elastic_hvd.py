@@ -58,6 +58,7 @@ def train(state: hvd.elastic.TorchState) -> None:
             state.step += 1
             if args.step_delay:
                 time.sleep(args.step_delay)
+            state.set_loss(loss.item())  # rank 0's is sent with the commit: the live page's loss curve
             if state.step % args.commit_every == 0:
                 state.commit()
             else:

@@ -102,14 +102,18 @@ def save(path: str, model: nn.Module, opt: torch.optim.Optimizer, step: int) -> 
     say(f"checkpoint {step}")
 
 
-def report(step: int, checkpoint_step: int) -> None:
-    """Tells elasticd's driver how far training has got; never lets a report stop training."""
+def report(step: int, checkpoint_step: int, loss: float | None = None, total: int | None = None) -> None:
+    """Tells elasticd's driver how far training has got, of how many steps, and the loss (for
+    the live page's curve); never lets a report stop training."""
     global elasticd
     progress = getattr(elasticd, "progress", None)
     if progress is None:
         return
     try:
-        progress(step, checkpoint_step)
+        try:
+            progress(step, checkpoint_step, loss=loss, total_steps=total)
+        except TypeError:  # a package from before loss and total_steps
+            progress(step, checkpoint_step)
     except Exception as e:  # an older or broken package: say so once, then train on
         print(f"elasticd.progress: {e!r}; no more progress reports", file=sys.stderr, flush=True)
         elasticd = None
@@ -163,7 +167,8 @@ def main() -> int:
         x, y = batch(step + 1, rank, args.batch)
         try:
             opt.zero_grad()
-            loss_fn(ddp(x.to(device)), y.to(device)).backward()  # gradients are averaged here
+            loss = loss_fn(ddp(x.to(device)), y.to(device))
+            loss.backward()  # gradients are averaged here
         except RuntimeError:
             if terminated:  # a peer stopped first: this step did not happen
                 break
@@ -175,7 +180,7 @@ def main() -> int:
             if step % args.checkpoint_every == 0 or step == args.steps:
                 save(args.checkpoint, model, opt, step)
                 saved = step
-            report(step, saved)
+            report(step, saved, loss.item(), args.steps)  # rank 0's own batch loss
         if args.step_delay:
             time.sleep(args.step_delay)
 

@@ -135,6 +135,7 @@ func train(ctx context.Context, w *worker.Worker, o options) error {
 	}
 	st := worker.NewState(w)
 	st.CommitEvery = o.commitEvery
+	st.TotalSteps = uint64(o.steps) // the live page's "step X of N" and time to go
 	if err := st.Register("model", model); err != nil {
 		return err
 	}
@@ -167,6 +168,7 @@ func train(ctx context.Context, w *worker.Worker, o options) error {
 				return err
 			}
 			count := grad[len(grad)-1]
+			st.SetLoss(float64(grad[len(grad)-2] / count)) // the mean loss of the global batch, for the live page
 			for j := range model {
 				model[j] -= float32(o.lr) * grad[j] / count
 			}

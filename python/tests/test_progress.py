@@ -96,6 +96,21 @@ class ProgressTest(unittest.TestCase):
         self.assertEqual(last, {"generation": 4, "step": 50, "committed_step": 50})
         self.assertLessEqual(len(self.server.reports), 5, "reports should be paced, not one per call")
 
+    def test_loss_and_total_steps(self) -> None:
+        # Keyword-only and optional: given, they travel with the report (the total, once given,
+        # with every later one); a NaN loss is left out, not sent as invalid JSON.
+        code = ("import elasticd\n"
+                "for s in range(1, 31): elasticd.progress(s, s, loss=1.0 / s, total_steps=100 if s == 1 else None)\n"
+                "elasticd._reporter.flush()\n"
+                "elasticd.progress(31, 30, loss=float('nan'))\n"
+                "try:\n    elasticd.progress(32, 30, 0.5)\nexcept TypeError:\n    print('keyword-only')\n")
+        out = subprocess.run([sys.executable, "-c", code], env=self.env(), check=True, timeout=30, capture_output=True, text=True)
+        self.assertEqual(out.stdout.strip(), "keyword-only")
+        self.assertEqual(self.server.errors, [])
+        bodies = [r for _, r in self.server.reports]
+        self.assertIn({"generation": 4, "step": 30, "committed_step": 30, "loss": 1.0 / 30, "total_steps": 100}, bodies)
+        self.assertEqual(bodies[-1], {"generation": 4, "step": 31, "committed_step": 30, "total_steps": 100})
+
     def test_a_wrong_secret_is_refused(self) -> None:
         env = self.env()
         env["ELASTICD_SECRET"] = bytes(32).hex()

@@ -84,9 +84,10 @@ func (c *Client) ReportLoad(ctx context.Context, step time.Duration) error {
 }
 
 // ReportProgress tells the driver how far training has got (rank 0 sends it about once a
-// second): the job's step count and the step of the last commit, in generation gen.
-func (c *Client) ReportProgress(ctx context.Context, gen, step, committed uint64) error {
-	return c.post(ctx, "progress", protocol.ProgressReport{Generation: gen, Step: step, Committed: committed})
+// second): the job's step count and the step of the last commit in a generation, and, when the
+// program gives them, the latest loss and the steps in all.
+func (c *Client) ReportProgress(ctx context.Context, p protocol.ProgressReport) error {
+	return c.post(ctx, "progress", p)
 }
 
 // post sends v to POST /v1/workers/{id}/{what}, which answers 204.

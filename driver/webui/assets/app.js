@@ -1,5 +1,7 @@
 // The live page of an elasticd driver: polls v1/status (relative, so it works behind a path
-// prefix) and redraws. Plain DOM, no libraries. Status strings (host IDs, messages) come from
+// prefix) and redraws. Plain DOM, no libraries. The same page is the job's post-mortem
+// (report.html in --output-dir): there the final status is embedded in a
+// <script type="application/json" id="final-status">, drawn once, and nothing is polled. Status strings (host IDs, messages) come from
 // the cluster and are untrusted: they only ever go into textContent and attribute values.
 'use strict';
 
@@ -83,6 +85,12 @@
     return s + 's';
   }
 
+  // A time to go, to the two units that matter: "18s", "12m 03s", "5h 33m", "2d 03h".
+  function fmtEta(sec) {
+    const full = fmtDuration(sec);
+    return full.split(' ').slice(0, 2).join(' ');
+  }
+
   // Seconds since the start, for the chart's axis: "0:00", "12:30", "1:02:00".
   function fmtOffset(sec) {
     let s = Math.round(sec);
@@ -115,6 +123,20 @@
     } catch (e) { // not an ISO 4217 code
       return (currency ? currency + ' ' : '') + v.toFixed(digits);
     }
+  }
+
+  // A loss: 4 significant digits, which is what a curve's trend needs.
+  function fmtLoss(v) {
+    if (!isNum(v)) return '—';
+    const a = Math.abs(v);
+    if (a !== 0 && (a < 1e-4 || a >= 1e6)) return v.toExponential(3);
+    return String(Number(v.toPrecision(4)));
+  }
+
+  // Whether any of the cost's instance time has a price: without one, every figure would
+  // read as a free job, so the page says "unpriced" instead (as the CLI's cost line does).
+  function priced(c) {
+    return (c.instance_seconds || []).some((l) => isNum(l.cost));
   }
 
   // ---- sections ----
@@ -152,6 +174,29 @@
       ? fmtInt(p.step - p.committed_step) + ' steps since the commit' : '');
     setText('step-rate', reported ? fmtRate(p.steps_per_second) : '—');
     setText('resets', fmtInt(s.resets));
+
+    // Time to go, and step X of N, where the program reported its total.
+    const total = isNum(p.total_steps) && p.total_steps > 0 ? p.total_steps : 0;
+    let eta = '—';
+    if (s.finished) {
+      eta = total && p.step >= total ? 'done' : '—';
+    } else if (isNum(p.eta_seconds)) {
+      eta = fmtEta(p.eta_seconds);
+    }
+    setText('eta', eta);
+    let of = '';
+    if (reported && total) {
+      of = 'step ' + fmtInt(p.step) + ' of ' + fmtInt(total) + ' (' + (100 * Math.min(1, p.step / total)).toFixed(1) + '%)';
+    } else if (reported) {
+      of = 'step ' + fmtInt(p.step) + ' · total steps not reported';
+    }
+    setText('step-of', of);
+
+    setText('loss', fmtLoss(p.loss));
+    const losses = (s.progress_history || []).map((pt) => pt.loss).filter(isNum);
+    setText('loss-sub', isNum(p.loss)
+      ? (losses.length > 1 ? 'lowest ' + fmtLoss(Math.min(...losses)) : 'latest report')
+      : 'not reported by the program');
 
     const by = s.resets_by_cause || {};
     const causes = CAUSES.concat(Object.keys(by).filter((k) => !CAUSES.includes(k)));
@@ -207,6 +252,29 @@
   const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
     21600, 43200, 86400, 172800, 604800];
 
+  // The time every chart spans: from the job's start (or its first point) to the status's now,
+  // so that the charts line up one above the other.
+  function timeRange(s) {
+    let t0 = Date.parse(s.started_at);
+    let t1 = Date.parse(s.now);
+    for (const first of [(s.world_history || [])[0], (s.progress_history || [])[0]]) {
+      const t = first ? Date.parse(first.at || first.t) : NaN;
+      if (!isNaN(t) && (isNaN(t0) || t < t0)) t0 = t;
+    }
+    if (isNaN(t1) || isNaN(t0)) t1 = t0 = Date.now();
+    if (t1 - t0 < 1000) t1 = t0 + 1000;
+    return [t0, t1];
+  }
+
+  // Time ticks (offsets from the start), at most about `count` of them.
+  function timeTicks(t0, t1, count) {
+    const span = (t1 - t0) / 1000;
+    const tstep = TIME_STEPS.find((st) => span / st <= count) || TIME_STEPS[TIME_STEPS.length - 1];
+    const out = [];
+    for (let o = 0; o <= span + 1e-9; o += tstep) out.push(o);
+    return out;
+  }
+
   function renderChart(s) {
     const svg = byId('world-chart');
     const box = svg.getBoundingClientRect();
@@ -217,14 +285,7 @@
     const kids = [];
 
     const hist = (s.world_history || []).filter((p) => !isNaN(Date.parse(p.at)));
-    let t0 = Date.parse(s.started_at);
-    let t1 = Date.parse(s.now);
-    if (hist.length) {
-      const first = Date.parse(hist[0].at);
-      if (isNaN(t0) || first < t0) t0 = first;
-    }
-    if (isNaN(t1) || isNaN(t0)) t1 = t0 = Date.now();
-    if (t1 - t0 < 1000) t1 = t0 + 1000;
+    const [t0, t1] = timeRange(s);
     const ymax = Math.max(1, s.max_np || 0, ...hist.map((p) => p.world_size || 0));
     const x = (t) => m.l + ((t - t0) / (t1 - t0)) * (W - m.l - m.r);
     const y = (v) => m.t + (1 - v / ymax) * (H - m.t - m.b);
@@ -235,9 +296,7 @@
       kids.push(svgEl('line', { class: 'grid', x1: m.l, x2: W - m.r, y1: y(v), y2: y(v) }));
       kids.push(svgEl('text', { class: 'tick', x: m.l - 6, y: y(v) + 4, 'text-anchor': 'end' }, String(v)));
     }
-    const span = (t1 - t0) / 1000;
-    const tstep = TIME_STEPS.find((st) => span / st <= 6) || TIME_STEPS[TIME_STEPS.length - 1];
-    for (let o = 0; o <= span + 1e-9; o += tstep) {
+    for (const o of timeTicks(t0, t1, 6)) {
       const px = x(t0 + o * 1000);
       kids.push(svgEl('line', { class: 'grid v', x1: px, x2: px, y1: m.t, y2: H - m.b }));
       kids.push(svgEl('text', { class: 'tick', x: px, y: H - m.b + 16, 'text-anchor': 'middle' }, fmtOffset(o)));
@@ -274,6 +333,93 @@
     svg.replaceChildren(...kids);
   }
 
+  // renderSeries draws one value of the progress history over time as a line: pts are
+  // {t: ms, v}, fmt formats the y ticks, empty says why there is no line.
+  // The decimals a tick step needs: 0.5 -> 1, 20 -> 0, 0.02 -> 2.
+  function tickDigits(step) {
+    return Math.max(0, Math.min(6, -Math.floor(Math.log10(step) + 1e-9)));
+  }
+
+  function renderSeries(id, s, pts, fmt, empty) {
+    const svg = byId(id);
+    const box = svg.getBoundingClientRect();
+    const W = Math.max(240, Math.round(box.width) || 400);
+    const H = Math.max(120, Math.round(box.height) || 160);
+    const m = { l: 58, r: 18, t: 10, b: 24 };
+    svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
+    svg.dataset.points = String(pts.length);
+    const [t0, t1] = timeRange(s);
+    const x = (t) => m.l + ((Math.min(Math.max(t, t0), t1) - t0) / (t1 - t0)) * (W - m.l - m.r);
+    const kids = [];
+    const line = svgEl('path', { class: 'line' });
+    line.dataset.points = String(pts.length);
+
+    let lo = 0, hi = 1;
+    if (pts.length) {
+      const vals = pts.map((p) => p.v);
+      lo = Math.min(0, ...vals);
+      hi = Math.max(...vals);
+      if (hi <= lo) hi = lo + (Math.abs(lo) || 1);
+    }
+    const ystep = niceStep(hi - lo, 3);
+    hi = Math.ceil(hi / ystep - 1e-9) * ystep;
+    lo = Math.floor(lo / ystep + 1e-9) * ystep;
+    const y = (v) => m.t + (1 - (v - lo) / (hi - lo)) * (H - m.t - m.b);
+    for (let v = lo; v <= hi + ystep * 1e-6; v += ystep) {
+      kids.push(svgEl('line', { class: 'grid', x1: m.l, x2: W - m.r, y1: y(v), y2: y(v) }));
+      kids.push(svgEl('text', { class: 'tick', x: m.l - 6, y: y(v) + 4, 'text-anchor': 'end' }, fmt(v, tickDigits(ystep))));
+    }
+    for (const o of timeTicks(t0, t1, 4)) {
+      const px = x(t0 + o * 1000);
+      kids.push(svgEl('line', { class: 'grid v', x1: px, x2: px, y1: m.t, y2: H - m.b }));
+      // A label at the right edge ends there rather than past the chart.
+      const anchor = o > 0 && px > W - m.r - 16 ? 'end' : 'middle';
+      kids.push(svgEl('text', { class: 'tick', x: anchor === 'end' ? W - 2 : px, y: H - m.b + 16, 'text-anchor': anchor }, fmtOffset(o)));
+    }
+    kids.push(svgEl('line', { class: 'axis', x1: m.l, x2: W - m.r, y1: y(Math.max(lo, 0)), y2: y(Math.max(lo, 0)) }));
+    if (pts.length) {
+      const xy = pts.map((p) => [x(p.t).toFixed(1), y(p.v).toFixed(1)]);
+      const d = 'M' + xy.map((c) => c[0] + ' ' + c[1]).join(' L');
+      line.setAttribute('d', d);
+      kids.push(svgEl('path', { class: 'area', d: d + ' V' + y(Math.max(lo, 0)).toFixed(1) + ' H' + xy[0][0] + ' Z' }));
+      kids.push(line);
+      const lastPt = xy[xy.length - 1];
+      const dot = svgEl('circle', { class: 'pt', cx: lastPt[0], cy: lastPt[1], r: 3 });
+      dot.append(svgEl('title', {}, fmt(pts[pts.length - 1].v) + ' at ' + fmtOffset((pts[pts.length - 1].t - t0) / 1000)));
+      kids.push(dot);
+    } else {
+      kids.push(line);
+      kids.push(svgEl('text', { class: 'empty', x: (m.l + W - m.r) / 2, y: H / 2, 'text-anchor': 'middle' }, empty));
+    }
+    svg.replaceChildren(...kids);
+  }
+
+  function renderCharts(s) {
+    renderChart(s);
+    const hist = (s.progress_history || []).filter((p) => !isNaN(Date.parse(p.t)));
+    const series = (key) => hist.filter((p) => isNum(p[key])).map((p) => ({ t: Date.parse(p.t), v: p[key] }));
+    const reported = !!(s.progress && s.progress.updated_at);
+    // Ticks show the digits their step needs; the last point's title, the value's own format.
+    const tick = (fmt) => (v, digits) => (digits === undefined ? fmt(v) : v.toFixed(digits));
+    renderSeries('rate-chart', s, reported ? series('steps_per_second') : [], tick(fmtRate), 'no progress reported yet');
+    renderSeries('loss-chart', s, series('loss'), tick(fmtLoss),
+      reported ? 'no loss reported (State.SetLoss, elasticd.progress(loss=…))' : 'no progress reported yet');
+    const c = s.cost || {};
+    const cur = c.currency || 'USD';
+    setText('cost-chart-unit', cur);
+    const unpriced = !priced(c) && (c.unpriced || []).length > 0;
+    const moneyTick = (v, digits) => {
+      if (digits === undefined) return fmtMoney(v, cur);
+      try {
+        return new Intl.NumberFormat('en-US', { style: 'currency', currency: cur, minimumFractionDigits: digits, maximumFractionDigits: digits }).format(v);
+      } catch (e) {
+        return v.toFixed(digits);
+      }
+    };
+    renderSeries('cost-chart', s, unpriced ? [] : series('cost'), moneyTick,
+      unpriced ? 'unpriced: give --prices FILE' : 'no cost yet');
+  }
+
   function td(text, cls) {
     return el('td', cls, text);
   }
@@ -306,16 +452,30 @@
       const id = td('', 'id');
       id.append(el('code', '', h.id));
       const r = (ranks[h.id] || []).sort((a, b) => a - b);
+      const uptime = td(isNum(h.uptime_seconds) && h.since && !h.since.startsWith('0001-') ? fmtDuration(h.uptime_seconds) : '—', 'num uptime');
+      uptime.title = h.since ? 'in the group since ' + fmtDateTime(h.since) : '';
+      const beat = td(isNum(h.heartbeat_age_seconds) ? fmtDuration(h.heartbeat_age_seconds) + ' ago' : '—', 'num heartbeat');
+      beat.title = h.last_heartbeat ? 'last heard from at ' + fmtDateTime(h.last_heartbeat)
+        : 'no heartbeat: the driver hears from hosts that run an agent or in-process workers';
+      const fails = td('', h.failures > 0 ? 'failures warn' : 'failures');
+      fails.append(el('span', 'n', fmtInt(h.failures || 0)));
+      const lf = h.last_failure;
+      if (h.failures > 0 && lf) {
+        const ago = (Date.parse(s.now) - Date.parse(lf.at)) / 1000;
+        fails.append(el('span', 'last', lf.cause + (isNum(ago) ? ', ' + fmtDuration(ago) + ' ago' : '')));
+        fails.title = 'last: ' + lf.worker + ' ' + lf.cause + ' at ' + fmtDateTime(lf.at);
+      }
       tr.append(
         id, td(h.addr || '—', 'addr'), state, life, td(h.type || '—'), td(h.zone || '—'),
         td(fmtInt(h.slots), 'num'),
         td(fmtInt(h.blacklisted_slots), h.blacklisted_slots > 0 ? 'num warn' : 'num'),
         td(r.length ? r.join(' ') : '—', 'ranks'),
+        uptime, beat, fails,
         td(fmtMoney(h.price_per_hour, cur), 'num price'),
       );
       return tr;
     });
-    if (!rows.length) rows.push(emptyRow('no hosts discovered yet', 10));
+    if (!rows.length) rows.push(emptyRow('no hosts discovered yet', 13));
     byId('hosts').replaceChildren(...rows);
   }
 
@@ -344,15 +504,20 @@
     const c = s.cost || {};
     const p = s.progress || {};
     const cur = c.currency || 'USD';
-    setText('cost-total', fmtMoney(c.total, cur));
-    setText('cost-spot', fmtMoney(c.spot, cur));
-    setText('cost-on-demand', fmtMoney(c.on_demand, cur));
-    setText('cost-od-equivalent', fmtMoney(c.on_demand_equivalent, cur));
-    let savings = fmtMoney(c.savings, cur);
-    if (isNum(c.savings) && isNum(c.savings_percent)) savings += ' (' + c.savings_percent.toFixed(1) + '%)';
+    const unpriced = c.unpriced || [];
+    // With no price at all, every total would be a zero that reads as free: say unpriced.
+    const none = !priced(c) && unpriced.length > 0;
+    const money = (v) => (none ? '—' : fmtMoney(v, cur));
+    setText('cost-total', none ? 'unpriced' : fmtMoney(c.total, cur));
+    byId('cost-total').dataset.unpriced = none ? '1' : '';
+    setText('cost-spot', money(c.spot));
+    setText('cost-on-demand', money(c.on_demand));
+    setText('cost-od-equivalent', money(c.on_demand_equivalent));
+    let savings = money(c.savings);
+    if (!none && isNum(c.savings) && isNum(c.savings_percent)) savings += ' (' + c.savings_percent.toFixed(1) + '%)';
     setText('savings', savings);
-    byId('savings').dataset.sign = isNum(c.savings) ? String(Math.sign(c.savings)) : '';
-    setText('rolled-back-cost', fmtMoney(c.rolled_back, cur));
+    byId('savings').dataset.sign = !none && isNum(c.savings) ? String(Math.sign(c.savings)) : '';
+    setText('rolled-back-cost', money(c.rolled_back));
     const parts = [];
     if (isNum(p.rolled_back_steps)) parts.push(fmtInt(p.rolled_back_steps) + ' steps');
     if (isNum(p.rolled_back_gpu_seconds)) parts.push(p.rolled_back_gpu_seconds.toFixed(1) + ' GPU·s');
@@ -370,21 +535,27 @@
     if (!rows.length) rows.push(emptyRow('no instance time yet', 4));
     byId('instance-seconds').replaceChildren(...rows);
 
-    const unpriced = c.unpriced || [];
     const warn = byId('unpriced');
     warn.hidden = !unpriced.length;
-    warn.textContent = unpriced.length
-      ? 'No price for ' + unpriced.join(', ') + ' — give --prices. Their time is not in the totals.'
-      : '';
+    const how = 'give --prices FILE, each instance type\'s spot and on-demand price per hour (examples/prices.yaml); on AWS the spot prices come by themselves.';
+    if (none) {
+      warn.textContent = 'Unpriced: no price for ' + unpriced.join(', ') + '. To see the cost, ' + how;
+    } else {
+      warn.textContent = unpriced.length
+        ? 'No price for ' + unpriced.join(', ') + ' — their time is not in the totals. To price it, ' + how
+        : '';
+    }
   }
 
   function render(s) {
     renderHeader(s);
     renderStats(s);
-    renderChart(s);
+    // The panels first, the charts last: a chart takes the height its row has once the cost
+    // panel beside it is filled in.
+    renderCost(s);
     renderHosts(s);
     renderEvents(s);
-    renderCost(s);
+    renderCharts(s);
   }
 
   // ---- connection ----
@@ -423,6 +594,12 @@
     } catch (err) {
       failures++;
       const delay = Math.min(MAX_BACKOFF_MS, POLL_MS * Math.pow(2, failures - 1));
+      if (last && last.finished) {
+        // A finished job's driver exits: its last state is final, not stale. Keep it.
+        setConn('finished', 'job finished · the driver has stopped; this is the final state');
+        setTimeout(tick, MAX_BACKOFF_MS);
+        return;
+      }
       let text = 'driver unreachable — retrying in ' + Math.round(delay / 1000) + ' s (' + describe(err) + ')';
       if (last) text += ' · showing data from ' + fmtClock(new Date(lastAt).toISOString());
       setConn('down', text);
@@ -447,8 +624,32 @@
   let resizeTimer = 0;
   window.addEventListener('resize', () => {
     clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(() => { if (last) renderChart(last); }, 100);
+    resizeTimer = setTimeout(() => { if (last) renderCharts(last); }, 100);
   });
 
-  tick();
+  // The post-mortem report: the final status is in the page; draw it once, poll nothing.
+  function showReport(script) {
+    let s;
+    try {
+      s = JSON.parse(script.textContent);
+      render(s);
+    } catch (err) {
+      console.error(err);
+      setConn('error', 'cannot show this report: ' + describe(err));
+      return;
+    }
+    last = s;
+    const links = byId('links'); // report.html drops them: nothing to link to without the driver
+    if (links) links.hidden = true;
+    document.body.dataset.report = '1';
+    setConn('finished', (s.finished ? 'report · job finished ' : 'report · status at ') + fmtDateTime(s.now));
+    document.body.dataset.updated = s.now;
+    document.body.dataset.ready = '1';
+    // Drawn once: draw the charts again at the size the laid-out page gives them.
+    requestAnimationFrame(() => renderCharts(s));
+  }
+
+  const embedded = byId('final-status');
+  if (embedded) showReport(embedded);
+  else tick();
 })();

@@ -76,7 +76,21 @@ class ObjectState:
         self._steps_at_commit = 0
         self._commit_time = time.time()
         self._saved: dict[str, Any] = {}
+        self._loss: Optional[float] = None       # set_loss(): reported, not part of the state
+        self._total_steps: Optional[int] = None  # set_total_steps()
         self.save()
+
+    def set_loss(self, loss: Any) -> None:
+        """Records the training loss of the latest step (a number, e.g. `loss.item()`): rank 0
+        sends the latest with its progress at each commit, and the live page plots it. It is
+        not part of the state (not committed, restored or synced); a NaN or infinite loss is
+        not sent."""
+        self._loss = None if loss is None else float(loss)
+
+    def set_total_steps(self, total_steps: Optional[int]) -> None:
+        """Declares how many steps (commit() and check_host_updates() calls) the job makes in
+        all, so that the live page shows "step X of N" and the time to go; None: unknown."""
+        self._total_steps = None if total_steps is None else int(total_steps)
 
     # Horovod's names
     def register_reset_callbacks(self, callbacks: list[Callable[[], None]]) -> None:
@@ -167,7 +181,8 @@ class ObjectState:
     def _report(self) -> None:
         rt = _runtime.runtime()
         if rt is not None and _hvd().rank() == 0:
-            elasticd._report(rt.generation, self._steps, self._steps_at_commit)
+            elasticd._report(rt.generation, self._steps, self._steps_at_commit,
+                             loss=self._loss, total_steps=self._total_steps)
 
     def rolled_back(self) -> tuple[int, float]:
         return max(0, self._steps - self._steps_at_commit), max(0.0, time.time() - self._commit_time)
