@@ -62,3 +62,12 @@ func mustAll(t testing.TB, errs []error) {
 		}
 	}
 }
+
+// sameHostShm is how many of n peers on this machine a communicator reaches over shared
+// memory by default: all of them where the OS has the transport.
+func sameHostShm(n int) int {
+	if allreduce.ShmSupported {
+		return n
+	}
+	return 0
+}
