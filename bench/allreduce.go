@@ -15,6 +15,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/elasticd/elasticd/allreduce"
 )
 
 // AllreduceResult is one size of an allreduce benchmark: one line of
@@ -43,6 +45,7 @@ type AllreduceOptions struct {
 	Iters      int           // timed iterations per size (0: about 1 GB of traffic per size, 5 to 500)
 	ChunkBytes int           // ring pipelining chunk (0: library default)
 	SmallBytes int           // largest message sent by recursive doubling (0: library default)
+	Transport  string        // allreduce.Config.Transport: "auto" (""), or "tcp" to keep ranks off shared memory
 	Timeout    time.Duration // how long a rank waits on a silent peer
 	ProfileDir string        // each rank's CPU profile goes to ProfileDir/rank-N.pprof ("": none)
 	NoBaseline bool          // skip measuring memcpy, loopback TCP and round trip
@@ -63,6 +66,8 @@ func (o *AllreduceOptions) Validate() error {
 		return usageError("chunk-bytes", "%d: must be 0 (default) or between 64 and %d", o.ChunkBytes, 64<<20)
 	case o.SmallBytes < 0:
 		return usageError("small-bytes", "%d: must not be negative", o.SmallBytes)
+	case o.Transport != "" && o.Transport != allreduce.TransportAuto && o.Transport != allreduce.TransportTCP:
+		return usageError("transport", "%q: must be %s or %s", o.Transport, allreduce.TransportAuto, allreduce.TransportTCP)
 	case o.Timeout <= 0:
 		return usageError("timeout", "%v: must be positive, e.g. 30s", o.Timeout)
 	}
@@ -221,7 +226,8 @@ func runRanks(ctx context.Context, self string, stderr io.Writer, o AllreduceOpt
 	for r := range o.NP {
 		args := []string{"bench", RankCommand, "--rank", strconv.Itoa(r), "--np", strconv.Itoa(o.NP),
 			"--store", dir, "--sizes", strings.Join(sizes, ","), "--iters", strconv.Itoa(o.Iters),
-			"--chunk-bytes", strconv.Itoa(o.ChunkBytes), "--small-bytes", strconv.Itoa(o.SmallBytes), "--timeout", o.Timeout.String()}
+			"--chunk-bytes", strconv.Itoa(o.ChunkBytes), "--small-bytes", strconv.Itoa(o.SmallBytes), "--timeout", o.Timeout.String(),
+			"--transport", cmp.Or(o.Transport, allreduce.TransportAuto)}
 		if o.ProfileDir != "" {
 			args = append(args, "--cpuprofile", filepath.Join(o.ProfileDir, fmt.Sprintf("rank-%d.pprof", r)))
 		}
