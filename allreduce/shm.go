@@ -43,6 +43,9 @@ const (
 	shmSlice = 50 * time.Millisecond
 )
 
+// shmYieldFor is how long a waiter yields its core before it sleeps.
+var shmYieldFor = 50 * time.Microsecond
+
 // spinIters is how many times a waiter polls before it sleeps; spinning only pays when
 // every rank can have a core of its own.
 var spinIters = func() int {
@@ -153,6 +156,17 @@ func (l *shmLink) await(ready func() bool, seq, flag *atomic.Uint32) error {
 		}
 	}
 	start := time.Now()
+	// Then yield the core for a while before sleeping: the peer is most often about to
+	// publish, and a futex round trip through the scheduler costs tens of microseconds.
+	for time.Since(start) < shmYieldFor {
+		osYield()
+		if ready() {
+			return nil
+		}
+		if l.closed.Load() != 0 {
+			return shmClosed{}
+		}
+	}
 	for {
 		flag.Store(1)
 		s := seq.Load() // before the checks: a wake after them changes it, and the sleep returns

@@ -25,6 +25,8 @@ func futexWait(w *atomic.Uint32, v uint32, d time.Duration) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitOp, uintptr(v), uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
+func osYield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
 func futexWake(w *atomic.Uint32) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeOp, 1, 0, 0, 0)
 }
