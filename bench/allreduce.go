@@ -31,6 +31,8 @@ type AllreduceResult struct {
 	MemcpyGbps float64 `json:"memcpy_gbps,omitempty"`
 	TCPGbps    float64 `json:"tcp_gbps,omitempty"`
 	RTTS       float64 `json:"rtt_s,omitempty"`
+	// ShmPeers is how many of rank 0's peers it reached over shared memory (0: all over TCP).
+	ShmPeers int `json:"shm_peers"`
 	// Ratios measured side by side in this run (0 when --no-baseline).
 	BusbwVsTCP    float64 `json:"busbw_vs_tcp,omitempty"`
 	BusbwVsMemcpy float64 `json:"busbw_vs_memcpy,omitempty"`
@@ -280,7 +282,11 @@ func runRanks(ctx context.Context, self string, stderr io.Writer, o AllreduceOpt
 }
 
 func printTable(w io.Writer, np int, m machine, results []AllreduceResult) {
-	fmt.Fprintf(w, "allreduce: float32 sum, %d rank processes on loopback TCP, median of iterations\n", np)
+	path := "on loopback TCP"
+	if len(results) > 0 && results[0].ShmPeers > 0 {
+		path = "over shared memory"
+	}
+	fmt.Fprintf(w, "allreduce: float32 sum, %d rank processes %s, median of iterations\n", np, path)
 	if m.memcpyGbps > 0 {
 		fmt.Fprintf(w, "machine:   memcpy %.2f GB/s (one core), TCP %.2f GB/s (one loopback stream), round trip %s\n\n",
 			m.memcpyGbps, m.tcpGbps, fmtDur(m.rttS))

@@ -67,6 +67,7 @@ func Rank(ctx context.Context, o RankOptions) error {
 		if err != nil {
 			return err
 		}
+		res.ShmPeers = comm.Stats().SharedMemory
 		if o.Rank == 0 {
 			if err := enc.Encode(res); err != nil {
 				return err
