@@ -9,7 +9,8 @@ import (
 	"github.com/elasticd/elasticd/allreduce"
 )
 
-// newWorld builds n communicators of one generation in this process, over loopback TCP.
+// newWorld builds n communicators of one generation in this process: over shared memory
+// where the OS has it, unless tweak sets Config.Transport, else over loopback TCP.
 func newWorld(t testing.TB, n int, gen uint64, store allreduce.Store, tweak func(*allreduce.Config)) []*allreduce.Comm {
 	t.Helper()
 	if store == nil {
