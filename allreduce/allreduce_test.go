@@ -125,6 +125,23 @@ var allreducePaths = []struct {
 	{"ring", func(c *allreduce.Config) { c.SmallBytes = 1 }, sizes, func(n int, dt string, op allreduce.Op) bool {
 		return n == 5 && op == allreduce.Min
 	}},
+	// The paths above run over shared memory where the OS has it (ranks of one process share
+	// a machine); these pin TCP, and a world where rank 1 alone insists on TCP, so that its
+	// pairs use TCP and the others shared memory. The reference is exact: every transport
+	// gives the same bits.
+	{"tcp", func(c *allreduce.Config) { c.Transport = allreduce.TransportTCP }, sizes, func(n int, dt string, op allreduce.Op) bool {
+		return (dt == "float32" && op == allreduce.Sum && n <= 4) || (n == 3 && op == allreduce.Max)
+	}},
+	{"tcp-ring", func(c *allreduce.Config) { c.Transport = allreduce.TransportTCP; c.SmallBytes = 1 }, sizes, func(n int, dt string, op allreduce.Op) bool {
+		return n == 4 && op == allreduce.Min
+	}},
+	{"mixed", func(c *allreduce.Config) {
+		if c.Rank == 1 {
+			c.Transport = allreduce.TransportTCP
+		}
+	}, sizes, func(n int, dt string, op allreduce.Op) bool {
+		return (dt == "float64" && op == allreduce.Sum && n <= 5) || (n == 4 && dt == "int64")
+	}},
 	{"doubling", func(c *allreduce.Config) { c.SmallBytes = 1 << 30 }, sizes, func(n int, dt string, op allreduce.Op) bool {
 		return (dt == "float32" && op == allreduce.Sum) || (n == 6 && op == allreduce.Max)
 	}},

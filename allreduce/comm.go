@@ -37,6 +37,9 @@ type Config struct {
 	SmallBytes int
 	// Secret, when set, authenticates connections between ranks (HMAC-SHA256 of the hello).
 	Secret []byte
+	// Transport is TransportAuto ("" too): shared memory with peers on the same machine,
+	// TCP with the others; or TransportTCP: TCP with every peer.
+	Transport string
 	// Logger receives connection-level events; nil discards them.
 	Logger *slog.Logger
 
@@ -78,6 +81,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("allreduce config: ChunkBytes %d: must be at most 64 MiB", c.ChunkBytes)
 	case c.SmallBytes < 0:
 		return fmt.Errorf("allreduce config: SmallBytes %d: must not be negative", c.SmallBytes)
+	case c.Transport != "" && c.Transport != TransportAuto && c.Transport != TransportTCP:
+		return fmt.Errorf("allreduce config: Transport %q: must be %q or %q", c.Transport, TransportAuto, TransportTCP)
 	case c.Previous != nil && c.Previous.cfg.Generation >= c.Generation:
 		return fmt.Errorf("allreduce config: Previous is generation %d: must be earlier than Generation %d", c.Previous.cfg.Generation, c.Generation)
 	}
@@ -116,7 +121,8 @@ type Comm struct {
 	seq     uint64     // guarded by opMu
 	scratch []byte     // guarded by opMu
 
-	stats Stats // set by New
+	stats   Stats // set by New
+	shmOnce sync.Once
 
 	mu      sync.Mutex // guards the fields below, and peers once New has returned
 	cause   error      // why the running operation was interrupted (ctx, Close)
@@ -129,6 +135,8 @@ type Comm struct {
 type Stats struct {
 	Reused int // carried over from Config.Previous
 	Fresh  int // dialed or accepted by New
+	// SharedMemory counts the peers whose data goes through shared memory (same machine).
+	SharedMemory int
 }
 
 type peer struct {
@@ -137,6 +145,7 @@ type peer struct {
 	id     string // the member's Config.ID; "" when it has none or this rank has none
 	reused bool   // carried over from the previous generation
 	conn   *net.TCPConn
+	shm    *shmLink        // data path when the peer is on this machine; nil: data over conn
 	whdr   [headerLen]byte // used only by the one goroutine writing to this peer
 	rhdr   [headerLen]byte // used only by the one goroutine reading from this peer
 	broken bool            // a write stopped mid-frame: no further frame may be sent
@@ -211,11 +220,15 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		ln.Close()
 		return nil, fmt.Errorf("allreduce: publish address: %w", err)
 	}
-	if err := c.connect(ctx, ln, self, cands); err != nil {
+	err = c.connect(ctx, ln, self, cands)
+	if err == nil {
+		err = c.setupShm(ctx)
+	}
+	if err != nil {
 		c.closeConns()
 		return nil, fmt.Errorf("allreduce: rank %d of %d, generation %d: %w", cfg.Rank, cfg.Size, cfg.Generation, err)
 	}
-	c.log.Debug("communicator ready", "addr", c.addr, "peers", c.peerRanks(), "reused", c.stats.Reused, "fresh", c.stats.Fresh)
+	c.log.Debug("communicator ready", "addr", c.addr, "peers", c.peerRanks(), "reused", c.stats.Reused, "fresh", c.stats.Fresh, "shm", c.stats.SharedMemory)
 	return c, nil
 }
 
@@ -670,9 +683,16 @@ func (c *Comm) Close() error {
 }
 
 func (c *Comm) closeConns() {
+	c.mu.Lock() // interrupt reads p.shm
+	defer c.mu.Unlock()
 	for _, p := range c.peers {
 		if p != nil {
 			p.conn.Close()
+			if p.shm != nil {
+				p.shm.shut()
+				p.shm.release()
+				p.shm = nil
+			}
 		}
 	}
 }
@@ -689,6 +709,9 @@ func (c *Comm) interrupt(cause error) {
 	for _, p := range c.peers {
 		if p != nil {
 			p.conn.SetDeadline(now)
+			if p.shm != nil {
+				p.shm.kick()
+			}
 		}
 	}
 }

@@ -1,5 +1,6 @@
 // Package allreduce is the collective-communication library that elastic workers use to
-// average gradients and share state: Allreduce, Broadcast, Allgather and Barrier over TCP.
+// average gradients and share state: Allreduce, Broadcast, Allgather and Barrier over TCP, and
+// over shared memory between ranks on one machine.
 //
 // A Comm serves one generation of one job. Every rank listens, publishes its address in a
 // rendezvous Store under a generation-scoped key, and connects to the few peers its algorithms
@@ -7,6 +8,10 @@
 // pipelined ring (reduce-scatter then allgather) in which sending, receiving and reducing
 // overlap; small ones take recursive doubling, log2(n) exchanges instead of 2(n-1) ring steps.
 // Each element is reduced in the same order on every rank, so all ranks end bit-identical.
+//
+// Ranks on the same Linux machine move their data through shared memory (a memfd both map,
+// one lock-free ring per direction, futex waits) and keep their TCP connection for setup,
+// aborts and liveness; Config.Transport = TransportTCP keeps them on TCP.
 //
 // Failure is part of the contract: a dead peer, a broken connection, a peer silent for longer
 // than Config.Timeout, a malformed frame or a cancelled context makes the operation fail on

@@ -9,7 +9,7 @@ import (
 // `length` payload bytes.
 //
 //	0  magic   u32  "ELAR"
-//	4  kind    u8   hello | data | abort | rehello
+//	4  kind    u8   hello | data | abort | rehello | shm
 //	5  op      u8   the collective (data), 0 otherwise
 //	6  dtype   u8   element type (data), 0 otherwise
 //	7  flags   u8   reserved, 0
@@ -27,6 +27,8 @@ const (
 	kindAbort = 3
 	// kindRehello opens a connection carried over from the previous generation (reuse.go).
 	kindRehello = 4
+	// kindShm offers a shared-memory segment, or answers an offer (shmpeer.go).
+	kindShm = 5
 
 	// maxAbortLen bounds the reason text in an abort frame.
 	maxAbortLen = 1024
@@ -71,7 +73,7 @@ func parseHeader(b []byte) (header, error) {
 		unit:   binary.LittleEndian.Uint32(b[32:]),
 		length: binary.LittleEndian.Uint32(b[36:]),
 	}
-	if h.kind < kindHello || h.kind > kindRehello {
+	if h.kind < kindHello || h.kind > kindShm {
 		return header{}, fmt.Errorf("unknown frame kind %d", h.kind)
 	}
 	if b[7] != 0 {

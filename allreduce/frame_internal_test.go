@@ -86,10 +86,24 @@ func fakePair(t *testing.T, tweak func(*Config)) (*Comm, *net.TCPConn) {
 	if h, err := parseHeader(b[:]); err != nil || h.kind != kindHello || h.unit != 0 || h.gen != fakeGen {
 		t.Fatalf("rank 0 answered the hello with %+v, %v", h, err)
 	}
+	// Rank 0, the lower, offers shared memory (or nothing); the fake declines: its frames
+	// go over this connection.
+	h, offer := readFrame(t, conn)
+	if h.kind != kindShm || h.unit != 0 || h.gen != fakeGen {
+		t.Fatalf("rank 0 sent %+v after the hello, want a transport offer", h)
+	}
+	if len(offer) > 0 {
+		if _, err := conn.Write(frameBytes(header{kind: kindShm, gen: fakeGen, unit: 1, length: 1}, []byte{0})); err != nil {
+			t.Fatal(err)
+		}
+	}
 	conn.SetDeadline(time.Time{})
 	r := <-res
 	if r.err != nil {
 		t.Fatalf("New: %v", r.err)
+	}
+	if s := r.c.Stats(); s.SharedMemory != 0 {
+		t.Fatalf("rank 0 uses shared memory with a peer that declined it: %+v", s)
 	}
 	t.Cleanup(func() { r.c.Close() })
 	return r.c, conn

@@ -132,6 +132,9 @@ func (c *Comm) abortPeer(p *peer, culprit int, reason string) {
 		bufs := net.Buffers{p.whdr[:], []byte(reason)}
 		bufs.WriteTo(p.conn)
 	}
+	if p.shm != nil {
+		p.shm.shut() // after the abort frame: a peer woken by it finds the frame there
+	}
 	p.conn.CloseWrite()
 	p.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	io.Copy(io.Discard, io.LimitReader(p.conn, 64<<20))
@@ -153,6 +156,12 @@ func (c *Comm) stopping() error {
 // send writes one data frame to p.
 func (c *Comm) send(p *peer, o *opInfo, unit int, payload []byte) error {
 	c.putHeader(p, o, unit, payload)
+	if p.shm != nil {
+		if _, err := p.shm.write(shmFrame(p.whdr[:], payload), true); err != nil {
+			return c.shmErr(p, err)
+		}
+		return nil
+	}
 	return c.write(p, net.Buffers{p.whdr[:], payload}, 0)
 }
 
@@ -187,6 +196,9 @@ func (c *Comm) write(p *peer, bufs net.Buffers, done int) error {
 // critical path; a full socket buffer can still never deadlock two partners.
 func (c *Comm) startSend(p *peer, o *opInfo, unit int, payload []byte) (finish func() error, err error) {
 	c.putHeader(p, o, unit, payload)
+	if p.shm != nil {
+		return c.shmStartSend(p, payload)
+	}
 	// A deadline left over from an earlier write may have passed: the poller would refuse
 	// even a non-blocking write with a timeout, read as a silent peer.
 	p.conn.SetWriteDeadline(time.Now().Add(c.cfg.Timeout))
@@ -210,6 +222,15 @@ func (c *Comm) startSend(p *peer, o *opInfo, unit int, payload []byte) (finish f
 // recv reads the data frame `unit` of operation o from p into dst, whose length is exactly
 // what the frame must carry. Nothing is allocated from what the peer claims.
 func (c *Comm) recv(p *peer, o *opInfo, unit int, dst []byte) error {
+	if p.shm != nil {
+		if err := c.shmRecvHeader(p, o, unit, len(dst)); err != nil {
+			return err
+		}
+		if err := p.shm.read(dst); err != nil {
+			return c.shmErr(p, err)
+		}
+		return c.shmErr(p, p.shm.skipPad(headerLen+len(dst)))
+	}
 	p.conn.SetReadDeadline(time.Now().Add(c.cfg.Timeout))
 	if err := c.stopping(); err != nil {
 		return err
@@ -231,6 +252,26 @@ func (c *Comm) recv(p *peer, o *opInfo, unit int, dst []byte) error {
 		return c.lost(p, err)
 	}
 	return nil
+}
+
+// recvReduce receives data frame `unit` of o from p and reduces it into dst (dst op
+// received). Over shared memory it reads the ring in place; over TCP through scratch space.
+func (c *Comm) recvReduce(p *peer, o *opInfo, unit int, dst []byte, dt dtype, op Op) error {
+	if p.shm == nil {
+		scratch := c.scratchBuf(len(dst))
+		if err := c.recv(p, o, unit, scratch); err != nil {
+			return err
+		}
+		reduceInto(dst, scratch, dt, op, false)
+		return nil
+	}
+	if err := c.shmRecvHeader(p, o, unit, len(dst)); err != nil {
+		return err
+	}
+	if err := p.shm.reduce(dst, dt, op); err != nil {
+		return c.shmErr(p, err)
+	}
+	return c.shmErr(p, p.shm.skipPad(headerLen+len(dst)))
 }
 
 func (c *Comm) check(o *opInfo, h header, unit, n int) string {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +29,11 @@ const (
 	childSize    = "ELASTICD_TEST_SIZE"
 	childDir     = "ELASTICD_TEST_STORE"
 	childTimeout = "ELASTICD_TEST_TIMEOUT"
+	childTransp  = "ELASTICD_TEST_TRANSPORT"
 )
+
+// transports are the two data paths between rank processes on one machine.
+var transports = []string{allreduce.TransportAuto, allreduce.TransportTCP}
 
 func TestMain(m *testing.M) {
 	if scenario := os.Getenv(childEnv); scenario != "" {
@@ -53,14 +58,15 @@ func childMain(scenario string) int {
 	ctx := context.Background() // a rank process is its own main
 	c, err := allreduce.New(ctx, allreduce.Config{
 		Rank: rank, Size: size, Generation: 1, Timeout: timeout,
-		Store: &allreduce.FileStore{Dir: os.Getenv(childDir)},
+		Store:     &allreduce.FileStore{Dir: os.Getenv(childDir)},
+		Transport: os.Getenv(childTransp),
 	})
 	if err != nil {
 		fmt.Printf("FAIL New: %v\n", err)
 		return 1
 	}
 	defer c.Close()
-	fmt.Println("ready")
+	fmt.Printf("ready shm=%d\n", c.Stats().SharedMemory)
 	switch scenario {
 	case "correct":
 		if err := childCorrect(ctx, c); err != nil {
@@ -179,7 +185,7 @@ type procWorld struct {
 
 // startProcs starts n rank processes of scenario; every one is killed by PID and reaped
 // when the test ends.
-func startProcs(t *testing.T, scenario string, n int, timeout time.Duration) *procWorld {
+func startProcs(t *testing.T, scenario, transport string, n int, timeout time.Duration) *procWorld {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -195,6 +201,7 @@ func startProcs(t *testing.T, scenario string, n int, timeout time.Duration) *pr
 			childSize+"="+strconv.Itoa(n),
 			childDir+"="+dir,
 			childTimeout+"="+timeout.String(),
+			childTransp+"="+transport,
 		)
 		setParentDeathSignal(cmd)
 		stdin, err := cmd.StdinPipe() // held open: the child exits when it closes
@@ -312,35 +319,68 @@ func (w *procWorld) dump() {
 	}
 }
 
-func TestProcessesCorrect(t *testing.T) {
-	for _, n := range []int{2, 5} {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			w := startProcs(t, "correct", n, 10*time.Second)
-			w.await(60*time.Second, "every rank to exit", func() bool {
-				for r := range n {
-					if done, _ := w.exited(r); !done {
-						return false
-					}
-				}
-				return true
-			})
-			for r := range n {
-				_, err := w.exited(r)
-				_, ok := w.last(r, "ok")
-				if err != nil || !ok {
-					w.dump()
-					t.Fatalf("rank %d: exit %v", r, err)
-				}
-			}
-		})
+// checkTransport checks, from the ready lines, that every rank reached its peers over the
+// transport asked for: shared memory with all of them (auto, where the OS has it) or none.
+func (w *procWorld) checkTransport(transport string) {
+	w.t.Helper()
+	for r := range w.kids {
+		l, ok := w.last(r, "ready ")
+		if !ok {
+			w.t.Fatalf("rank %d never said ready", r)
+		}
+		shm := l.text != "ready shm=0"
+		if want := transport == allreduce.TransportAuto && allreduce.ShmSupported; shm != want {
+			w.t.Fatalf("rank %d, transport %s: %q", r, transport, l.text)
+		}
 	}
+}
+
+func TestProcessesCorrect(t *testing.T) {
+	for _, tr := range transports {
+		for _, n := range []int{2, 5} {
+			t.Run(fmt.Sprintf("%s/n=%d", tr, n), func(t *testing.T) { processesCorrect(t, tr, n) })
+		}
+	}
+}
+
+func processesCorrect(t *testing.T, transport string, n int) {
+	w := startProcs(t, "correct", transport, n, 10*time.Second)
+	w.await(60*time.Second, "every rank to exit", func() bool {
+		for r := range n {
+			if done, _ := w.exited(r); !done {
+				return false
+			}
+		}
+		return true
+	})
+	for r := range n {
+		_, err := w.exited(r)
+		_, ok := w.last(r, "ok")
+		if err != nil || !ok {
+			w.dump()
+			t.Fatalf("rank %d: exit %v", r, err)
+		}
+	}
+	w.checkTransport(transport)
+}
+
+// shmFiles lists /dev/shm entries that elasticd could have made (other programs' are left out).
+func shmFiles() []string {
+	ents, _ := os.ReadDir("/dev/shm")
+	var out []string
+	for _, e := range ents {
+		if strings.Contains(strings.ToLower(e.Name()), "elasticd") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }
 
 // faultWorld starts 4 ranks looping a 4 MiB Allreduce and waits until every rank has done
 // at least three iterations.
-func faultWorld(t *testing.T, timeout time.Duration) *procWorld {
+func faultWorld(t *testing.T, transport string, timeout time.Duration) *procWorld {
 	const n = 4
-	w := startProcs(t, "loop", n, timeout)
+	w := startProcs(t, "loop", transport, n, timeout)
 	w.await(60*time.Second, "three iterations on every rank", func() bool {
 		for r := range n {
 			if w.iterations(r) < 3 {
@@ -353,6 +393,7 @@ func faultWorld(t *testing.T, timeout time.Duration) *procWorld {
 		}
 		return true
 	})
+	w.checkTransport(transport)
 	return w
 }
 
@@ -389,8 +430,24 @@ func awaitSurvivors(t *testing.T, w *procWorld, victim int, since time.Time, d t
 // TestProcessKilled: SIGKILL one rank mid-run; every survivor reports ErrPeerLost naming it
 // within 2s. Timeout is 20s, so the detection cannot come from the timeout.
 func TestProcessKilled(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) { processKilled(t, tr) })
+	}
+}
+
+func processKilled(t *testing.T, transport string) {
 	const victim = 2
-	w := faultWorld(t, 20*time.Second)
+	before := shmFiles()
+	w := faultWorld(t, transport, 20*time.Second)
+	// The segments are memfds, in no file system; a named segment would have to be unlinked
+	// by a process that may be the one killed.
+	defer func() {
+		for _, f := range shmFiles() {
+			if !slices.Contains(before, f) {
+				t.Errorf("/dev/shm/%s appeared during the test and is still there", f)
+			}
+		}
+	}()
 	killed := time.Now()
 	if err := w.kids[victim].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -413,9 +470,15 @@ func TestProcessKilled(t *testing.T) {
 // TestProcessStopped: SIGSTOP one rank mid-run; with Timeout 1s every survivor returns
 // within a few seconds with ErrPeerLost. Then the stopped rank is resumed, killed and reaped.
 func TestProcessStopped(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) { processStopped(t, tr) })
+	}
+}
+
+func processStopped(t *testing.T, transport string) {
 	const victim = 2
 	const timeout = time.Second
-	w := faultWorld(t, timeout)
+	w := faultWorld(t, transport, timeout)
 	p := w.kids[victim].cmd.Process
 	stopped := time.Now()
 	if err := p.Signal(syscall.SIGSTOP); err != nil {

@@ -95,6 +95,12 @@ func (prev *Comm) handOver(id string) map[string]*handover {
 		if p == nil || p.broken || p.id == "" || p.id == id || seen[p.id] > 1 {
 			continue
 		}
+		if p.shm != nil {
+			// Not shut: the peer, idle as well, reads nothing more from it, and a closed mark
+			// would send it to the connection, which now belongs to the next generation.
+			p.shm.release()
+			p.shm = nil
+		}
 		cands[p.id] = &handover{old: p, prevGen: prev.cfg.Generation, oldRank: prev.cfg.Rank}
 		prev.peers[i] = nil
 	}

@@ -88,6 +88,7 @@ func wantStats(old, next []member, carries func(m member) bool) []allreduce.Stat
 func checkStats(t *testing.T, comms []*allreduce.Comm, want []allreduce.Stats) (reused, fresh int) {
 	t.Helper()
 	for r, c := range comms {
+		want[r].SharedMemory = sameHostShm(want[r].Reused + want[r].Fresh)
 		if got := c.Stats(); got != want[r] {
 			t.Errorf("rank %d: %+v, want %+v", r, got, want[r])
 		}
@@ -140,7 +141,7 @@ func TestReuseSameWorld(t *testing.T) {
 				c.ID, c.Previous = ms[c.Rank].id, g1[c.Rank]
 			})
 			for r, c := range g2 {
-				if got := c.Stats(); got != (allreduce.Stats{Reused: 3}) {
+				if got := c.Stats(); got != (allreduce.Stats{Reused: 3, SharedMemory: sameHostShm(3)}) {
 					t.Errorf("generation 2, rank %d: %+v, want all 3 connections reused", r, got)
 				}
 			}

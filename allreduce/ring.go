@@ -63,16 +63,15 @@ func (c *Comm) stream(o *opInfo, sends, recvs []unit, dt dtype, op Op) error {
 			if !wait(sent, &done, u.after) {
 				return
 			}
-			dst := u.buf
+			var err error
 			if u.reduce {
-				dst = c.scratchBuf(len(u.buf))
+				err = c.recvReduce(prev, o, i, u.buf, dt, op)
+			} else {
+				err = c.recv(prev, o, i, u.buf)
 			}
-			if err := c.recv(prev, o, i, dst); err != nil {
+			if err != nil {
 				fail(err)
 				return
-			}
-			if u.reduce {
-				reduceInto(u.buf, dst, dt, op, false)
 			}
 			recvd <- struct{}{}
 		}

@@ -9,7 +9,8 @@ import (
 	"github.com/elasticd/elasticd/allreduce"
 )
 
-// newWorld builds n communicators of one generation in this process, over loopback TCP.
+// newWorld builds n communicators of one generation in this process: over shared memory
+// where the OS has it, unless tweak sets Config.Transport, else over loopback TCP.
 func newWorld(t testing.TB, n int, gen uint64, store allreduce.Store, tweak func(*allreduce.Config)) []*allreduce.Comm {
 	t.Helper()
 	if store == nil {
@@ -61,4 +62,13 @@ func mustAll(t testing.TB, errs []error) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
+}
+
+// sameHostShm is how many of n peers on this machine a communicator reaches over shared
+// memory by default: all of them where the OS has the transport.
+func sameHostShm(n int) int {
+	if allreduce.ShmSupported {
+		return n
+	}
+	return 0
 }

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/elasticd/elasticd/allreduce"
 )
 
 // AllreduceResult is one size of an allreduce benchmark: one line of
@@ -29,6 +31,8 @@ type AllreduceResult struct {
 	MemcpyGbps float64 `json:"memcpy_gbps,omitempty"`
 	TCPGbps    float64 `json:"tcp_gbps,omitempty"`
 	RTTS       float64 `json:"rtt_s,omitempty"`
+	// ShmPeers is how many of rank 0's peers it reached over shared memory (0: all over TCP).
+	ShmPeers int `json:"shm_peers"`
 	// Ratios measured side by side in this run (0 when --no-baseline).
 	BusbwVsTCP    float64 `json:"busbw_vs_tcp,omitempty"`
 	BusbwVsMemcpy float64 `json:"busbw_vs_memcpy,omitempty"`
@@ -43,6 +47,7 @@ type AllreduceOptions struct {
 	Iters      int           // timed iterations per size (0: about 1 GB of traffic per size, 5 to 500)
 	ChunkBytes int           // ring pipelining chunk (0: library default)
 	SmallBytes int           // largest message sent by recursive doubling (0: library default)
+	Transport  string        // allreduce.Config.Transport: "auto" (""), or "tcp" to keep ranks off shared memory
 	Timeout    time.Duration // how long a rank waits on a silent peer
 	ProfileDir string        // each rank's CPU profile goes to ProfileDir/rank-N.pprof ("": none)
 	NoBaseline bool          // skip measuring memcpy, loopback TCP and round trip
@@ -63,6 +68,8 @@ func (o *AllreduceOptions) Validate() error {
 		return usageError("chunk-bytes", "%d: must be 0 (default) or between 64 and %d", o.ChunkBytes, 64<<20)
 	case o.SmallBytes < 0:
 		return usageError("small-bytes", "%d: must not be negative", o.SmallBytes)
+	case o.Transport != "" && o.Transport != allreduce.TransportAuto && o.Transport != allreduce.TransportTCP:
+		return usageError("transport", "%q: must be %s or %s", o.Transport, allreduce.TransportAuto, allreduce.TransportTCP)
 	case o.Timeout <= 0:
 		return usageError("timeout", "%v: must be positive, e.g. 30s", o.Timeout)
 	}
@@ -221,7 +228,8 @@ func runRanks(ctx context.Context, self string, stderr io.Writer, o AllreduceOpt
 	for r := range o.NP {
 		args := []string{"bench", RankCommand, "--rank", strconv.Itoa(r), "--np", strconv.Itoa(o.NP),
 			"--store", dir, "--sizes", strings.Join(sizes, ","), "--iters", strconv.Itoa(o.Iters),
-			"--chunk-bytes", strconv.Itoa(o.ChunkBytes), "--small-bytes", strconv.Itoa(o.SmallBytes), "--timeout", o.Timeout.String()}
+			"--chunk-bytes", strconv.Itoa(o.ChunkBytes), "--small-bytes", strconv.Itoa(o.SmallBytes), "--timeout", o.Timeout.String(),
+			"--transport", cmp.Or(o.Transport, allreduce.TransportAuto)}
 		if o.ProfileDir != "" {
 			args = append(args, "--cpuprofile", filepath.Join(o.ProfileDir, fmt.Sprintf("rank-%d.pprof", r)))
 		}
@@ -274,7 +282,11 @@ func runRanks(ctx context.Context, self string, stderr io.Writer, o AllreduceOpt
 }
 
 func printTable(w io.Writer, np int, m machine, results []AllreduceResult) {
-	fmt.Fprintf(w, "allreduce: float32 sum, %d rank processes on loopback TCP, median of iterations\n", np)
+	path := "on loopback TCP"
+	if len(results) > 0 && results[0].ShmPeers > 0 {
+		path = "over shared memory"
+	}
+	fmt.Fprintf(w, "allreduce: float32 sum, %d rank processes %s, median of iterations\n", np, path)
 	if m.memcpyGbps > 0 {
 		fmt.Fprintf(w, "machine:   memcpy %.2f GB/s (one core), TCP %.2f GB/s (one loopback stream), round trip %s\n\n",
 			m.memcpyGbps, m.tcpGbps, fmtDur(m.rttS))

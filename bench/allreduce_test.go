@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -39,6 +40,10 @@ func TestAllreduceJSON(t *testing.T) {
 				t.Errorf("line %d: %s = %v, want > 0", i, k, r[k])
 			}
 		}
+		// Rank 0 of 3 has two peers, both on this machine: shared memory where the OS has it.
+		if want := map[bool]float64{true: 2}[runtime.GOOS == "linux"]; r["shm_peers"] != want {
+			t.Errorf("line %d: shm_peers = %v, want %v", i, r["shm_peers"], want)
+		}
 		if got, want := r["algbw_gbps"], r["size_bytes"]/r["median_s"]/1e9; !near(got, want) {
 			t.Errorf("algbw %v, want size/median = %v", got, want)
 		}
@@ -67,6 +72,20 @@ func TestAllreduceTableOneRank(t *testing.T) {
 	}
 }
 
+// --transport tcp keeps ranks of one machine off shared memory, and the table says so.
+func TestAllreduceTransportTCP(t *testing.T) {
+	var out bytes.Buffer
+	var stderr syncBuffer
+	res, err := bench.Allreduce(bounded(t), bench.AllreduceOptions{Exe: binary, NP: 2, Sizes: []int64{64 << 10}, Iters: 2,
+		Transport: "tcp", Timeout: time.Minute, NoBaseline: true, Out: &out, Err: &stderr})
+	if err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	if len(res) != 1 || res[0].ShmPeers != 0 || !strings.Contains(out.String(), "on loopback TCP") {
+		t.Fatalf("results %+v, table:\n%s", res, out.String())
+	}
+}
+
 // Bad options are a *UsageError that names the flag and what is allowed, before anything runs.
 func TestBadOptionsAreUsageErrors(t *testing.T) {
 	ok := bench.AllreduceOptions{Exe: "/nonexistent/elasticd", NP: 2, Sizes: []int64{4096}, Timeout: time.Minute}
@@ -79,6 +98,7 @@ func TestBadOptionsAreUsageErrors(t *testing.T) {
 		{"np 65", func(o *bench.AllreduceOptions) { o.NP = 65 }, "--np: 65 ranks"},
 		{"iters", func(o *bench.AllreduceOptions) { o.Iters = -1 }, "--iters: -1"},
 		{"chunk", func(o *bench.AllreduceOptions) { o.ChunkBytes = 3 }, "--chunk-bytes: 3"},
+		{"transport", func(o *bench.AllreduceOptions) { o.Transport = "udp" }, "--transport: \"udp\""},
 		{"small", func(o *bench.AllreduceOptions) { o.SmallBytes = -1 }, "--small-bytes: -1"},
 		{"timeout", func(o *bench.AllreduceOptions) { o.Timeout = -time.Second }, "--timeout: "},
 		{"no sizes", func(o *bench.AllreduceOptions) { o.Sizes = nil }, "--sizes: "},

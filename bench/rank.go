@@ -14,7 +14,7 @@ import (
 
 // RankCommand is the hidden subcommand of `elasticd bench` that runs Rank; Allreduce starts
 // it with the flags --rank, --np, --store, --sizes (bytes, comma-separated), --iters,
-// --chunk-bytes, --small-bytes, --timeout and --cpuprofile, one per field of RankOptions.
+// --chunk-bytes, --small-bytes, --transport, --timeout and --cpuprofile, one per field of RankOptions.
 const RankCommand = "allreduce-rank"
 
 // RankOptions configure Rank: one rank process of Allreduce.
@@ -25,6 +25,7 @@ type RankOptions struct {
 	Iters      int     // 0: autoIters
 	ChunkBytes int
 	SmallBytes int
+	Transport  string // allreduce.Config.Transport
 	Timeout    time.Duration
 	CPUProfile string    // this rank's CPU profile file ("": none)
 	Out        io.Writer // rank 0 prints one AllreduceResult per size here as a JSON line
@@ -49,6 +50,7 @@ func Rank(ctx context.Context, o RankOptions) error {
 		Timeout:    o.Timeout,
 		ChunkBytes: o.ChunkBytes,
 		SmallBytes: o.SmallBytes,
+		Transport:  o.Transport,
 	})
 	if err != nil {
 		return err
@@ -65,6 +67,7 @@ func Rank(ctx context.Context, o RankOptions) error {
 		if err != nil {
 			return err
 		}
+		res.ShmPeers = comm.Stats().SharedMemory
 		if o.Rank == 0 {
 			if err := enc.Encode(res); err != nil {
 				return err

@@ -53,6 +53,7 @@ Example: elasticd bench allreduce --np 4 --sizes 4KB,64MB,256MB --json`,
 			&cli.BoolFlag{Name: "no-baseline", Usage: "skip measuring memcpy, loopback TCP and round trip", EnvVars: []string{"ELASTICD_NO_BASELINE"}},
 			&cli.IntFlag{Name: "chunk-bytes", Usage: "ring pipelining chunk (0: library default)", EnvVars: []string{"ELASTICD_CHUNK_BYTES"}},
 			&cli.IntFlag{Name: "small-bytes", Usage: "largest message sent by recursive doubling (0: library default)", EnvVars: []string{"ELASTICD_SMALL_BYTES"}},
+			&cli.StringFlag{Name: "transport", Value: "auto", Usage: "ranks on this machine talk over shared memory (auto) or TCP (tcp)", EnvVars: []string{"ELASTICD_TRANSPORT"}},
 			&cli.DurationFlag{Name: "timeout", Value: time.Minute, Usage: "how long a rank waits on a silent peer", EnvVars: []string{"ELASTICD_TIMEOUT"}},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write each rank's CPU profile to `DIR`/rank-N.pprof (for go tool pprof)", EnvVars: []string{"ELASTICD_CPUPROFILE"}},
 		},
@@ -62,7 +63,7 @@ Example: elasticd bench allreduce --np 4 --sizes 4KB,64MB,256MB --json`,
 
 func benchAllreduce(c *cli.Context) error {
 	o := bench.AllreduceOptions{NP: c.Int("np"), Iters: c.Int("iters"), ChunkBytes: c.Int("chunk-bytes"), SmallBytes: c.Int("small-bytes"),
-		Timeout: c.Duration("timeout"), ProfileDir: c.String("cpuprofile"), NoBaseline: c.Bool("no-baseline"), JSON: c.Bool("json"),
+		Transport: c.String("transport"), Timeout: c.Duration("timeout"), ProfileDir: c.String("cpuprofile"), NoBaseline: c.Bool("no-baseline"), JSON: c.Bool("json"),
 		Out: c.App.Writer, Err: c.App.ErrWriter}
 	if err := o.Validate(); err != nil {
 		return benchExit(err)
@@ -172,7 +173,7 @@ func benchRankCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "rank"}, &cli.IntFlag{Name: "np"}, &cli.StringFlag{Name: "store"},
 			&cli.StringFlag{Name: "sizes"}, &cli.IntFlag{Name: "iters"}, &cli.IntFlag{Name: "chunk-bytes"},
-			&cli.IntFlag{Name: "small-bytes"}, &cli.DurationFlag{Name: "timeout"}, &cli.StringFlag{Name: "cpuprofile"},
+			&cli.IntFlag{Name: "small-bytes"}, &cli.StringFlag{Name: "transport"}, &cli.DurationFlag{Name: "timeout"}, &cli.StringFlag{Name: "cpuprofile"},
 		},
 		Action: func(c *cli.Context) error {
 			var sizes []int64
@@ -184,7 +185,7 @@ func benchRankCommand() *cli.Command {
 				sizes = append(sizes, size)
 			}
 			return bench.Rank(c.Context, bench.RankOptions{Rank: c.Int("rank"), NP: c.Int("np"), Store: c.String("store"), Sizes: sizes,
-				Iters: c.Int("iters"), ChunkBytes: c.Int("chunk-bytes"), SmallBytes: c.Int("small-bytes"), Timeout: c.Duration("timeout"),
+				Iters: c.Int("iters"), ChunkBytes: c.Int("chunk-bytes"), SmallBytes: c.Int("small-bytes"), Transport: c.String("transport"), Timeout: c.Duration("timeout"),
 				CPUProfile: c.String("cpuprofile"), Out: c.App.Writer})
 		},
 	}

@@ -1,0 +1,3 @@
+package allreduce
+
+var shmOn = map[bool]int{true: 1}[shmSupported]

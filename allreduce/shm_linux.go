@@ -1,0 +1,121 @@
+package allreduce
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Futex operations (linux/futex.h); not the _PRIVATE ones: the word is shared between processes.
+const (
+	futexWaitOp = 0
+	futexWakeOp = 1
+)
+
+// futexWait sleeps while *w == v, for at most d (or until a signal or a wake).
+func futexWait(w *atomic.Uint32, v uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitOp, uintptr(v), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+func osYield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
+func futexWake(w *atomic.Uint32) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeOp, 1, 0, 0, 0)
+}
+
+// segment is a shared-memory segment being set up: an anonymous memfd, so that nothing is
+// left in any file system whatever happens to the processes; the peer opens it through
+// /proc/<pid>/fd/<fd>, which the kernel allows only to the same user.
+type segment struct {
+	file *os.File
+	mem  []byte
+}
+
+func createSegment(ringSize int, token []byte) (*segment, error) {
+	fd, err := unix.MemfdCreate("elasticd-allreduce", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "memfd:elasticd-allreduce")
+	size := segHeader + 2*ringSize
+	if err := f.Truncate(int64(size)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("size shared memory: %w", err)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("map shared memory: %w", err)
+	}
+	putU64(mem[0:], shmMagic)
+	putU64(mem[8:], uint64(ringSize))
+	copy(mem[16:16+tokenLen], token)
+	return &segment{file: f, mem: mem}, nil
+}
+
+// openSegment maps the creator's segment and checks that it is the one the token names.
+func openSegment(pid, fd, ringSize int, token []byte) ([]byte, error) {
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size := segHeader + 2*ringSize
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() != int64(size) {
+		return nil, fmt.Errorf("segment of %d bytes, expected %d", st.Size(), size)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map: %w", err)
+	}
+	if getU64(mem[0:]) != shmMagic || getU64(mem[8:]) != uint64(ringSize) || !bytes.Equal(mem[16:16+tokenLen], token) {
+		unix.Munmap(mem)
+		return nil, errors.New("segment does not carry the offered token")
+	}
+	return mem, nil
+}
+
+func unmapSegment(mem []byte) error { return unix.Munmap(mem) }
+
+// bootID names this boot of this machine: two ranks that read the same one share a kernel.
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// peekConn reports, without blocking or consuming anything, whether the connection has
+// something to say: bytes (an abort frame), its end, or an error. false: still quiet.
+func peekConn(conn *net.TCPConn) bool {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return true
+	}
+	var b [1]byte
+	var perr error
+	err = rc.Read(func(fd uintptr) bool {
+		_, _, perr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		return true
+	})
+	if err != nil {
+		return true // a deadline (our own interruption) or a closed socket: let the read tell
+	}
+	// No byte and no error is the connection's end; a byte is a frame: both end the wait.
+	return !errors.Is(perr, unix.EAGAIN)
+}
+
+const shmSupported = true
