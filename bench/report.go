@@ -152,6 +152,8 @@ func printReport(w io.Writer, lines []reportLine) {
 // names are their own title.
 func implTitle(impl string) string {
 	switch impl {
+	case "elasticd-tcp":
+		return "elasticd TCP"
 	case "gloo":
 		return "Gloo"
 	case "torch-gloo":

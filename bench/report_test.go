@@ -75,6 +75,7 @@ func TestReportNamesEveryBaseline(t *testing.T) {
 {"impl":"torch-gloo","size_bytes":4096,"ranks":2,"median_s":0.00004}
 {"impl":"mpi","size_bytes":4096,"ranks":2,"median_s":0.00001}
 {"impl":"mpi-shm","size_bytes":4096,"ranks":2,"median_s":0.000005}
+{"impl":"elasticd-tcp","size_bytes":4096,"ranks":2,"median_s":0.00003}
 `
 	var out bytes.Buffer
 	if err := bench.Report(bench.ReportOptions{Stdin: strings.NewReader(lines), Out: &out}); err != nil {
@@ -89,15 +90,15 @@ func TestReportNamesEveryBaseline(t *testing.T) {
 	}
 	// Column titles, in this order: the medians, then the ratios.
 	at := 0
-	for _, title := range []string{"elasticd", "Gloo", "torch Gloo", "Open MPI TCP", "Open MPI shm",
-		"vs Gloo", "vs torch Gloo", "vs Open MPI TCP", "vs Open MPI shm"} {
+	for _, title := range []string{"elasticd", "Gloo", "torch Gloo", "Open MPI TCP", "Open MPI shm", "elasticd TCP",
+		"vs Gloo", "vs torch Gloo", "vs Open MPI TCP", "vs Open MPI shm", "vs elasticd TCP"} {
 		i := strings.Index(rows[1][at:], title)
 		if i < 0 {
 			t.Fatalf("header lacks %q after column %d: %q", title, at, rows[1])
 		}
 		at += i + len(title)
 	}
-	if strings.Contains(rows[1], "mpi") || strings.Contains(rows[1], "torch-gloo") {
+	if strings.Contains(rows[1], "mpi") || strings.Contains(rows[1], "torch-gloo") || strings.Contains(rows[1], "elasticd-tcp") {
 		t.Errorf("header has a raw impl name: %q", rows[1])
 	}
 	var ratios []string
@@ -106,8 +107,8 @@ func TestReportNamesEveryBaseline(t *testing.T) {
 			ratios = append(ratios, f)
 		}
 	}
-	if want := []string{"2.00x", "4.00x", "1.00x", "0.50x"}; !slices.Equal(ratios, want) {
-		t.Errorf("ratios %v, want %v (gloo, torch-gloo, mpi, mpi-shm over elasticd) in %q", ratios, want, rows[2])
+	if want := []string{"2.00x", "4.00x", "1.00x", "0.50x", "3.00x"}; !slices.Equal(ratios, want) {
+		t.Errorf("ratios %v, want %v (gloo, torch-gloo, mpi, mpi-shm, elasticd-tcp over elasticd) in %q", ratios, want, rows[2])
 	}
 	for _, want := range []string{"10µs", "2"} { // elasticd's median of 8 and 12µs; 2 rounds
 		if !strings.Contains(rows[2], want) {

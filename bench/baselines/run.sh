@@ -119,11 +119,14 @@ inner() {
       done
       trap - TERM INT HUP
       ;;
-    elasticd)
-      local csv
+    elasticd | elasticd-tcp)
+      # elasticd: as it runs by default, ranks on one host over shared memory; elasticd-tcp:
+      # with shared memory off, over loopback TCP like the TCP baselines.
+      local csv transport=auto
       csv=$(IFS=,; echo "$*")
+      [[ "$impl" == elasticd-tcp ]] && transport=tcp
       timeout -k 10 "$RUN_TIMEOUT" "$ELASTICD_BIN" bench allreduce --np "$np" --sizes "$csv" \
-        --json --no-baseline | sed 's/^{/{"impl":"elasticd",/'
+        --transport "$transport" --json --no-baseline | sed "s/^{/{\"impl\":\"$impl\",/"
       ;;
     mpi)
       # mpirun forwards rank 0's stdout to ours and forwards TERM to ranks.
@@ -151,7 +154,7 @@ export BUILD_DIR="${BUILD_DIR:-/tmp/elasticd-baselines}"
 export RUN_TIMEOUT="${RUN_TIMEOUT:-300}"
 NPS="${NPS:-2 4}"
 SIZES="${SIZES:-4096 65536 1048576 16777216 67108864 268435456}"
-IMPLS="${IMPLS:-elasticd gloo torch-gloo mpi mpi-shm}"
+IMPLS="${IMPLS:-elasticd elasticd-tcp gloo torch-gloo mpi mpi-shm}"
 export TORCH_PYTHON="${TORCH_PYTHON:-/usr/bin/python3}"
 ROUNDS="${ROUNDS:-1}"
 export ELASTICD_BIN="${ELASTICD_BIN:-$HERE/../../bin/elasticd}"
@@ -171,7 +174,7 @@ done
 for impl in "${impl_list[@]}"; do
   case "$impl" in
     gloo | mpi | mpi-shm) ;;
-    elasticd) [[ -x "$ELASTICD_BIN" ]] || die "$ELASTICD_BIN is not built (make build)" ;;
+    elasticd | elasticd-tcp) [[ -x "$ELASTICD_BIN" ]] || die "$ELASTICD_BIN is not built (make build)" ;;
     torch-gloo)
       # Not installed here: python3-torch is large, and another interpreter may be meant.
       torch_err=$("$TORCH_PYTHON" -c 'import torch, torch.distributed as d
