@@ -45,6 +45,7 @@ type Options struct {
 	ListenAddr        string        // rendezvous listen address; default 127.0.0.1:0
 	AdvertiseHost     string        // host workers use to reach the rendezvous; default the listener's, or this machine's first non-loopback IPv4 address when it listens on all interfaces
 	CommTimeout       time.Duration // workers' allreduce timeout; default 30s
+	CommTransport     string        // workers' allreduce transport: allreduce.TransportAuto ("" too) or TransportTCP
 	Logger            *slog.Logger
 	// Agents, when set, serves the agents' protocol on the rendezvous listener, and the
 	// notices and GPU faults its agents report reach the job. The caller wraps Provider and

@@ -9,6 +9,9 @@ const (
 	EnvGeneration  = "ELASTICD_GENERATION"   // the generation the process was launched for
 	EnvHostAddr    = "ELASTICD_HOST_ADDR"    // the address peers reach this host at
 	EnvCommTimeout = "ELASTICD_COMM_TIMEOUT" // allreduce.Config.Timeout, a Go duration
+	// EnvCommTransport is allreduce.Config.Transport: "auto" (shared memory with ranks on the
+	// same machine) or "tcp" (TCP with every peer).
+	EnvCommTransport = "ELASTICD_COMM_TRANSPORT"
 	// EnvCheckpointDir and EnvCheckpointEvery are --checkpoint-dir and --checkpoint-every:
 	// rank 0 writes its commit there every N commits, and a rank 0 with no commit of its own
 	// (every worker was lost) resumes from the newest valid one.

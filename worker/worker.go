@@ -34,15 +34,16 @@ var (
 
 // Worker is one training process's membership in the job.
 type Worker struct {
-	id          protocol.WorkerID
-	job         string
-	client      *rendezvous.Client
-	secret      []byte
-	hostAddr    string
-	commTimeout time.Duration
-	loadEvery   time.Duration
-	log         *slog.Logger
-	badTransfer sync.Once // ELASTICD_STATE_TRANSFER was not understood, and the log said so
+	id            protocol.WorkerID
+	job           string
+	client        *rendezvous.Client
+	secret        []byte
+	hostAddr      string
+	commTimeout   time.Duration
+	commTransport string
+	loadEvery     time.Duration
+	log           *slog.Logger
+	badTransfer   sync.Once // ELASTICD_STATE_TRANSFER was not understood, and the log said so
 
 	assign protocol.Assignment
 	comm   *allreduce.Comm
@@ -84,6 +85,9 @@ type Config struct {
 	Generation  uint64            // the generation the process was launched for (>= 1)
 	HostAddr    string            // the address peers reach this host at
 	CommTimeout time.Duration     // allreduce.Config.Timeout; default 30s
+	// CommTransport is allreduce.Config.Transport: "" or "auto" (shared memory with ranks on
+	// this machine), or "tcp".
+	CommTransport string
 	// CheckpointDir, when set, is where rank 0 writes its commit every CheckpointEvery
 	// commits (default protocol.DefaultCheckpointEvery), and where a job that lost every worker resumes from.
 	CheckpointDir   string
@@ -145,6 +149,12 @@ func ConfigFromEnv() (Config, error) {
 			return Config{}, fmt.Errorf("worker: %s %q: want a positive duration like 30s", protocol.EnvCommTimeout, v)
 		}
 	}
+	switch v := os.Getenv(protocol.EnvCommTransport); v {
+	case "", allreduce.TransportAuto, allreduce.TransportTCP:
+		cfg.CommTransport = v
+	default:
+		return Config{}, fmt.Errorf("worker: %s %q: want %s or %s", protocol.EnvCommTransport, v, allreduce.TransportAuto, allreduce.TransportTCP)
+	}
 	cfg.CheckpointDir = os.Getenv(protocol.EnvCheckpointDir)
 	if v := os.Getenv(protocol.EnvCheckpointEvery); v != "" {
 		if cfg.CheckpointEvery, err = strconv.Atoi(v); err != nil || cfg.CheckpointEvery < 1 {
@@ -176,7 +186,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 		cfg.CommTimeout = 30 * time.Second
 	}
 	w := &Worker{
-		id: cfg.ID, job: cfg.JobID, secret: cfg.Secret, hostAddr: cfg.HostAddr, commTimeout: cfg.CommTimeout,
+		id: cfg.ID, job: cfg.JobID, secret: cfg.Secret, hostAddr: cfg.HostAddr, commTimeout: cfg.CommTimeout, commTransport: cfg.CommTransport,
 		ckptDir: cfg.CheckpointDir, ckptEvery: cmp.Or(cfg.CheckpointEvery, protocol.DefaultCheckpointEvery),
 		client:   rendezvous.NewClient(cfg.Rendezvous, cfg.Secret, cfg.ID, nil),
 		log:      log.With("worker", cfg.ID.String()),
@@ -217,13 +227,14 @@ func (w *Worker) join(ctx context.Context, after uint64, why protocol.ReadyRepor
 			Rank: a.Rank, Size: a.Size, Generation: a.Generation,
 			Store:      w.client.Store(a.Generation),
 			ListenAddr: net.JoinHostPort(w.hostAddr, "0"), AdvertiseHost: w.hostAddr,
-			Timeout: w.commTimeout, Secret: w.secret, Logger: w.log,
+			Timeout: w.commTimeout, Transport: w.commTransport, Secret: w.secret, Logger: w.log,
 			ID: w.id.String(), Previous: prev,
 		})
 		if err == nil {
 			w.assign, w.comm = a, comm
 			w.seen = max(w.seen, a.HostsVersion)
-			w.log.Info("joined generation", "generation", a.Generation, "rank", a.Rank, "world_size", a.Size)
+			w.log.Info("joined generation", "generation", a.Generation, "rank", a.Rank, "world_size", a.Size,
+				"shared_memory_peers", comm.Stats().SharedMemory)
 			return nil
 		}
 		if !commError(err) || ctx.Err() != nil {

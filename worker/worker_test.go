@@ -128,6 +128,14 @@ func TestConfigFromEnvNamesWhatIsMissing(t *testing.T) {
 	if err != nil || cfg.Generation != 3 || cfg.ID != (protocol.WorkerID{Host: "h", Slot: 0}) || string(cfg.Secret) != "\xab\xcd" {
 		t.Fatalf("ConfigFromEnv: %+v, %v", cfg, err)
 	}
+	t.Setenv(protocol.EnvCommTransport, "shm")
+	if _, err := worker.ConfigFromEnv(); err == nil || !errorsContain(err, protocol.EnvCommTransport, `"shm"`, "auto", "tcp") {
+		t.Fatalf("ConfigFromEnv with a bad transport: %v", err)
+	}
+	t.Setenv(protocol.EnvCommTransport, "tcp")
+	if cfg, err := worker.ConfigFromEnv(); err != nil || cfg.CommTransport != "tcp" {
+		t.Fatalf("ConfigFromEnv: %+v, %v; want CommTransport tcp", cfg, err)
+	}
 }
 
 func errorsContain(err error, subs ...string) bool {

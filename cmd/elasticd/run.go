@@ -106,6 +106,7 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.BoolFlag{Name: "warm-start", Usage: "restart mode, --launcher local, a python command: keep a spare interpreter per slot with torch already imported, so that a restart does not wait for Python and torch to load again (costs one idle interpreter's memory per slot)", EnvVars: []string{"ELASTICD_WARM_START"}},
 			&cli.DurationFlag{Name: "start-timeout", Value: driver.DefaultStartTimeout, Usage: "in-process mode: how long a launched worker may take to register (restart-mode scripts never register and are not failed for it)", EnvVars: []string{"ELASTICD_START_TIMEOUT"}},
 			&cli.DurationFlag{Name: "barrier-timeout", Value: driver.DefaultBarrierTimeout, Usage: "once a reset begins, how long a worker may take to reach it before it counts as hung and is killed (cut to 1s once a peer reports it silent inside a collective)", EnvVars: []string{"ELASTICD_BARRIER_TIMEOUT"}},
+			&cli.StringFlag{Name: "comm-transport", Value: "auto", Usage: "how workers on the same machine exchange data in collectives: auto (shared memory, TCP with the others) or tcp (TCP with every peer; Go workers only)", EnvVars: []string{"ELASTICD_COMM_TRANSPORT"}},
 			&cli.DurationFlag{Name: "comm-timeout", Value: 30 * time.Second, Usage: "how long a worker waits on a silent peer inside a collective", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
 			&cli.StringFlag{Name: "checkpoint-dir", Usage: "in-process mode: rank 0 writes its commit to `DIR` every --checkpoint-every commits (atomically, with a digest; the newest two kept), and a job that loses every worker at once starts over from the newest valid one on the slots that come back within --elastic-timeout. Use a volume every host mounts at the same path; one directory per job (a job started on a directory that holds checkpoints resumes from them). Python: elasticd.torch's TorchState writes and reads it too", EnvVars: []string{"ELASTICD_CHECKPOINT_DIR"}},
 			&cli.StringFlag{Name: "state-dir", Usage: "keep the job's state in `DIR` (generation, members, blacklist, reset counts, job ID) so that a driver started again with the same DIR takes the job up after a crash, a SIGKILL or a reboot of its machine. With --launcher agent the workers keep training meanwhile (up to the agents' --driver-timeout) and are adopted, no step lost: start it again with the same --listen. With local and ssh they died with the driver: the job starts again, from --checkpoint-dir. One driver per DIR; a job that ends removes its state", EnvVars: []string{"ELASTICD_STATE_DIR"}},
@@ -237,6 +238,12 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 		return o, cli.Exit(err.Error(), 2)
 	}
 	o.CommTimeout, o.StopGrace = c.Duration("comm-timeout"), c.Duration("stop-grace")
+	switch t := c.String("comm-transport"); t {
+	case "auto", "tcp":
+		o.CommTransport = t
+	default:
+		return o, usageError("comm-transport", "%q: use auto or tcp", t)
+	}
 	o.DiscoveryInterval, o.DiscoveryTimeout = c.Duration("discovery-interval"), c.Duration("discovery-timeout")
 	o.OutputDir = c.String("output-dir")
 	if o.Dir, err = os.Getwd(); err != nil {

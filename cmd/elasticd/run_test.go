@@ -504,6 +504,28 @@ func TestRunJobIDIsNotFromTheSecret(t *testing.T) {
 	}
 }
 
+// --comm-transport reaches the workers' environment, where the Go runtime hands it to
+// allreduce (worker.ConfigFromEnv); auto when not given; a bad value is a usage error.
+func TestRunCommTransport(t *testing.T) {
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{{nil, "auto"}, {[]string{"--comm-transport", "tcp"}, "tcp"}} {
+		args := append(append([]string{"run", "-np", "1"}, tc.flags...), "--", "sh", "-c", `echo "transport=$ELASTICD_COMM_TRANSPORT"`)
+		j := startJob(t, args...)
+		if code := j.wait(time.Minute); code != 0 {
+			t.Fatalf("%v: exit %d", tc.flags, code)
+		}
+		if !strings.Contains(j.output(), "transport="+tc.want+"\n") {
+			t.Fatalf("%v: the worker did not see ELASTICD_COMM_TRANSPORT=%s", tc.flags, tc.want)
+		}
+	}
+	j := startJob(t, "run", "-np", "1", "--comm-transport", "shm", "--", "true")
+	if code := j.wait(time.Minute); code != 2 || !strings.Contains(j.output(), `--comm-transport: "shm": use auto or tcp`) {
+		t.Fatalf("--comm-transport shm: exit %d, want 2 naming the flag and the values", code)
+	}
+}
+
 // Every worker SIGKILLed at once: with --checkpoint-dir the job is not over. Rank 0 wrote its
 // commit every 5 commits; the slots come back after their cooldown, the new rank 0 resumes
 // from the newest checkpoint, and the job finishes at its last step.

@@ -77,7 +77,7 @@ variable "driver_flags" {
   validation {
     condition = alltrue([for f in var.driver_flags : !startswith(f, "-") || f == "--" || can(regex("^-[0-9]", f)) || contains([
       "H", "admin-secret-file", "agent-secret-file", "asg", "barrier-timeout", "blacklist-cooldown-range",
-      "checkpoint-dir", "checkpoint-every", "comm-timeout", "discovery-interval", "discovery-timeout",
+      "checkpoint-dir", "checkpoint-every", "comm-timeout", "comm-transport", "discovery-interval", "discovery-timeout",
       "driver-addr", "elastic-timeout", "endpoint", "flap-limit", "flap-window", "host-discovery-script",
       "hosts", "instance-group", "launcher", "listen", "local-spot", "max-np", "mig", "min-np", "mode", "np",
       "output-dir", "prices", "project", "provider", "region", "reset-limit", "resource-group",
