@@ -23,6 +23,12 @@
 #   ISOLATE_NET  auto|1|0: run each benchmark inside a fresh network namespace
 #                that only has loopback (unshare --net), so nothing can bind or
 #                connect to a non-loopback address. auto = if unshare works.
+#   GLIBC_TUNABLES  given to every implementation (Open MPI's ranks through
+#                mpirun -x); default: glibc keeps freed buffers of up to 256 MiB
+#                instead of unmapping them, so that a library that allocates a
+#                temporary buffer per call (Open MPI does above 32 MiB) is not
+#                measured page-faulting it in every time; GLIBC_TUNABLES= (empty)
+#                measures the libraries as glibc's defaults leave them
 #
 # stdout: one JSON object per (impl, ranks, size); everything else -> stderr.
 # Exit status is non-zero if installing, building or any run fails.
@@ -46,6 +52,7 @@ MPI_FLAGS=(
   --allow-run-as-root --oversubscribe --bind-to none
   --mca pml ob1
   --mca oob_tcp_if_include lo
+  -x GLIBC_TUNABLES
 )
 MPI_TCP_FLAGS=(
   --mca btl tcp,self
@@ -152,6 +159,8 @@ fi
 # ---------------------------------------------------------------------------
 export BUILD_DIR="${BUILD_DIR:-/tmp/elasticd-baselines}"
 export RUN_TIMEOUT="${RUN_TIMEOUT:-300}"
+export GLIBC_TUNABLES="${GLIBC_TUNABLES-glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824}"
+log "GLIBC_TUNABLES=${GLIBC_TUNABLES:-(empty: the glibc defaults)}"
 NPS="${NPS:-2 4}"
 SIZES="${SIZES:-4096 65536 1048576 16777216 67108864 268435456}"
 IMPLS="${IMPLS:-elasticd elasticd-tcp gloo torch-gloo mpi mpi-shm}"
