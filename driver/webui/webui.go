@@ -51,29 +51,15 @@ const reportCSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline';
 // same page, script and style as the live one, which draws that status once instead of
 // polling. It opens from file:// with no driver running: the job's post-mortem.
 func Report(w io.Writer, status any) error {
-	read := func(name string) (string, error) {
+	asset := map[string]string{}
+	for _, name := range []string{"index.html", "app.css", "app.js", "favicon.svg"} {
 		b, err := files.ReadFile("assets/" + name)
 		if err != nil {
-			return "", fmt.Errorf("report: %w", err)
+			return fmt.Errorf("report: %w", err)
 		}
-		return string(b), nil
+		asset[name] = string(b)
 	}
-	page, err := read("index.html")
-	if err != nil {
-		return err
-	}
-	css, err := read("app.css")
-	if err != nil {
-		return err
-	}
-	js, err := read("app.js")
-	if err != nil {
-		return err
-	}
-	icon, err := read("favicon.svg")
-	if err != nil {
-		return err
-	}
+	page, css, js, icon := asset["index.html"], asset["app.css"], asset["app.js"], asset["favicon.svg"]
 	// json.Marshal escapes <, > and & in strings, so no status string can end the script.
 	data, err := json.Marshal(status)
 	if err != nil {
