@@ -35,6 +35,12 @@ func userDocs(t *testing.T) []string {
 // commandLine matches an elasticd command line: in a code block, or in an inline code span.
 var commandLine = regexp.MustCompile("(?:^|[\\s`(])(?:[./\\w-]*bin/)?elasticd((?: +[^`#]*)?)")
 
+// codeSpan is an inline code span of a line of prose; flagRow a flag table's row.
+var (
+	codeSpan = regexp.MustCompile("`([^`]+)`")
+	flagRow  = regexp.MustCompile("^\\| `(--?[a-z][a-z0-9-]*)`")
+)
+
 // docFlagProblems returns, for one document's text, each elasticd command line whose
 // subcommand or flags the app does not have, and each flag table row naming no flag of any
 // command.
@@ -61,12 +67,12 @@ func docFlagProblems(app *cli.App, name, text string) []string {
 				candidates = append(candidates, m[1])
 			}
 		} else {
-			for _, span := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(line, -1) {
-				if m := commandLine.FindStringSubmatch(span[1]); m != nil && strings.HasPrefix(strings.TrimSpace(span[1]), strings.TrimSpace(span[1][:strings.Index(span[1], "elasticd")])+"elasticd") {
+			for _, span := range codeSpan.FindAllStringSubmatch(line, -1) {
+				if m := commandLine.FindStringSubmatch(span[1]); m != nil {
 					candidates = append(candidates, m[1])
 				}
 			}
-			if row := regexp.MustCompile("^\\| `(--?[a-z][a-z0-9-]*)`").FindStringSubmatch(line); row != nil && tables {
+			if row := flagRow.FindStringSubmatch(line); row != nil && tables {
 				if !anyCommandHas(app, strings.TrimLeft(row[1], "-")) {
 					problems = append(problems, fmt.Sprintf("%s:%d: flag table row %s: no command has this flag", name, i+1, row[1]))
 				}
