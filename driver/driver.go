@@ -122,6 +122,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.CommTimeout == 0 {
 		o.CommTimeout = 30 * time.Second
 	}
+	o.CommTransport = cmp.Or(o.CommTransport, allreduce.TransportAuto)
 	if o.Stdout == nil {
 		o.Stdout = io.Discard
 	}

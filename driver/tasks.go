@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elasticd/elasticd/allreduce"
 	"github.com/elasticd/elasticd/proc"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
@@ -92,7 +91,7 @@ func (d *runner) start(ctx context.Context, a Launch, port *masterPort) (*runnin
 		protocol.EnvGeneration+"="+strconv.FormatUint(a.Generation, 10),
 		protocol.EnvHostAddr+"="+a.Addr,
 		protocol.EnvCommTimeout+"="+d.o.CommTimeout.String(),
-		protocol.EnvCommTransport+"="+cmp.Or(d.o.CommTransport, allreduce.TransportAuto),
+		protocol.EnvCommTransport+"="+d.o.CommTransport,
 		// The conventional names, so unmodified scripts find their place (at launch).
 		"RANK="+strconv.Itoa(as.Rank), "WORLD_SIZE="+strconv.Itoa(as.Size),
 		"LOCAL_RANK="+strconv.Itoa(as.LocalRank), "LOCAL_WORLD_SIZE="+strconv.Itoa(as.LocalSize),

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/elasticd/elasticd/allreduce"
 	"github.com/elasticd/elasticd/driver"
 	"github.com/elasticd/elasticd/driver/admin"
 	"github.com/elasticd/elasticd/driver/agents"
@@ -239,7 +240,7 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 	}
 	o.CommTimeout, o.StopGrace = c.Duration("comm-timeout"), c.Duration("stop-grace")
 	switch t := c.String("comm-transport"); t {
-	case "auto", "tcp":
+	case allreduce.TransportAuto, allreduce.TransportTCP:
 		o.CommTransport = t
 	default:
 		return o, usageError("comm-transport", "%q: use auto or tcp", t)
