@@ -2,6 +2,7 @@ package allreduce
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -55,8 +56,8 @@ func createSegment(ringSize int, token []byte) (*segment, error) {
 		f.Close()
 		return nil, fmt.Errorf("map shared memory: %w", err)
 	}
-	putU64(mem[0:], shmMagic)
-	putU64(mem[8:], uint64(ringSize))
+	binary.LittleEndian.PutUint64(mem[0:], shmMagic)
+	binary.LittleEndian.PutUint64(mem[8:], uint64(ringSize))
 	copy(mem[16:16+tokenLen], token)
 	return &segment{file: f, mem: mem}, nil
 }
@@ -80,7 +81,7 @@ func openSegment(pid, fd, ringSize int, token []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("map: %w", err)
 	}
-	if getU64(mem[0:]) != shmMagic || getU64(mem[8:]) != uint64(ringSize) || !bytes.Equal(mem[16:16+tokenLen], token) {
+	if binary.LittleEndian.Uint64(mem[0:]) != shmMagic || binary.LittleEndian.Uint64(mem[8:]) != uint64(ringSize) || !bytes.Equal(mem[16:16+tokenLen], token) {
 		unix.Munmap(mem)
 		return nil, errors.New("segment does not carry the offered token")
 	}

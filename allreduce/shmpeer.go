@@ -24,9 +24,6 @@ const (
 // maxShmOffer bounds an shm offer's payload: 32 bytes of numbers and token, and a boot ID.
 const maxShmOffer = 32 + 128
 
-func putU64(b []byte, v uint64) { binary.LittleEndian.PutUint64(b, v) }
-func getU64(b []byte) uint64    { return binary.LittleEndian.Uint64(b) }
-
 // setupShm agrees with every peer on whether their data goes through shared memory: the
 // lower rank of each pair offers a segment, the higher one maps it or declines. Declining
 // (another machine, TCP forced, a segment that will not open) leaves the pair on TCP; an
