@@ -121,7 +121,13 @@ func TestGuardKillsGroupOnEOF(t *testing.T) {
 	}
 	defer guard.Process.Kill()
 	// A shutdown's SIGTERM to the guard must not stop it: it would leave the group behind.
-	time.Sleep(100 * time.Millisecond) // let sh set its traps
+	// Sent only once sh has run its trap (the kernel lists SIGTERM as ignored), so that the
+	// test does not race the guard's start.
+	for deadline := time.Now().Add(5 * time.Second); !ignores(guard.Process.Pid, syscall.SIGTERM); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the guard did not set its trap within 5 s")
+		}
+	}
 	if err := guard.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -157,4 +163,19 @@ func TestGuardKillsGroupOnEOF(t *testing.T) {
 			t.Fatalf("pid %d of the group outlived the guard", child)
 		}
 	}
+}
+
+// ignores reports whether process pid ignores sig, from the SigIgn mask in /proc/PID/status.
+func ignores(pid int, sig syscall.Signal) bool {
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if mask, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			bits, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
+			return err == nil && bits&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
 }
