@@ -90,13 +90,20 @@ func openSegment(pid, fd, ringSize int, token []byte) ([]byte, error) {
 
 func unmapSegment(mem []byte) error { return unix.Munmap(mem) }
 
-// bootID names this boot of this machine: two ranks that read the same one share a kernel.
-func bootID() string {
+// hostID names this boot of this machine and this network namespace: two ranks that read the
+// same one share a kernel and a network stack, that is, one host. Ranks in separate network
+// namespaces (containers, or the hosts the cross-host benchmark makes with veth pairs) count
+// as separate hosts and talk over TCP, as ranks on separate machines would.
+func hostID() string {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return ""
 	}
-	return string(bytes.TrimSpace(b))
+	ns, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		return ""
+	}
+	return string(bytes.TrimSpace(b)) + " " + ns
 }
 
 // peekConn reports, without blocking or consuming anything, whether the connection has

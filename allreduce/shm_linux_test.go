@@ -239,7 +239,7 @@ func TestShmBadOfferFallsBack(t *testing.T) {
 		b := binary.LittleEndian.AppendUint32(nil, uint32(os.Getpid()))
 		b = binary.LittleEndian.AppendUint32(b, uint32(fd))
 		b = binary.LittleEndian.AppendUint64(b, 64<<10)
-		return append(append(b, tok...), bootID()...)
+		return append(append(b, tok...), hostID()...)
 	}
 	for _, tc := range []struct {
 		name  string

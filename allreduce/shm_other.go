@@ -25,5 +25,5 @@ func osYield()                                              {}
 func createSegment(int, []byte) (*segment, error)           { return nil, errNoShm }
 func openSegment(_, _, _ int, _ []byte) ([]byte, error)     { return nil, errNoShm }
 func unmapSegment([]byte) error                             { return nil }
-func bootID() string                                        { return "" }
+func hostID() string                                        { return "" }
 func peekConn(*net.TCPConn) bool                            { return false }

@@ -21,7 +21,7 @@ const (
 	TransportTCP = "tcp"
 )
 
-// maxShmOffer bounds an shm offer's payload: 32 bytes of numbers and token, and a boot ID.
+// maxShmOffer bounds an shm offer's payload: 32 bytes of numbers and token, and a host ID.
 const maxShmOffer = 32 + 128
 
 // setupShm agrees with every peer on whether their data goes through shared memory: the
@@ -126,7 +126,7 @@ func (c *Comm) offerShm(p *peer) error {
 			offer = binary.LittleEndian.AppendUint32(offer, uint32(seg.file.Fd()))
 			offer = binary.LittleEndian.AppendUint64(offer, uint64(ringSize))
 			offer = append(offer, token...)
-			offer = append(offer, bootID()...)
+			offer = append(offer, hostID()...)
 		}
 	}
 	if err := c.writeShmFrame(p, offer); err != nil {
@@ -188,12 +188,12 @@ func (c *Comm) acceptOffer(offer []byte) ([]byte, error) {
 	fd := int(binary.LittleEndian.Uint32(offer[4:]))
 	ringSize := binary.LittleEndian.Uint64(offer[8:])
 	token := offer[16 : 16+tokenLen]
-	boot := string(offer[16+tokenLen:])
+	host := string(offer[16+tokenLen:])
 	switch {
 	case !shmSupported:
 		return nil, errNoShm
-	case boot == "" || boot != bootID():
-		return nil, errors.New("peer is on another machine (boot IDs differ)")
+	case host == "" || host != hostID():
+		return nil, errors.New("peer is on another host (boot IDs or network namespaces differ)")
 	case ringSize < 64<<10 || ringSize > 1<<30 || ringSize&(ringSize-1) != 0:
 		return nil, fmt.Errorf("ring of %d bytes", ringSize)
 	}
