@@ -21,7 +21,7 @@ type Spec struct {
 	Name string // for errors and logs, e.g. "rank 3 (local-2/0)"
 	Host string // address to run on; used by the ssh and agent launchers, ignored by the local one
 	// Slot is the worker's slot on its host; the agent launcher gives slot s the GPU s (modulo
-	// the host's GPU count) through CUDA_VISIBLE_DEVICES.
+	// the host's GPU count), at position LOCAL_RANK of CUDA_VISIBLE_DEVICES.
 	Slot    int
 	Command []string // argv; Command[0] is looked up in PATH (local) / the remote PATH (ssh)
 	// Env is added to the worker's environment as KEY=VALUE. It carries the job secret, so it

@@ -26,7 +26,8 @@ func agentCommand() *cli.Command {
 		Description: `The agent connects to the driver of 'elasticd run --launcher agent' and stays connected,
 reconnecting when the driver restarts. It:
    - registers this host with its GPUs (NVML): the driver runs one worker per GPU,
-     each with CUDA_VISIBLE_DEVICES set to its GPU (--slots overrides the count);
+     each with its own GPU at position LOCAL_RANK of CUDA_VISIBLE_DEVICES, where
+     torch.cuda.set_device(LOCAL_RANK) finds it (--slots overrides the count);
    - starts and stops the workers the driver asks for, and sends back their output and
      exit codes: no ssh is needed. A worker never outlives the agent;
    - watches GPU health (critical XIDs, uncorrectable ECC errors, lost GPUs): the driver

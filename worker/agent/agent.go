@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -631,8 +632,7 @@ func (s *sess) start(ctx context.Context, c protocol.AgentCommand) {
 		env = append(env, python.Env(root, cur))
 	}
 	if g := s.a.gpus; len(g) > 0 && !hasEnv(c.Env, "CUDA_VISIBLE_DEVICES") {
-		dev := g[c.Slot%len(g)]
-		env = append(env, "CUDA_VISIBLE_DEVICES="+cmp.Or(dev.UUID, strconv.Itoa(dev.Index)))
+		env = append(env, "CUDA_VISIBLE_DEVICES="+visibleDevices(g, c.Slot, c.Env))
 	}
 	w := &wproc{worker: c.Worker, jobID: s.jobID, s: s, id: c.Proc, gone: make(chan struct{})}
 	spec := proc.Spec{
@@ -691,6 +691,34 @@ func (s *sess) stopAll(grace time.Duration) {
 		})
 	}
 	wg.Wait()
+}
+
+// visibleDevices is the CUDA_VISIBLE_DEVICES of the worker in slot: its GPU is slot mod #GPUs,
+// listed at position LOCAL_RANK (from the worker's env) among the host's other GPUs. Scripts
+// written for torchrun and Horovod call torch.cuda.set_device(LOCAL_RANK), which must pick
+// the worker's own GPU: with that GPU alone visible, every local rank but 0 would fail with
+// "invalid device ordinal". Without a LOCAL_RANK below the GPU count, only its GPU is visible.
+func visibleDevices(gpus []gpu.GPU, slot int, env []string) string {
+	name := func(g gpu.GPU) string { return cmp.Or(g.UUID, strconv.Itoa(g.Index)) }
+	own := gpus[slot%len(gpus)]
+	local := -1
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "LOCAL_RANK="); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				local = n
+			}
+		}
+	}
+	if local < 0 || local >= len(gpus) {
+		return name(own)
+	}
+	list := make([]string, 0, len(gpus))
+	for _, g := range gpus {
+		if g != own {
+			list = append(list, name(g))
+		}
+	}
+	return strings.Join(slices.Insert(list, local, name(own)), ",")
 }
 
 func hasEnv(env []string, name string) bool {

@@ -231,6 +231,39 @@ func TestStartThroughAgent(t *testing.T) {
 		t.Error("PID still 0 after the worker ran")
 	}
 
+	// Scripts written for torchrun or Horovod pick their GPU with set_device(LOCAL_RANK): the
+	// worker's own GPU is listed at that position, the host's others around it.
+	for _, tc := range []struct {
+		slot int
+		env  string
+		want string
+	}{
+		{1, "LOCAL_RANK=1", "GPU-aaa,GPU-bbb"},
+		{1, "LOCAL_RANK=0", "GPU-bbb,GPU-aaa"},
+		{0, "LOCAL_RANK=1", "GPU-bbb,GPU-aaa"},
+		{3, "LOCAL_RANK=0", "GPU-bbb,GPU-aaa"}, // slot 3 of 2 GPUs: GPU 1
+		{1, "LOCAL_RANK=2", "GPU-bbb"},         // more local ranks than GPUs: its own alone
+		{1, "LOCAL_RANK=x", "GPU-bbb"},
+		{1, "HOROVOD_RANK=0", "GPU-bbb"},
+		{1, "CUDA_VISIBLE_DEVICES=7", "7"}, // the job's own setting wins
+	} {
+		var out logBuf
+		p, err := d.reg.Launcher().Start(t.Context(), proc.Spec{
+			Name: "rank 1", Host: "127.0.0.2", Slot: tc.slot,
+			Command: []string{"sh", "-c", `echo "$CUDA_VISIBLE_DEVICES"`},
+			Env:     []string{tc.env}, Stdout: &out,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := p.Wait(); err != nil || st.Code != 0 {
+			t.Fatalf("Wait = %v, %v", st, err)
+		}
+		if got := strings.TrimSpace(out.String()); got != tc.want {
+			t.Errorf("slot %d, %s: CUDA_VISIBLE_DEVICES=%q, want %q", tc.slot, tc.env, got, tc.want)
+		}
+	}
+
 	// A command the agent cannot start exits 127 with the reason on stderr.
 	errw = logBuf{}
 	p, err = d.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "127.0.0.2", Command: []string{"/no/such/program"}, Stderr: &errw})
