@@ -31,14 +31,20 @@ p.add_argument("--commit-every", type=int, default=1, help="commit every this ma
 p.add_argument("--lr", type=float, default=0.01)
 p.add_argument("--step-delay", type=float, default=0.0, help="seconds of sleep per batch, to watch or interrupt")
 p.add_argument("--fp16-allreduce", action="store_true")
+p.add_argument("--no-cuda", action="store_true", help="train on the CPU even where CUDA is available")
 args = p.parse_args()
+args.cuda = not args.no_cuda and torch.cuda.is_available()
 
 hvd.init()
+if args.cuda:  # as Horovod's examples: one GPU per local rank
+    torch.cuda.set_device(hvd.local_rank())
 torch.manual_seed(42)
 g = torch.Generator().manual_seed(7)
 dataset = TensorDataset(torch.randn(args.samples, 256, generator=g), torch.randint(0, 10, (args.samples,), generator=g))
 
 model = nn.Sequential(nn.Linear(256, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10))
+if args.cuda:
+    model.cuda()
 optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
 optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                      compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none)
@@ -50,6 +56,8 @@ def train(state: hvd.elastic.TorchState) -> None:
     for state.epoch in range(state.epoch, args.epochs):
         loader = DataLoader(dataset, batch_size=args.batch_size, sampler=state.sampler)
         for batch_idx, (data, target) in enumerate(loader):
+            if args.cuda:
+                data, target = data.cuda(), target.cuda()
             state.optimizer.zero_grad()
             loss = F.cross_entropy(state.model(data), target)
             loss.backward()

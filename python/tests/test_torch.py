@@ -49,6 +49,20 @@ class SingleProcessTest(unittest.TestCase):
         with self.assertRaisesRegex(NotImplementedError, "Adasum"):
             hvd.allreduce(t, op=hvd.Adasum)
 
+    def test_backend_follows_cuda_and_torch_version(self) -> None:
+        from unittest import mock
+
+        from elasticd.torch._runtime import default_backend, scalar_device
+        if not torch.cuda.is_available():
+            self.assertEqual(default_backend(), "gloo")
+        # A GPU host: NCCL for CUDA tensors and gloo for the CPU ones where torch takes both.
+        with mock.patch.object(torch.cuda, "is_available", return_value=True):
+            for version, want in [("2.11.0+cu130", "cpu:gloo,cuda:nccl"), ("2.0.1", "cpu:gloo,cuda:nccl"), ("1.13.1", "nccl")]:
+                with mock.patch.object(torch, "__version__", version):
+                    self.assertEqual(default_backend(), want, version)
+        self.assertEqual(scalar_device("gloo"), torch.device("cpu"))
+        self.assertEqual(scalar_device("cpu:gloo,cuda:nccl"), torch.device("cpu"))
+
     def test_timeouts_name_a_silent_peer(self) -> None:
         from elasticd.torch._runtime import is_timeout
         # gloo's words for a peer that stopped answering, and for one that is gone (torch 1.13)

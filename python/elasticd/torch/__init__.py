@@ -56,7 +56,7 @@ def init(*args: Any, **kwargs: Any) -> None:
         return
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env:
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group(_runtime.default_backend())
     else:
         store = dist.FileStore(tempfile.mktemp(prefix="elasticd-single-"), 1)
         dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=30))
@@ -76,6 +76,10 @@ def is_initialized() -> bool:
 def _check() -> None:
     if not dist.is_initialized():
         raise ValueError("elasticd.torch has not been initialized: call hvd.init() first")
+
+
+def _scalar_device() -> torch.device:
+    return _runtime.scalar_device(dist.get_backend())
 
 
 def _placed(key: str) -> int:
@@ -261,7 +265,7 @@ def barrier(process_set: Any = None) -> None:
 
 def join(device: int = -1) -> int:
     """Waits for every rank; returns the highest rank (Horovod: the last to join)."""
-    t = torch.tensor([rank()], dtype=torch.int64)
+    t = torch.tensor([rank()], dtype=torch.int64, device=_scalar_device())
     _guard(dist.all_reduce, t, op=dist.ReduceOp.MAX)
     return int(t.item())
 

@@ -37,6 +37,25 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * units[u] for n, u in parts)
 
 
+def default_backend() -> str:
+    """The process group's backend: gloo without CUDA. With CUDA, NCCL for CUDA tensors and gloo
+    for CPU ones where torch takes both at once (2.0 and later): a Horovod script may keep its
+    model on the CPU of a GPU host, and elasticd's own small collectives use CPU tensors.
+    Older torch gets NCCL alone (see scalar_device)."""
+    if not torch.cuda.is_available():
+        return "gloo"
+    major = int(re.match(r"\d+", torch.__version__).group())  # "2.11.0+cu130"
+    return "cpu:gloo,cuda:nccl" if major >= 2 else "nccl"
+
+
+def scalar_device(backend: str) -> torch.device:
+    """Where elasticd puts the tensors of its own collectives: the current GPU under NCCL alone,
+    which takes no CPU tensors, else the CPU."""
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 # gloo: "Timed out waiting 30000ms for recv operation to complete"; NCCL's watchdog and
 # blocking wait: "... collective operation timeout ..." / "... timed out ...".
 _TIMEOUT = re.compile(r"timed out|timeout", re.IGNORECASE)
@@ -62,8 +81,8 @@ class Runtime:
         # and a rank 0 without a commit (the job lost every worker) resumes from it.
         self.ckpt_dir = env.get("ELASTICD_CHECKPOINT_DIR", "")
         self.ckpt_every = max(1, int(env.get("ELASTICD_CHECKPOINT_EVERY", "10") or "10"))
-        self.backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if self.backend == "nccl":
+        self.backend = default_backend()
+        if "nccl" in self.backend:
             # A collective with a lost peer must raise in the caller after the timeout (and
             # leave the process alive to reset), not hang or kill the process.
             env.setdefault("NCCL_BLOCKING_WAIT", "1")

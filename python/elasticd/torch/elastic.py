@@ -171,7 +171,7 @@ class ObjectState:
         # none had heard of a change, no rank needs another collective to agree on that.
         if rt.take_piggyback() == 0:
             return
-        mine = torch.tensor([rt.pending_update()], dtype=torch.int64)
+        mine = torch.tensor([rt.pending_update()], dtype=torch.int64, device=_hvd()._scalar_device())
         _hvd()._guard(torch.distributed.all_reduce, mine, op=torch.distributed.ReduceOp.MAX)
         agreed = int(mine.item())
         if agreed > 0:
@@ -338,7 +338,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         self._pooled = max(self._pooled, self._upto)
         hvd = _hvd()
         if self._raw and hvd.is_initialized() and hvd.size() > 1:
-            got = hvd.allgather(torch.tensor(self._fresh, dtype=torch.int64))
+            got = hvd.allgather(torch.tensor(self._fresh, dtype=torch.int64, device=hvd._scalar_device())).cpu()
             self.processed_indices.update(got.tolist())
         self._fresh = []
 
