@@ -15,27 +15,32 @@ import (
 
 var binary, trainer string // built once by TestMain
 
+// TestMain builds elasticd and the example trainer once. ELASTICD_TEST_BIN and
+// ELASTICD_TEST_TRAIN name prebuilt ones instead: a machine without Go (a GPU machine that runs
+// the PyTorch tests under its own torch, scripts/gpu-check.sh) runs the compiled test binary.
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "elasticd-cli-test-*")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "elasticd")
-	build := exec.Command("go", "build", "-o", binary, ".")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build elasticd:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	trainer = filepath.Join(dir, "train")
-	build = exec.Command("go", "build", "-o", trainer, "../../examples/train")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build train:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
+	for _, b := range []struct {
+		path *string
+		env  string
+		name string
+		pkg  string
+	}{{&binary, "ELASTICD_TEST_BIN", "elasticd", "."}, {&trainer, "ELASTICD_TEST_TRAIN", "train", "../../examples/train"}} {
+		if *b.path = os.Getenv(b.env); *b.path != "" {
+			continue
+		}
+		*b.path = filepath.Join(dir, b.name)
+		build := exec.Command("go", "build", "-o", *b.path, b.pkg)
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n", b.name, err)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
