@@ -16,11 +16,17 @@
 #  4 restart    restart mode on the GPU (examples/pytorch/train_ddp.py): rank 0 SIGKILLs itself
 #               at step 20; the group restarts from the checkpoint saved from CUDA tensors
 #  5 pytest     the Python package's tests under this torch (CUDA hidden: gloo)
-#  6 go-torch   the Go end-to-end PyTorch tests (cmd.test -test.run PyTorch) under this torch
+#  6 go-torch   the Go end-to-end PyTorch tests under this torch, each test in its own process,
+#               side by side (GO_TORCH: a regexp of test names, default all)
+#  7 nccl-ops   elasticd.torch's collectives on CUDA tensors (NCCL) and CPU tensors (gloo) in one
+#               group, under elasticd run
+#
+# CHECKS (default "nvml agent-nccl cpu-model restart pytest go-torch nccl-ops") picks some.
 set -u
+CHECKS=" ${CHECKS:-nvml agent-nccl cpu-model restart pytest go-torch nccl-ops} "
+want() { [[ $CHECKS == *" $1 "* ]]; }
 BIN=$(cd "$1" && pwd) OUT=$(mkdir -p "$2" && cd "$2" && pwd)
 PY=${PY:-python3}
-ROOT=$(pwd)
 PORT=${PORT:-29417}
 summary=()
 pids=()
@@ -43,48 +49,79 @@ echo "== machine"
 nvidia-smi -L; nproc
 "$PY" -c 'import torch, torch.distributed as d; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.device_count(), "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None, "gloo", d.is_gloo_available())'
 
-# 1 — NVML
-timeout 60 "$BIN/gpu.test" -test.run 'TestOpenHost' -test.v > "$OUT/nvml.log" 2>&1
-check nvml $? nvml.log 'GPUs: \[\{Index:0 UUID:GPU-'
+if want nvml; then
+  timeout 60 "$BIN/gpu.test" -test.run 'TestOpenHost' -test.v > "$OUT/nvml.log" 2>&1
+  check nvml $? nvml.log 'GPUs: \[\{Index:0 UUID:GPU-'
+fi
 
 # 5 and 6 run beside the GPU checks (CUDA hidden from them).
-# 5 — the Python package's tests under this torch (gloo)
-(cd python && CUDA_VISIBLE_DEVICES= ELASTICD_BIN="$BIN/elasticd" timeout 300 "$PY" -m pytest -q -p no:cacheprovider tests) > "$OUT/pytest.log" 2>&1 &
-pytest_pid=$!; pids+=("$pytest_pid")
-# 6 — the Go end-to-end PyTorch tests under this torch (gloo)
-(cd cmd/elasticd && CUDA_VISIBLE_DEVICES= ELASTICD_TEST_PYTHON=$(command -v "$PY") ELASTICD_TEST_BIN="$BIN/elasticd" \
-  ELASTICD_TEST_TRAIN="$BIN/train" timeout 400 "$BIN/cmd.test" -test.run 'PyTorch' -test.v -test.parallel 6 -test.timeout 390s) > "$OUT/go-torch.log" 2>&1 &
-gotorch_pid=$!; pids+=("$gotorch_pid")
+if want pytest; then
+  (cd python && CUDA_VISIBLE_DEVICES= ELASTICD_BIN="$BIN/elasticd" timeout 300 "$PY" -m pytest -q -p no:cacheprovider tests) > "$OUT/pytest.log" 2>&1 &
+  pytest_pid=$!; pids+=("$pytest_pid")
+fi
+gotorch=()
+if want go-torch; then
+  for t in $(cd cmd/elasticd && ELASTICD_TEST_BIN="$BIN/elasticd" ELASTICD_TEST_TRAIN="$BIN/train" "$BIN/cmd.test" -test.list "${GO_TORCH:-PyTorch}"); do
+    (cd cmd/elasticd && CUDA_VISIBLE_DEVICES= ELASTICD_TEST_PYTHON=$(command -v "$PY") ELASTICD_TEST_BIN="$BIN/elasticd" \
+      ELASTICD_TEST_TRAIN="$BIN/train" timeout 300 "$BIN/cmd.test" -test.run "^$t\$" -test.v -test.timeout 290s) > "$OUT/go-torch-$t.log" 2>&1 &
+    gotorch+=("$t:$!"); pids+=("$!")
+  done
+fi
 
 secret=$(mktemp); echo "c2VjcmV0LXNoYXJlZC1ieS1kcml2ZXItYW5kLWFnZW50cw==" > "$secret"
-
-# 2 — an in-process job through the agent, on the GPU, NCCL
-NCCL_DEBUG=INFO "$BIN/elasticd" agent --driver "http://127.0.0.1:$PORT" --agent-secret-file "$secret" \
-  --metadata none --addr 127.0.0.1 --host-id gpu-host > "$OUT/agent.log" 2>&1 &
-agent=$!; pids+=("$agent")
-timeout 150 "$BIN/elasticd" run -np 1 --min-np 1 --launcher agent --agent-secret-file "$secret" \
-  --listen "127.0.0.1:$PORT" -- "$PY" examples/pytorch/elastic_hvd.py --epochs 2 --samples 2048 > "$OUT/agent-nccl.log" 2>&1
-rc=$?
-kill "$agent"; wait "$agent" 2>/dev/null
-check agent-nccl $rc agent-nccl.log 'done step'
-grep -E 'agent registered|gpus=' "$OUT/agent-nccl.log" "$OUT/agent.log" | head -3
-grep -hE 'NCCL INFO (Init COMPLETE|comm 0x|ncclCommInitRank|NCCL version)' "$OUT/agent-nccl.log" "$OUT/agent.log" | head -3
-
-# 3 — two workers, CPU model, on a GPU host (cpu:gloo,cuda:nccl)
-timeout 150 "$BIN/elasticd" run -np 2 --min-np 1 -- "$PY" examples/pytorch/elastic_hvd.py --epochs 1 --no-cuda > "$OUT/cpu-model.log" 2>&1
-check cpu-model $? cpu-model.log 'done step'
-
-# 4 — restart mode on the GPU
-ck=$(mktemp -u --suffix .pt)
-timeout 150 "$BIN/elasticd" run -np 1 --min-np 1 -- "$PY" examples/pytorch/train_ddp.py --steps 40 \
-  --checkpoint "$ck" --checkpoint-every 5 --die-at-step 21 --die-rank 0 > "$OUT/restart.log" 2>&1
-check restart $? restart.log 'resumed from step 20'
-rm -f "$ck"
-
-wait "$pytest_pid"; check pytest $? pytest.log
-wait "$gotorch_pid"; check go-torch $? go-torch.log
-grep -E '^(--- |ok|FAIL)' "$OUT/go-torch.log" | head -30
-
+if want agent-nccl; then
+  NCCL_DEBUG=INFO "$BIN/elasticd" agent --driver "http://127.0.0.1:$PORT" --agent-secret-file "$secret" \
+    --metadata none --addr 127.0.0.1 --host-id gpu-host > "$OUT/agent.log" 2>&1 &
+  agent=$!; pids+=("$agent")
+  timeout 150 "$BIN/elasticd" run -np 1 --min-np 1 --launcher agent --agent-secret-file "$secret" \
+    --listen "127.0.0.1:$PORT" -- "$PY" examples/pytorch/elastic_hvd.py --epochs 2 --samples 2048 > "$OUT/agent-nccl.log" 2>&1
+  rc=$?
+  kill "$agent"; wait "$agent" 2>/dev/null
+  check agent-nccl $rc agent-nccl.log 'done step'
+  grep -E 'agent registered' "$OUT/agent-nccl.log" | head -1
+fi
 rm -f "$secret"
+
+if want nccl-ops; then
+  ops=$(mktemp --suffix .py)
+  cat > "$ops" <<'EOF'
+import torch
+import elasticd.torch as hvd
+hvd.init()
+torch.cuda.set_device(hvd.local_rank())
+t = hvd.allreduce(torch.arange(4, dtype=torch.float32, device="cuda"), op=hvd.Sum)
+assert t.is_cuda and torch.equal(t.cpu(), torch.arange(4, dtype=torch.float32)), t
+c = hvd.allreduce(torch.ones(3), op=hvd.Sum)
+assert not c.is_cuda and torch.equal(c, torch.ones(3)), c
+assert hvd.join() == 0
+assert hvd.broadcast_object({"k": 1}, 0) == {"k": 1}
+print("nccl-ops ok: backend", torch.distributed.get_backend(), "nccl", torch.cuda.nccl.version(), flush=True)
+EOF
+  NCCL_DEBUG=INFO timeout 120 "$BIN/elasticd" run -np 1 --min-np 1 -- "$PY" "$ops" > "$OUT/nccl-ops.log" 2>&1
+  check nccl-ops $? nccl-ops.log 'nccl-ops ok'
+  grep -hE 'nccl-ops ok|NCCL INFO (Init COMPLETE|comm 0x)' "$OUT/nccl-ops.log" | head -3
+  rm -f "$ops"
+fi
+
+if want cpu-model; then
+  timeout 150 "$BIN/elasticd" run -np 2 --min-np 1 -- "$PY" examples/pytorch/elastic_hvd.py --epochs 1 --no-cuda > "$OUT/cpu-model.log" 2>&1
+  check cpu-model $? cpu-model.log 'done step'
+fi
+
+if want restart; then
+  ck=$(mktemp -u --suffix .pt)
+  timeout 150 "$BIN/elasticd" run -np 1 --min-np 1 -- "$PY" examples/pytorch/train_ddp.py --steps 40 \
+    --checkpoint "$ck" --checkpoint-every 5 --die-at-step 21 --die-rank 0 > "$OUT/restart.log" 2>&1
+  check restart $? restart.log 'resumed from step 20'
+  rm -f "$ck"
+fi
+
+if want pytest; then
+  wait "$pytest_pid"; check pytest $? pytest.log
+fi
+for tp in "${gotorch[@]}"; do
+  wait "${tp#*:}"; check "go-torch ${tp%%:*}" $? "go-torch-${tp%%:*}.log"
+done
+
 echo "== summary"
 printf '%s\n' "${summary[@]}"

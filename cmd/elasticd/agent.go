@@ -27,7 +27,8 @@ func agentCommand() *cli.Command {
 reconnecting when the driver restarts. It:
    - registers this host with its GPUs (NVML): the driver runs one worker per GPU,
      each with its own GPU at position LOCAL_RANK of CUDA_VISIBLE_DEVICES, where
-     torch.cuda.set_device(LOCAL_RANK) finds it (--slots overrides the count);
+     torch.cuda.set_device(LOCAL_RANK) finds it (--slots overrides the count; an agent
+     started with CUDA_VISIBLE_DEVICES set but empty offers no GPUs: a CPU job on GPU hosts);
    - starts and stops the workers the driver asks for, and sends back their output and
      exit codes: no ssh is needed. A worker never outlives the agent;
    - watches GPU health (critical XIDs, uncorrectable ECC errors, lost GPUs): the driver
@@ -144,8 +145,10 @@ func runAgent(c *cli.Context) error {
 	}
 	cfg.Addr = cmp.Or(c.String("addr"), driver.OutboundIP())
 
-	mon, err := gpu.Open(log)
-	if err != nil {
+	if v, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES"); ok && strings.TrimSpace(v) == "" {
+		// The operator hid the GPUs (a CPU job on a GPU host): the workers inherit that.
+		log.Info("CUDA_VISIBLE_DEVICES is empty: offering no GPUs; slots come from --slots or the driver")
+	} else if mon, err := gpu.Open(log); err != nil {
 		log.Error("NVML failed; running without GPUs (no GPU health either)", "err", err)
 	} else {
 		defer mon.Close()

@@ -257,6 +257,8 @@ func TestPyTorchRestartDriverKilledLeavesNoOrphan(t *testing.T) {
 // comes from the agent of rank 0's host.
 func TestPyTorchRestartSpotNoticeThroughAgents(t *testing.T) {
 	py := torchPython(t)
+	// A CPU job, also on a GPU machine: the agents offer no GPUs, and their workers see none.
+	t.Setenv("CUDA_VISIBLE_DEVICES", "")
 	secret := writeSecret(t)
 	cmd, _ := ddpArgs(t, py, "--steps", "80", "--checkpoint-every", "1000", "--step-delay", "0.05")
 	drv := startJob(t, append([]string{"run", "-np", "4", "--min-np", "2", "--launcher", "agent",
@@ -297,6 +299,9 @@ func TestPyTorchRestartSpotNoticeThroughAgents(t *testing.T) {
 		t.Fatal("no MASTER_PORT")
 	}
 	for _, a := range agentsByAddr {
+		if !strings.Contains(a.output(), "CUDA_VISIBLE_DEVICES is empty: offering no GPUs") {
+			t.Error("an agent started with CUDA_VISIBLE_DEVICES empty did not say it offers no GPUs")
+		}
 		a.stop(t)
 	}
 }
@@ -310,7 +315,7 @@ var hvdStepRe = regexp.MustCompile(`(?m)^\[0\] step (\d+) t=\S+ world=(\d+) pid=
 // job ends with exit 0 at the step the data set and world sizes give.
 func TestPyTorchInProcessSurvivorsKeepTheirProcesses(t *testing.T) {
 	py := torchPython(t)
-	j := startJob(t, "run", "-np", "4", "--min-np", "2", "--comm-timeout", "5s", "--blacklist-cooldown-range", "3s,10s", "--",
+	j := startJob(t, "run", "-np", "4", "--min-np", "2", "--comm-timeout", "5s", "--blacklist-cooldown-range", "10s,20s", "--",
 		py, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "6", "--samples", "2048", "--batch-size", "16", "--hidden", "64", "--step-delay", "0.05")
 	j.waitFor(`\[0\] step 20 `, 90*time.Second)
 	before := map[string]int{}

@@ -132,6 +132,12 @@ def main() -> int:
         nonlocal terminated
         terminated = True  # acted on between steps: parameters change only in optimizer.step()
 
+    def stopping() -> bool:
+        # A SIGTERM that came while a collective blocked in C++ is handled only when Python
+        # next checks for signals, which entering a function does; reading the flag inline
+        # right after the collective raised could still see False.
+        return terminated
+
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -160,7 +166,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_term)
 
     while step < args.steps:
-        if terminated:
+        if stopping():
             break
         if first_start and args.die_at_step and step + 1 == args.die_at_step and rank == args.die_rank:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -170,7 +176,7 @@ def main() -> int:
             loss = loss_fn(ddp(x.to(device)), y.to(device))
             loss.backward()  # gradients are averaged here
         except RuntimeError:
-            if terminated:  # a peer stopped first: this step did not happen
+            if stopping():  # a peer stopped first: this step did not happen
                 break
             raise  # a lost peer: exit non-zero, and the whole group restarts
         opt.step()

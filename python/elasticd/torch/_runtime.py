@@ -26,6 +26,9 @@ import torch.distributed as dist
 from elasticd import _rendezvous
 
 _STORE_KEY = "torch/store"
+# How long a generation's group may take to form where torch lets the collectives' timeout
+# differ (see Runtime._build).
+FORMATION_TIMEOUT = datetime.timedelta(seconds=60)
 
 
 def parse_duration(text: str) -> float:
@@ -132,17 +135,29 @@ class Runtime:
         a, gen = self.assignment, self.generation
         rank, size = int(a["rank"]), int(a["size"])
         timeout = datetime.timedelta(seconds=self.timeout)
+        # Forming a group waits for its slowest member: a new process still importing torch, or
+        # a survivor still leaving the last generation. With the collectives' timeout (a few
+        # seconds, to find a hung peer fast) members that arrive a little apart time out in
+        # turn, each starting another generation that the others then reach late: a livelock,
+        # seen with torch 2.11. Where torch can lower a group's timeout once it is formed, the
+        # group forms under a longer one.
+        set_pg_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+        form = timeout if set_pg_timeout is None else max(timeout, FORMATION_TIMEOUT)
         if rank == 0:
-            store = dist.TCPStore(self.host_addr, 0, size, True, timeout=timeout, wait_for_workers=False)
+            store = dist.TCPStore(self.host_addr, 0, size, True, timeout=form, wait_for_workers=False)
             self.client.kv_put(gen, _STORE_KEY, f"{self.host_addr}:{store.port}".encode())
         else:
             addr = self.client.kv_get(gen, _STORE_KEY, deadline=time.time() + max(60.0, self.timeout))
             if addr is None:
                 raise RuntimeError("rank 0 did not publish its store in time")
             host, port = addr.decode().rsplit(":", 1)
-            store = dist.TCPStore(host.strip("[]"), int(port), size, False, timeout=timeout)
+            store = dist.TCPStore(host.strip("[]"), int(port), size, False, timeout=form)
         self._store = store
-        dist.init_process_group(self.backend, store=dist.PrefixStore(f"elasticd/g{gen}", store), rank=rank, world_size=size, timeout=timeout)
+        dist.init_process_group(self.backend, store=dist.PrefixStore(f"elasticd/g{gen}", store), rank=rank, world_size=size, timeout=form)
+        if form != timeout:
+            assert set_pg_timeout is not None
+            set_pg_timeout(timeout)
+            store.set_timeout(timeout)
 
     def _teardown(self) -> None:
         if dist.is_initialized():
