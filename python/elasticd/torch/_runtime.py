@@ -18,7 +18,7 @@ import re
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -93,6 +93,7 @@ class Runtime:
         self.generation = 0
         self.assignment: dict[str, Any] = {}
         self._store: Optional[dist.TCPStore] = None
+        self._lower_timeout: Optional[Callable[[], None]] = None
         # Host updates: the newest version heard (a background long-poll) and the newest one
         # the current plan already reflects.
         self.heard = 0
@@ -135,12 +136,13 @@ class Runtime:
         a, gen = self.assignment, self.generation
         rank, size = int(a["rank"]), int(a["size"])
         timeout = datetime.timedelta(seconds=self.timeout)
-        # Forming a group waits for its slowest member: a new process still importing torch, or
-        # a survivor still leaving the last generation. With the collectives' timeout (a few
-        # seconds, to find a hung peer fast) members that arrive a little apart time out in
-        # turn, each starting another generation that the others then reach late: a livelock,
-        # seen with torch 2.11. Where torch can lower a group's timeout once it is formed, the
-        # group forms under a longer one.
+        # Forming a group waits for its slowest member: a new process still importing torch
+        # and building its model, or a survivor still leaving the last generation. With the
+        # collectives' timeout (a few seconds, to find a hung peer fast) members that arrive a
+        # little apart time out in turn, each starting another generation that the others then
+        # reach late: a livelock, seen with torch 2.11. Where torch can lower a group's timeout,
+        # the group forms under a longer one, and takes the collectives' timeout once every
+        # member has reached the state sync of elastic.run (formed()).
         set_pg_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
         form = timeout if set_pg_timeout is None else max(timeout, FORMATION_TIMEOUT)
         if rank == 0:
@@ -154,10 +156,21 @@ class Runtime:
             store = dist.TCPStore(host.strip("[]"), int(port), size, False, timeout=form)
         self._store = store
         dist.init_process_group(self.backend, store=dist.PrefixStore(f"elasticd/g{gen}", store), rank=rank, world_size=size, timeout=form)
+        self._lower_timeout = None
         if form != timeout:
             assert set_pg_timeout is not None
-            set_pg_timeout(timeout)
-            store.set_timeout(timeout)
+
+            def lower() -> None:
+                set_pg_timeout(timeout)
+                store.set_timeout(timeout)
+            self._lower_timeout = lower
+
+    def formed(self) -> None:
+        """Every member of the generation reached its first collective together: from now on
+        a silent peer is found after the collectives' timeout, not the formation's."""
+        lower, self._lower_timeout = self._lower_timeout, None
+        if lower is not None and dist.is_initialized():
+            lower()
 
     def _teardown(self) -> None:
         if dist.is_initialized():

@@ -202,6 +202,9 @@ class ObjectState:
             if isinstance(v, ElasticSampler):
                 v._pool_processed()
         counts = hvd.allgather_object((self._commits, self._steps))
+        rt = _runtime.runtime()
+        if rt is not None:
+            rt.formed()  # every member got here: collectives now take --comm-timeout
         if all(c == counts[0] for c in counts):
             self._after_sync()
             return
