@@ -32,6 +32,10 @@ const maxHostID = 128
 type topology struct {
 	host  []int   // host index of each rank
 	hosts [][]int // ranks of each host, ascending; hosts ordered by their lowest rank
+	// leaders cuts the buffer into one slice: each host's lowest rank carries all of its
+	// traffic. Only the benchmark sets it, after New (its connections are a subset), to
+	// measure the scheme the slices replace.
+	leaders bool
 }
 
 func hostsKey(gen uint64) string { return fmt.Sprintf("allreduce/g%d/hosts", gen) }
@@ -120,6 +124,9 @@ func (t topology) hierarchical() bool {
 
 // slices is M, the number of slices a buffer is cut into: the most ranks on one host.
 func (t topology) slices() int {
+	if t.leaders {
+		return 1
+	}
 	m := 0
 	for _, rs := range t.hosts {
 		m = max(m, len(rs))
