@@ -45,6 +45,7 @@ var transports = []string{allreduce.TransportAuto, allreduce.TransportTCP}
 type procMode struct {
 	transport, hosts string
 	netns            bool
+	rate             string // with netns: the link's rate each way (tc tbf), "" unlimited
 }
 
 func (m procMode) String() string {
@@ -113,6 +114,12 @@ func childMain(scenario string) int {
 		return 0
 	case "loop":
 		return childLoop(ctx, c)
+	case "timings":
+		if err := childTimings(ctx, c); err != nil {
+			fmt.Printf("FAIL %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	fmt.Printf("FAIL unknown scenario %q\n", scenario)
 	return 1
@@ -196,6 +203,37 @@ func childLoop(ctx context.Context, c *allreduce.Comm) int {
 	return 1
 }
 
+// childTimings times 16 MiB float32 sums three ways, interleaved (the hierarchical
+// allreduce with slices, with one leader per host, the flat ring), each after a barrier, and
+// prints "timings sliced=<median> leader=<median> flat=<median>".
+func childTimings(ctx context.Context, c *allreduce.Comm) error {
+	buf := make([]float32, 4<<20)
+	ways := []func(*allreduce.Comm) func(){nil, allreduce.Leaders, allreduce.Flatten}
+	times := make([][]time.Duration, len(ways))
+	for round := range 12 {
+		for i, hook := range ways {
+			restore := func() {}
+			if hook != nil {
+				restore = hook(c)
+			}
+			err := c.Barrier(ctx)
+			start := time.Now()
+			if err == nil {
+				err = c.Allreduce(ctx, buf, allreduce.Sum)
+			}
+			if round > 0 { // the first round warms every path up
+				times[i] = append(times[i], time.Since(start))
+			}
+			restore()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Printf("timings sliced=%v leader=%v flat=%v hier=%d\n", median(times[0]), median(times[1]), median(times[2]), c.Stats().Hierarchical)
+	return nil
+}
+
 // line is one line a child printed, with the time the parent read it.
 type line struct {
 	text string
@@ -232,7 +270,7 @@ func startProcs(t *testing.T, scenario string, mode procMode, n int, timeout tim
 	dir := t.TempDir()
 	var hosts map[byte]netnsHost
 	if mode.netns {
-		hosts = makeNetnsHosts(t, mode.hosts)
+		hosts = makeNetnsHosts(t, mode.hosts, mode.rate)
 	}
 	for r := range n {
 		env := append(os.Environ(),
@@ -410,7 +448,7 @@ func TestProcessesCorrect(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/n=%d", tr, n), func(t *testing.T) { processesCorrect(t, procMode{transport: tr}, n) })
 		}
 	}
-	for _, m := range []procMode{{allreduce.TransportAuto, "AABBA", false}, {allreduce.TransportAuto, "AABBA", true}} {
+	for _, m := range []procMode{{transport: allreduce.TransportAuto, hosts: "AABBA"}, {transport: allreduce.TransportAuto, hosts: "AABBA", netns: true}} {
 		t.Run(m.String(), func(t *testing.T) { processesCorrect(t, m, len(m.hosts)) })
 	}
 }
@@ -612,9 +650,10 @@ func processStopped(t *testing.T, mode procMode) {
 type netnsHost struct{ name, addr string }
 
 // makeNetnsHosts makes one network namespace per host letter of spec (two of them), joined
-// by a veth pair, and deletes them when the test ends. It skips the test where
+// by a veth pair limited to rate (tc's syntax, "" for none), and deletes them when the
+// test ends. It skips the test where
 // namespaces cannot be made (not root, no ip(8), not Linux).
-func makeNetnsHosts(t *testing.T, spec string) map[byte]netnsHost {
+func makeNetnsHosts(t *testing.T, spec, rate string) map[byte]netnsHost {
 	t.Helper()
 	var letters []byte
 	for i := range len(spec) {
@@ -662,5 +701,47 @@ func makeNetnsHosts(t *testing.T, spec string) map[byte]netnsHost {
 			t.Fatal(err)
 		}
 	}
+	for _, end := range []struct{ ns, dev string }{{a.name, va}, {b.name, vb}} {
+		if rate == "" {
+			break
+		}
+		out, err := exec.Command("ip", "netns", "exec", end.ns, "tc", "qdisc", "add", "dev", end.dev, "root",
+			"tbf", "rate", rate, "burst", "1mb", "latency", "100ms").CombinedOutput()
+		if err != nil {
+			t.Skipf("cannot limit the link's rate: tc: %v: %s", err, bytes.TrimSpace(out))
+		}
+	}
 	return hosts
+}
+
+// TestHierarchicalNetnsTimings logs how long a 16 MiB sum takes on 2+2 ranks in two network
+// namespaces joined by a veth pair, unlimited and limited to 1 Gbit/s each way: with the
+// slices, with one leader per host, and over the flat ring. It asserts nothing about time
+// (the machine is shared); set ELASTICD_TEST_TIMINGS=1 to run it.
+func TestHierarchicalNetnsTimings(t *testing.T) {
+	if os.Getenv("ELASTICD_TEST_TIMINGS") == "" {
+		t.Skip("timings only: set ELASTICD_TEST_TIMINGS=1")
+	}
+	for _, rate := range []string{"", "1gbit"} {
+		t.Run("rate="+rate, func(t *testing.T) {
+			const spec = "AABB"
+			w := startProcs(t, "timings", procMode{transport: allreduce.TransportAuto, hosts: spec, netns: true, rate: rate}, len(spec), 30*time.Second)
+			w.await(5*time.Minute, "every rank to exit", func() bool {
+				for r := range w.kids {
+					if done, _ := w.exited(r); !done {
+						return false
+					}
+				}
+				return true
+			})
+			for r := range w.kids {
+				l, ok := w.last(r, "timings ")
+				if _, err := w.exited(r); err != nil || !ok {
+					w.dump()
+					t.Fatalf("rank %d: exit %v", r, err)
+				}
+				t.Logf("rank %d: %s", r, l.text)
+			}
+		})
+	}
 }
