@@ -193,7 +193,7 @@ func (c *Comm) acceptOffer(offer []byte) ([]byte, error) {
 	case !shmSupported:
 		return nil, errNoShm
 	case host == "" || host != c.cfg.HostID:
-		return nil, errors.New("peer is on another host (boot IDs or network namespaces differ)")
+		return nil, errors.New("peer is on another host (host IDs differ: boot ID and network namespace, or Config.HostID)")
 	case ringSize < 64<<10 || ringSize > 1<<30 || ringSize&(ringSize-1) != 0:
 		return nil, fmt.Errorf("ring of %d bytes", ringSize)
 	}
