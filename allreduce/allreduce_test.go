@@ -148,6 +148,15 @@ var allreducePaths = []struct {
 	{"chunk64", func(c *allreduce.Config) { c.SmallBytes = 1; c.ChunkBytes = 64 }, []int{0, 1, 7, 1000, 10007}, func(int, string, allreduce.Op) bool {
 		return true
 	}},
+	// Ranks made to look like ranks of separate hosts (Config.HostID): alternate ranks on
+	// two hosts, and hosts of three consecutive ranks; from n=3 on the world is uneven and
+	// large messages take the hierarchical allreduce (hier_test.go covers it in depth).
+	{"hosts=2", func(c *allreduce.Config) { c.HostID = fmt.Sprint("host ", c.Rank%2) }, sizes, func(n int, dt string, op allreduce.Op) bool {
+		return (dt == "float32" && op == allreduce.Sum && n >= 3) || (n == 7 && op == allreduce.Max)
+	}},
+	{"hosts=n/3", func(c *allreduce.Config) { c.HostID = fmt.Sprint("host ", c.Rank/3); c.SmallBytes = 1 }, sizes, func(n int, dt string, op allreduce.Op) bool {
+		return n == 8 && dt == "int64"
+	}},
 }
 
 func TestAllreduce(t *testing.T) {

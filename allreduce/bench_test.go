@@ -47,6 +47,66 @@ func benchAllreduce(b *testing.B, transport string, n, bytes int) {
 	mustAll(b, errs)
 }
 
+// BenchmarkHierarchical compares, on one world of simulated hosts (Config.HostID: ranks of
+// one letter share memory, the others talk loopback TCP), three ways of one float32 Sum on
+// the same connections: the hierarchical allreduce with a slice per local rank, the same
+// with one leader per host, and the flat ring. They alternate within one run, so all three
+// see the same machine load; the medians are reported side by side with their ratios
+// (above 1: the slices are faster). An op is one of each, hence SetBytes of three buffers.
+func BenchmarkHierarchical(b *testing.B) {
+	for _, spec := range []string{"AABB", "AAAB", "AAAABBBB"} {
+		for _, size := range []struct {
+			name  string
+			bytes int
+		}{{"1MB", 1 << 20}, {"16MB", 16 << 20}} {
+			b.Run(fmt.Sprintf("hosts=%s/%s", spec, size.name), func(b *testing.B) {
+				n := len(spec)
+				comms := newWorld(b, n, 1, nil, onHosts(spec))
+				bufs := make([][]float32, n)
+				for r := range bufs {
+					bufs[r] = make([]float32, size.bytes/4)
+				}
+				// run times one allreduce on every rank, with each rank's comm set up by
+				// hook (Flatten, Leaders, or nil for the default) and restored after.
+				run := func(hook func(*allreduce.Comm) func()) time.Duration {
+					if hook != nil {
+						for _, c := range comms {
+							defer hook(c)()
+						}
+					}
+					start := time.Now()
+					mustAll(b, onAll(comms, func(r int, c *allreduce.Comm) error {
+						return c.Allreduce(b.Context(), bufs[r], allreduce.Sum)
+					}))
+					return time.Since(start)
+				}
+				// Warm up every path: buffers, scratch space, page faults.
+				run(nil)
+				run(allreduce.Leaders)
+				run(allreduce.Flatten)
+				var sliced, leader, flat []time.Duration
+				b.SetBytes(3 * int64(size.bytes))
+				b.ResetTimer()
+				for range b.N {
+					sliced = append(sliced, run(nil))
+					leader = append(leader, run(allreduce.Leaders))
+					flat = append(flat, run(allreduce.Flatten))
+				}
+				b.StopTimer()
+				if got := comms[0].Stats().Hierarchical; got != 2*uint64(b.N)+2 {
+					b.Fatalf("%d hierarchical allreduces, want %d", got, 2*b.N+2)
+				}
+				ms, ml, mf := median(sliced), median(leader), median(flat)
+				b.ReportMetric(float64(ms.Microseconds()), "µs/sliced")
+				b.ReportMetric(float64(ml.Microseconds()), "µs/leader")
+				b.ReportMetric(float64(mf.Microseconds()), "µs/flat")
+				b.ReportMetric(float64(mf)/float64(ms), "flat/sliced")
+				b.ReportMetric(float64(ml)/float64(ms), "leader/sliced")
+			})
+		}
+	}
+}
+
 // BenchmarkReset measures a reset of n members on loopback, from the start of New on every
 // rank to the previous generation closed on every rank: once carrying connections over
 // (New with ID and Previous, then Close of the previous communicator) and once as before

@@ -36,6 +36,8 @@ func (c *Comm) allreduce(o *opInfo, b []byte, dt dtype, op Op) error {
 		return nil
 	case len(b) <= c.cfg.SmallBytes || len(b)/dt.size() < c.cfg.Size:
 		return c.doublingAllreduce(o, b, dt, op)
+	case c.topo.hierarchical():
+		return c.hierAllreduce(o, b, dt, op)
 	}
 	return c.ringAllreduce(o, b, dt, op)
 }
@@ -44,10 +46,15 @@ func (c *Comm) allreduce(o *opInfo, b []byte, dt dtype, op Op) error {
 // Segment s is reduced once, travelling s → s+1 → … → s-1 (its owner), then copied around:
 // every rank ends with the same bits.
 func (c *Comm) ringAllreduce(o *opInfo, data []byte, dt dtype, op Op) error {
-	n, r := c.cfg.Size, c.cfg.Rank
-	es := dt.size()
+	sends, recvs := ringPlan(c.cfg.Size, c.cfg.Rank, data, dt.size(), c.cfg.ChunkBytes)
+	return c.stream(o, sends, recvs, dt, op)
+}
+
+// ringPlan is the units of a ring allreduce of data, elements of es bytes, at position r of
+// a ring of n; the hierarchical allreduce runs it on a slice among the slice's owners.
+func ringPlan(n, r int, data []byte, es, chunkBytes int) (sends, recvs []unit) {
 	elems := len(data) / es
-	chunk := max(1, c.cfg.ChunkBytes/es)
+	chunk := max(1, chunkBytes/es)
 	segStart := func(j int) int { return j*(elems/n) + min(j, elems%n) }
 	k := max(1, ceilDiv(ceilDiv(elems, n), chunk))
 	piece := func(j, q int) []byte {
@@ -58,8 +65,8 @@ func (c *Comm) ringAllreduce(o *opInfo, data []byte, dt dtype, op Op) error {
 		return data[a*es : b*es]
 	}
 	steps := n - 1
-	sends := make([]unit, 0, 2*steps*k)
-	recvs := make([]unit, 0, 2*steps*k)
+	sends = make([]unit, 0, 2*steps*k)
+	recvs = make([]unit, 0, 2*steps*k)
 	for t := range steps { // reduce-scatter
 		for q := range k {
 			i := t*k + q
@@ -75,7 +82,7 @@ func (c *Comm) ringAllreduce(o *opInfo, data []byte, dt dtype, op Op) error {
 			recvs = append(recvs, unit{buf: piece(r-t, q), after: t*k + q})
 		}
 	}
-	return c.stream(o, sends, recvs, dt, op)
+	return sends, recvs
 }
 
 // doublingAllreduce serves small messages in log2(n) exchanges (two more when n is not a

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -40,6 +41,12 @@ type Config struct {
 	// Transport is TransportAuto ("" too): shared memory with peers on the same machine,
 	// TCP with the others; or TransportTCP: TCP with every peer.
 	Transport string
+	// HostID names the host this rank runs on; it defaults to the kernel's boot ID and the
+	// network namespace. Ranks with equal HostID may use shared memory with each other, and
+	// a world whose hosts hold several ranks each reduces hierarchically (docs/protocol.md
+	// §1.7). Tests set it per rank to make ranks of one machine look like separate hosts.
+	// With Transport TCP it is not published: the rank counts as a host of its own.
+	HostID string
 	// Logger receives connection-level events; nil discards them.
 	Logger *slog.Logger
 
@@ -83,6 +90,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("allreduce config: SmallBytes %d: must not be negative", c.SmallBytes)
 	case c.Transport != "" && c.Transport != TransportAuto && c.Transport != TransportTCP:
 		return fmt.Errorf("allreduce config: Transport %q: must be %q or %q", c.Transport, TransportAuto, TransportTCP)
+	case len(c.HostID) > maxHostID:
+		return fmt.Errorf("allreduce config: HostID of %d bytes: must be at most %d", len(c.HostID), maxHostID)
 	case c.Previous != nil && c.Previous.cfg.Generation >= c.Generation:
 		return fmt.Errorf("allreduce config: Previous is generation %d: must be earlier than Generation %d", c.Previous.cfg.Generation, c.Generation)
 	}
@@ -106,6 +115,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.HostID == "" {
+		c.HostID = hostID()
+	}
 	return c
 }
 
@@ -116,6 +128,8 @@ type Comm struct {
 	log   *slog.Logger
 	peers []*peer // indexed by rank; nil for ranks this rank has no connection to
 	addr  string
+	topo  topology // which ranks share a host; set by New before it connects
+	nb    []int    // the ranks New connects to (neighbours, and topo's partners)
 
 	opMu    sync.Mutex // serialises operations
 	seq     uint64     // guarded by opMu
@@ -123,6 +137,7 @@ type Comm struct {
 
 	stats   Stats // set by New
 	shmOnce sync.Once
+	hierOps atomic.Uint64 // allreduces that took the hierarchical path
 
 	mu      sync.Mutex // guards the fields below, and peers once New has returned
 	cause   error      // why the running operation was interrupted (ctx, Close)
@@ -137,6 +152,12 @@ type Stats struct {
 	Fresh  int // dialed or accepted by New
 	// SharedMemory counts the peers whose data goes through shared memory (same machine).
 	SharedMemory int
+	// Hosts is how many hosts the world spans (ranks grouped by Config.HostID) and
+	// HostRanks how many ranks share this rank's host, itself included.
+	Hosts, HostRanks int
+	// Hierarchical counts the allreduces so far that reduced inside each host first and
+	// across hosts second (docs/protocol.md §1.7), rather than over one flat ring.
+	Hierarchical uint64
 }
 
 type peer struct {
@@ -178,6 +199,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		peers: make([]*peer, cfg.Size),
 	}
 	if cfg.Size == 1 {
+		c.stats.Hosts, c.stats.HostRanks = 1, 1
 		return c, nil
 	}
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
@@ -205,6 +227,9 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		}
 	}()
 	self := record{Addr: c.addr}
+	if cfg.Transport != TransportTCP {
+		self.Host = cfg.HostID
+	}
 	var cands map[string]*handover
 	if cfg.ID != "" {
 		self.ID = cfg.ID
@@ -277,15 +302,24 @@ func (c *Comm) peerRanks() []int {
 	return rs
 }
 
-// connect accepts the higher-ranked neighbours and dials the lower-ranked ones, except
-// where both sides of a pair agree to carry over their connection from the previous
-// generation (self is what this rank published, cands what it can carry over).
+// connect learns the hosts, which decide the neighbours, then accepts the higher-ranked
+// neighbours and dials the lower-ranked ones, except where both sides of a pair agree to
+// carry over their connection from the previous generation (self is what this rank
+// published, cands what it can carry over). It accepts from the start, so that strangers
+// are refused while the hosts are still being learnt.
 func (c *Comm) connect(ctx context.Context, ln net.Listener, self record, cands map[string]*handover) error {
-	nb := neighbours(c.cfg.Rank, c.cfg.Size)
 	reuse := self.ID != ""
 	ctx, cancel := context.WithCancel(ctx)
-	k := newConnector(ctx, c, nb)
+	k := newConnector(ctx, c)
 	k.wg.Go(func() { k.acceptLoop(ln) })
+	nb, err := k.learnNeighbours(self)
+	if err != nil {
+		cancel()
+		ln.Close()
+		k.closePending()
+		k.wg.Wait()
+		return err
+	}
 	for _, q := range nb {
 		if q > c.cfg.Rank && !reuse {
 			continue // it dials this rank, and there is nothing to agree on
@@ -321,7 +355,8 @@ func (c *Comm) connect(ctx context.Context, ln net.Listener, self record, cands 
 type connector struct {
 	c      *Comm
 	ctx    context.Context
-	accept map[int]bool // the ranks that dial this one
+	known  chan struct{} // closed once the neighbours are known; accept is set before
+	accept map[int]bool  // the ranks that dial this one
 	got    chan *peer
 	errc   chan error
 	ids    chan namedRank
@@ -338,18 +373,51 @@ type namedRank struct {
 	id   string
 }
 
-func newConnector(ctx context.Context, c *Comm, nb []int) *connector {
-	k := &connector{
-		c: c, ctx: ctx, accept: map[int]bool{},
-		got: make(chan *peer), errc: make(chan error, len(nb)), ids: make(chan namedRank, len(nb)),
-		pending: map[net.Conn]bool{},
+func newConnector(ctx context.Context, c *Comm) *connector {
+	return &connector{
+		c: c, ctx: ctx, known: make(chan struct{}), accept: map[int]bool{},
+		got: make(chan *peer), pending: map[net.Conn]bool{},
 	}
-	for _, q := range nb {
+}
+
+// learnNeighbours learns the hosts (docs/protocol.md §1.7) and from them the neighbours,
+// and lets the hellos waiting for them go on.
+func (k *connector) learnNeighbours(self record) ([]int, error) {
+	c := k.c
+	t, err := c.learnHosts(k.ctx, self)
+	if err != nil {
+		if k.ctx.Err() != nil { // as in ended: say why the wait ended, and wrap it
+			err = fmt.Errorf("%v: %w", err, context.Cause(k.ctx))
+		}
+		return nil, err
+	}
+	c.topo, c.nb = t, t.neighbours(c.cfg.Rank)
+	c.stats.Hosts, c.stats.HostRanks = len(t.hosts), len(t.hosts[t.host[c.cfg.Rank]])
+	k.errc, k.ids = make(chan error, len(c.nb)), make(chan namedRank, len(c.nb))
+	for _, q := range c.nb {
 		if q > c.cfg.Rank {
 			k.accept[q] = true
 		}
 	}
-	return k
+	close(k.known)
+	return c.nb, nil
+}
+
+// dials checks that rank r is one that dials this rank; a rank of this world above this
+// one waits until the neighbours are known.
+func (k *connector) dials(r int) error {
+	c := k.c
+	if r > c.cfg.Rank && r < c.cfg.Size {
+		select {
+		case <-k.known:
+		case <-k.ctx.Done():
+			return fmt.Errorf("hello from rank %d: %w", r, context.Cause(k.ctx))
+		}
+		if k.accept[r] {
+			return nil
+		}
+	}
+	return fmt.Errorf("hello from rank %d, which does not dial rank %d", r, c.cfg.Rank)
 }
 
 // offer hands a connected peer to collect, or closes it once connect is over.
@@ -378,7 +446,7 @@ func (k *connector) acceptLoop(ln net.Listener) {
 // hello checks an accepted connection's hello and offers its peer; a stranger or a rank of
 // another generation is told why, and the wait goes on.
 func (k *connector) hello(conn net.Conn) {
-	p, err := k.c.acceptHello(conn.(*net.TCPConn), k.accept)
+	p, err := k.c.acceptHello(conn.(*net.TCPConn), k.dials)
 	k.mu.Lock()
 	delete(k.pending, conn)
 	if err != nil {
@@ -481,7 +549,7 @@ func (k *connector) closePending() {
 // missing lists the neighbours not connected yet.
 func (c *Comm) missing() []int {
 	var rs []int
-	for _, q := range neighbours(c.cfg.Rank, c.cfg.Size) {
+	for _, q := range c.nb {
 		if c.peers[q] == nil {
 			rs = append(rs, q)
 		}
@@ -557,14 +625,9 @@ func (c *Comm) readHello(conn net.Conn, ok func(rank int) error) (int, error) {
 	return int(h.unit), nil
 }
 
-func (c *Comm) acceptHello(conn *net.TCPConn, expect map[int]bool) (*peer, error) {
+func (c *Comm) acceptHello(conn *net.TCPConn, dials func(rank int) error) (*peer, error) {
 	conn.SetDeadline(time.Now().Add(min(c.cfg.Timeout, 10*time.Second)))
-	rank, err := c.readHello(conn, func(r int) error {
-		if !expect[r] {
-			return fmt.Errorf("hello from rank %d, which does not dial rank %d", r, c.cfg.Rank)
-		}
-		return nil
-	})
+	rank, err := c.readHello(conn, dials)
 	if err != nil {
 		return nil, err
 	}
@@ -662,7 +725,11 @@ func (c *Comm) Addr() string { return c.addr }
 
 // Stats says how many connections New carried over from Config.Previous and how many it
 // made afresh.
-func (c *Comm) Stats() Stats { return c.stats }
+func (c *Comm) Stats() Stats {
+	s := c.stats
+	s.Hierarchical = c.hierOps.Load()
+	return s
+}
 
 // Close releases every connection. An operation in progress returns ErrClosed; Close waits
 // for it. Close is idempotent.

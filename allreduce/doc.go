@@ -2,12 +2,16 @@
 // average gradients and share state: Allreduce, Broadcast, Allgather and Barrier over TCP, and
 // over shared memory between ranks on one machine.
 //
-// A Comm serves one generation of one job. Every rank listens, publishes its address in a
-// rendezvous Store under a generation-scoped key, and connects to the few peers its algorithms
-// need (ring neighbours and recursive-doubling partners). Large messages take a chunked,
-// pipelined ring (reduce-scatter then allgather) in which sending, receiving and reducing
-// overlap; small ones take recursive doubling, log2(n) exchanges instead of 2(n-1) ring steps.
-// Each element is reduced in the same order on every rank, so all ranks end bit-identical.
+// A Comm serves one generation of one job. Every rank listens, publishes its address and host
+// in a rendezvous Store under a generation-scoped key, and connects to the few peers its
+// algorithms need (ring neighbours and recursive-doubling partners; across hosts also its
+// host's ranks and ring partners on other hosts). Large messages take a chunked, pipelined
+// ring (reduce-scatter then allgather) in which sending, receiving and reducing overlap; small
+// ones take recursive doubling, log2(n) exchanges instead of 2(n-1) ring steps. A world of
+// several hosts with several ranks on some reduces large messages hierarchically: inside each
+// host over shared memory, across hosts one ring per slice of the buffer, then back to every
+// rank of the host. Every element is reduced in an order fixed before any data moves, the
+// same for every rank, so all ranks end bit-identical.
 //
 // Ranks on the same Linux machine move their data through shared memory (a memfd both map,
 // one lock-free ring per direction, futex waits) and keep their TCP connection for setup,

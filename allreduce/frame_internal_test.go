@@ -65,11 +65,17 @@ func fakePair(t *testing.T, tweak func(*Config)) (*Comm, *net.TCPConn) {
 		c, err := New(ctx, cfg)
 		res <- built{c, err}
 	}()
-	addr, err := store.Get(ctx, addrKey(fakeGen, 0))
+	// Rank 0 reads every rank's record to group the ranks by host; the fake has no host.
+	store.Set(ctx, addrKey(fakeGen, 1), []byte("127.0.0.1:1"))
+	rec, err := store.Get(ctx, addrKey(fakeGen, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := net.Dial("tcp", string(addr))
+	addr, err := parseRecord(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.Dial("tcp", addr.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,12 +322,16 @@ func TestStrangerDuringNew(t *testing.T) {
 	})
 	start(0)
 	start(1) // rank 2 waits, so rank 0 is still accepting
-	addr, err := store.Get(ctx, addrKey(fakeGen, 0))
+	rec, err := store.Get(ctx, addrKey(fakeGen, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := parseRecord(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dial := func() net.Conn {
-		conn, err := net.Dial("tcp", string(addr))
+		conn, err := net.Dial("tcp", addr.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}

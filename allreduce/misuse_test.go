@@ -374,56 +374,71 @@ func TestCloseDuringOp(t *testing.T) {
 // rank with the cause, and the others fail naming it. Rank n-1 joins only after rank 0 has
 // returned, so the collective cannot complete on every rank.
 func TestCancelMidOp(t *testing.T) {
-	for _, elems := range []int{1000, 1 << 18} { // doubling, ring
+	for _, elems := range []int{1000, 1 << 18} { // doubling, ring (hierarchical on hosts)
 		for _, n := range []int{2, 4, 5} {
-			t.Run(fmt.Sprintf("n=%d/elems=%d", n, elems), func(t *testing.T) {
-				comms := newWorld(t, n, 1, nil, func(c *allreduce.Config) { c.Timeout = misuseTimeout })
-				bufs := make([][]float32, n)
-				for r := range n {
-					bufs[r] = exactInput[float32](r, elems)
+			for _, hosts := range []bool{false, true} {
+				name := fmt.Sprintf("n=%d/elems=%d", n, elems)
+				if hosts {
+					name += "/hosts=2"
 				}
-				cause := errors.New("test cancelled rank 0")
-				base, cancel := context.WithCancelCause(t.Context())
-				ctx := newEnteredCtx(base)
-				errs := make([]error, n)
-				ends := make([]time.Time, n)
-				run := func(r int, ctx context.Context) {
-					errs[r] = comms[r].Allreduce(ctx, bufs[r], allreduce.Sum)
-					ends[r] = time.Now()
-				}
-				var wg sync.WaitGroup
-				rank0 := make(chan struct{})
-				go func() { defer close(rank0); run(0, ctx) }()
-				for r := 1; r < n-1; r++ {
-					wg.Go(func() { run(r, t.Context()) })
-				}
-				waitEntered(t, ctx)
-				cancelled := time.Now()
-				cancel(cause)
-				select {
-				case <-rank0:
-				case <-time.After(misuseTimeout):
-					t.Fatal("rank 0 did not return after its context was cancelled")
-				}
-				joined := time.Now()
-				wg.Go(func() { run(n-1, t.Context()) })
-				wg.Wait()
-				if !errors.Is(errs[0], cause) {
-					t.Errorf("rank 0: %v, want the cancellation cause", errs[0])
-				}
-				for r := range n {
-					from := cancelled
-					if r == n-1 {
-						from = joined
-					}
-					if d := ends[r].Sub(from); d > prompt {
-						t.Errorf("rank %d returned %v after the cancellation (or after joining)", r, d)
-					}
-				}
-				checkAbandoned(t, comms, 0, errs, bufs, reference[float32](n, elems, allreduce.Sum))
-			})
+				t.Run(name, func(t *testing.T) { cancelMidOp(t, n, elems, hosts) })
+			}
 		}
 	}
+}
+
+// cancelMidOp is one case of TestCancelMidOp; with hosts, even and odd ranks are on two
+// simulated hosts.
+func cancelMidOp(t *testing.T, n, elems int, hosts bool) {
+	comms := newWorld(t, n, 1, nil, func(c *allreduce.Config) {
+		c.Timeout = misuseTimeout
+		if hosts {
+			c.HostID = fmt.Sprint("host ", c.Rank%2)
+		}
+	})
+	bufs := make([][]float32, n)
+	for r := range n {
+		bufs[r] = exactInput[float32](r, elems)
+	}
+	cause := errors.New("test cancelled rank 0")
+	base, cancel := context.WithCancelCause(t.Context())
+	ctx := newEnteredCtx(base)
+	errs := make([]error, n)
+	ends := make([]time.Time, n)
+	run := func(r int, ctx context.Context) {
+		errs[r] = comms[r].Allreduce(ctx, bufs[r], allreduce.Sum)
+		ends[r] = time.Now()
+	}
+	var wg sync.WaitGroup
+	rank0 := make(chan struct{})
+	go func() { defer close(rank0); run(0, ctx) }()
+	for r := 1; r < n-1; r++ {
+		wg.Go(func() { run(r, t.Context()) })
+	}
+	waitEntered(t, ctx)
+	cancelled := time.Now()
+	cancel(cause)
+	select {
+	case <-rank0:
+	case <-time.After(misuseTimeout):
+		t.Fatal("rank 0 did not return after its context was cancelled")
+	}
+	joined := time.Now()
+	wg.Go(func() { run(n-1, t.Context()) })
+	wg.Wait()
+	if !errors.Is(errs[0], cause) {
+		t.Errorf("rank 0: %v, want the cancellation cause", errs[0])
+	}
+	for r := range n {
+		from := cancelled
+		if r == n-1 {
+			from = joined
+		}
+		if d := ends[r].Sub(from); d > prompt {
+			t.Errorf("rank %d returned %v after the cancellation (or after joining)", r, d)
+		}
+	}
+	checkAbandoned(t, comms, 0, errs, bufs, reference[float32](n, elems, allreduce.Sum))
 }
 
 // TestCancelledBeforeOp: a context that is already done sends nothing, so the communicator

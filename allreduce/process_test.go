@@ -30,10 +30,40 @@ const (
 	childDir     = "ELASTICD_TEST_STORE"
 	childTimeout = "ELASTICD_TEST_TIMEOUT"
 	childTransp  = "ELASTICD_TEST_TRANSPORT"
+	childHosts   = "ELASTICD_TEST_HOSTS"
+	childListen  = "ELASTICD_TEST_LISTEN"
 )
 
 // transports are the two data paths between rank processes on one machine.
 var transports = []string{allreduce.TransportAuto, allreduce.TransportTCP}
+
+// procMode is how the rank processes of a test reach each other: over transport, on one
+// machine, or, when hosts is set, as ranks of the hosts it spells ("AABB" is two hosts of
+// two ranks), which makes large allreduces hierarchical. The hosts are simulated with
+// Config.HostID (onHosts), or, with netns, are network namespaces that the test makes and
+// joins with a veth pair: the ranks then find their hosts by themselves.
+type procMode struct {
+	transport, hosts string
+	netns            bool
+	rate             string // with netns: the link's rate each way (tc tbf), "" unlimited
+}
+
+func (m procMode) String() string {
+	switch {
+	case m.netns:
+		return m.transport + "/netns=" + m.hosts
+	case m.hosts != "":
+		return m.transport + "/hosts=" + m.hosts
+	}
+	return m.transport
+}
+
+// faultModes are the worlds the fault tests kill or stop a rank of: 4 ranks on one machine
+// over each transport, and 2+2 ranks on two hosts, simulated or network namespaces.
+var faultModes = []procMode{
+	{transport: allreduce.TransportAuto}, {transport: allreduce.TransportTCP},
+	{transport: allreduce.TransportAuto, hosts: "AABB"}, {transport: allreduce.TransportAuto, hosts: "AABB", netns: true},
+}
 
 func TestMain(m *testing.M) {
 	if scenario := os.Getenv(childEnv); scenario != "" {
@@ -56,17 +86,24 @@ func childMain(scenario string) int {
 	size, _ := strconv.Atoi(os.Getenv(childSize))
 	timeout, _ := time.ParseDuration(os.Getenv(childTimeout))
 	ctx := context.Background() // a rank process is its own main
-	c, err := allreduce.New(ctx, allreduce.Config{
+	cfg := allreduce.Config{
 		Rank: rank, Size: size, Generation: 1, Timeout: timeout,
 		Store:     &allreduce.FileStore{Dir: os.Getenv(childDir)},
 		Transport: os.Getenv(childTransp),
-	})
+	}
+	if hosts := os.Getenv(childHosts); hosts != "" {
+		onHosts(hosts)(&cfg)
+	}
+	if addr := os.Getenv(childListen); addr != "" {
+		cfg.ListenAddr = addr
+	}
+	c, err := allreduce.New(ctx, cfg)
 	if err != nil {
 		fmt.Printf("FAIL New: %v\n", err)
 		return 1
 	}
 	defer c.Close()
-	fmt.Printf("ready shm=%d\n", c.Stats().SharedMemory)
+	fmt.Printf("ready shm=%d hosts=%d\n", c.Stats().SharedMemory, c.Stats().Hosts)
 	switch scenario {
 	case "correct":
 		if err := childCorrect(ctx, c); err != nil {
@@ -77,6 +114,12 @@ func childMain(scenario string) int {
 		return 0
 	case "loop":
 		return childLoop(ctx, c)
+	case "timings":
+		if err := childTimings(ctx, c); err != nil {
+			fmt.Printf("FAIL %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	fmt.Printf("FAIL unknown scenario %q\n", scenario)
 	return 1
@@ -138,7 +181,8 @@ func childCorrect(ctx context.Context, c *allreduce.Comm) error {
 }
 
 // childLoop runs 4 MiB float32 sums until one fails, printing "iter N" after each; the
-// failure is reported as "lost peerlost=<bool> rank=<culprit> via=<rank> silent=<bool> err=<quoted>".
+// failure is reported as "lost peerlost=<bool> rank=<culprit> via=<rank> silent=<bool>
+// err=<quoted> hier=<hierarchical allreduces so far>".
 func childLoop(ctx context.Context, c *allreduce.Comm) int {
 	buf := make([]float32, 1<<20)
 	for i := range 100000 {
@@ -150,13 +194,44 @@ func childLoop(ctx context.Context, c *allreduce.Comm) int {
 			if pe, ok := errors.AsType[*allreduce.PeerError](err); ok {
 				culprit, via = pe.Rank, pe.Via
 			}
-			fmt.Printf("lost peerlost=%t rank=%d via=%d silent=%t err=%q\n", errors.Is(err, allreduce.ErrPeerLost), culprit, via, errors.Is(err, allreduce.ErrPeerSilent), err.Error())
+			fmt.Printf("lost peerlost=%t rank=%d via=%d silent=%t err=%q hier=%d\n", errors.Is(err, allreduce.ErrPeerLost), culprit, via, errors.Is(err, allreduce.ErrPeerSilent), err.Error(), c.Stats().Hierarchical)
 			return 0
 		}
 		fmt.Printf("iter %d\n", i)
 	}
 	fmt.Println("FAIL no failure after 100000 iterations")
 	return 1
+}
+
+// childTimings times 16 MiB float32 sums three ways, interleaved (the hierarchical
+// allreduce with slices, with one leader per host, the flat ring), each after a barrier, and
+// prints "timings sliced=<median> leader=<median> flat=<median>".
+func childTimings(ctx context.Context, c *allreduce.Comm) error {
+	buf := make([]float32, 4<<20)
+	ways := []func(*allreduce.Comm) func(){nil, allreduce.Leaders, allreduce.Flatten}
+	times := make([][]time.Duration, len(ways))
+	for round := range 12 {
+		for i, hook := range ways {
+			restore := func() {}
+			if hook != nil {
+				restore = hook(c)
+			}
+			err := c.Barrier(ctx)
+			start := time.Now()
+			if err == nil {
+				err = c.Allreduce(ctx, buf, allreduce.Sum)
+			}
+			if round > 0 { // the first round warms every path up
+				times[i] = append(times[i], time.Since(start))
+			}
+			restore()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Printf("timings sliced=%v leader=%v flat=%v hier=%d\n", median(times[0]), median(times[1]), median(times[2]), c.Stats().Hierarchical)
+	return nil
 }
 
 // line is one line a child printed, with the time the parent read it.
@@ -185,7 +260,7 @@ type procWorld struct {
 
 // startProcs starts n rank processes of scenario; every one is killed by PID and reaped
 // when the test ends.
-func startProcs(t *testing.T, scenario, transport string, n int, timeout time.Duration) *procWorld {
+func startProcs(t *testing.T, scenario string, mode procMode, n int, timeout time.Duration) *procWorld {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -193,16 +268,29 @@ func startProcs(t *testing.T, scenario, transport string, n int, timeout time.Du
 	}
 	w := &procWorld{t: t, changed: make(chan struct{}, 1)}
 	dir := t.TempDir()
+	var hosts map[byte]netnsHost
+	if mode.netns {
+		hosts = makeNetnsHosts(t, mode.hosts, mode.rate)
+	}
 	for r := range n {
-		cmd := exec.Command(exe)
-		cmd.Env = append(os.Environ(),
+		env := append(os.Environ(),
 			childEnv+"="+scenario,
 			childRank+"="+strconv.Itoa(r),
 			childSize+"="+strconv.Itoa(n),
 			childDir+"="+dir,
 			childTimeout+"="+timeout.String(),
-			childTransp+"="+transport,
+			childTransp+"="+mode.transport,
 		)
+		cmd := exec.Command(exe)
+		if mode.netns {
+			// ip netns exec enters the namespace and execs the rank: its PID is the rank's.
+			h := hosts[mode.hosts[r]]
+			cmd = exec.Command("ip", "netns", "exec", h.name, exe)
+			env = append(env, childListen+"="+h.addr+":0")
+		} else {
+			env = append(env, childHosts+"="+mode.hosts)
+		}
+		cmd.Env = env
 		setParentDeathSignal(cmd)
 		stdin, err := cmd.StdinPipe() // held open: the child exits when it closes
 		if err != nil {
@@ -320,17 +408,36 @@ func (w *procWorld) dump() {
 }
 
 // checkTransport checks, from the ready lines, that every rank reached its peers over the
-// transport asked for: shared memory with all of them (auto, where the OS has it) or none.
-func (w *procWorld) checkTransport(transport string) {
+// transport asked for: shared memory with all of them (auto, where the OS has it) or none,
+// or, on simulated hosts, with those of its host; and that it saw the hosts there are.
+func (w *procWorld) checkTransport(mode procMode) {
 	w.t.Helper()
 	for r := range w.kids {
 		l, ok := w.last(r, "ready ")
 		if !ok {
 			w.t.Fatalf("rank %d never said ready", r)
 		}
-		shm := l.text != "ready shm=0"
-		if want := transport == allreduce.TransportAuto && allreduce.ShmSupported; shm != want {
-			w.t.Fatalf("rank %d, transport %s: %q", r, transport, l.text)
+		var shm, hosts int
+		if _, err := fmt.Sscanf(l.text, "ready shm=%d hosts=%d", &shm, &hosts); err != nil {
+			w.t.Fatalf("rank %d: %q: %v", r, l.text, err)
+		}
+		// On one machine: every connection over shared memory, or none. On hosts: exactly
+		// the rank's host peers, all of which it connects to.
+		okShm := func(shm int) bool { return shm > 0 }
+		wantHosts := 1
+		if mode.hosts != "" {
+			peers := strings.Count(mode.hosts, mode.hosts[r:r+1]) - 1
+			okShm = func(shm int) bool { return shm == peers }
+			wantHosts = hostCount(mode.hosts)
+		}
+		if mode.transport != allreduce.TransportAuto || !allreduce.ShmSupported {
+			okShm = func(shm int) bool { return shm == 0 }
+		}
+		if mode.transport == allreduce.TransportTCP {
+			wantHosts = len(w.kids) // no host published: each rank is a host of its own
+		}
+		if !okShm(shm) || hosts != wantHosts {
+			w.t.Fatalf("rank %d, %v: %q: wrong number of peers over shared memory, or of hosts (want %d)", r, mode, l.text, wantHosts)
 		}
 	}
 }
@@ -338,13 +445,16 @@ func (w *procWorld) checkTransport(transport string) {
 func TestProcessesCorrect(t *testing.T) {
 	for _, tr := range transports {
 		for _, n := range []int{2, 5} {
-			t.Run(fmt.Sprintf("%s/n=%d", tr, n), func(t *testing.T) { processesCorrect(t, tr, n) })
+			t.Run(fmt.Sprintf("%s/n=%d", tr, n), func(t *testing.T) { processesCorrect(t, procMode{transport: tr}, n) })
 		}
+	}
+	for _, m := range []procMode{{transport: allreduce.TransportAuto, hosts: "AABBA"}, {transport: allreduce.TransportAuto, hosts: "AABBA", netns: true}} {
+		t.Run(m.String(), func(t *testing.T) { processesCorrect(t, m, len(m.hosts)) })
 	}
 }
 
-func processesCorrect(t *testing.T, transport string, n int) {
-	w := startProcs(t, "correct", transport, n, 10*time.Second)
+func processesCorrect(t *testing.T, mode procMode, n int) {
+	w := startProcs(t, "correct", mode, n, 10*time.Second)
 	w.await(60*time.Second, "every rank to exit", func() bool {
 		for r := range n {
 			if done, _ := w.exited(r); !done {
@@ -361,7 +471,7 @@ func processesCorrect(t *testing.T, transport string, n int) {
 			t.Fatalf("rank %d: exit %v", r, err)
 		}
 	}
-	w.checkTransport(transport)
+	w.checkTransport(mode)
 }
 
 // shmFiles lists /dev/shm entries that elasticd could have made (other programs' are left out).
@@ -378,9 +488,9 @@ func shmFiles() []string {
 
 // faultWorld starts 4 ranks looping a 4 MiB Allreduce and waits until every rank has done
 // at least three iterations.
-func faultWorld(t *testing.T, transport string, timeout time.Duration) *procWorld {
+func faultWorld(t *testing.T, mode procMode, timeout time.Duration) *procWorld {
 	const n = 4
-	w := startProcs(t, "loop", transport, n, timeout)
+	w := startProcs(t, "loop", mode, n, timeout)
 	w.await(60*time.Second, "three iterations on every rank", func() bool {
 		for r := range n {
 			if w.iterations(r) < 3 {
@@ -393,7 +503,7 @@ func faultWorld(t *testing.T, transport string, timeout time.Duration) *procWorl
 		}
 		return true
 	})
-	w.checkTransport(transport)
+	w.checkTransport(mode)
 	return w
 }
 
@@ -427,18 +537,34 @@ func awaitSurvivors(t *testing.T, w *procWorld, victim int, since time.Time, d t
 	return reports
 }
 
-// TestProcessKilled: SIGKILL one rank mid-run; every survivor reports ErrPeerLost naming it
-// within 2s. Timeout is 20s, so the detection cannot come from the timeout.
-func TestProcessKilled(t *testing.T) {
-	for _, tr := range transports {
-		t.Run(tr, func(t *testing.T) { processKilled(t, tr) })
+// checkHierarchical checks, on simulated hosts, that the survivors' allreduces before the
+// failure took the hierarchical path (faultWorld waited for three on every rank), so that
+// the failure hit that path and not the flat ring.
+func checkHierarchical(t *testing.T, mode procMode, reports map[int]line) {
+	t.Helper()
+	if mode.hosts == "" {
+		return
+	}
+	for r, l := range reports {
+		i := strings.LastIndex(l.text, " hier=")
+		if n, err := strconv.Atoi(l.text[i+len(" hier="):]); i < 0 || err != nil || n < 3 {
+			t.Errorf("rank %d: %s; want at least 3 hierarchical allreduces before the failure", r, l.text)
+		}
 	}
 }
 
-func processKilled(t *testing.T, transport string) {
+// TestProcessKilled: SIGKILL one rank mid-run; every survivor reports ErrPeerLost naming it
+// within 2s. Timeout is 20s, so the detection cannot come from the timeout.
+func TestProcessKilled(t *testing.T) {
+	for _, m := range faultModes {
+		t.Run(m.String(), func(t *testing.T) { processKilled(t, m) })
+	}
+}
+
+func processKilled(t *testing.T, mode procMode) {
 	const victim = 2
 	before := shmFiles()
-	w := faultWorld(t, transport, 20*time.Second)
+	w := faultWorld(t, mode, 20*time.Second)
 	// The segments are memfds, in no file system; a named segment would have to be unlinked
 	// by a process that may be the one killed.
 	defer func() {
@@ -453,6 +579,7 @@ func processKilled(t *testing.T, transport string) {
 		t.Fatal(err)
 	}
 	reports := awaitSurvivors(t, w, victim, killed, 10*time.Second)
+	checkHierarchical(t, mode, reports)
 	for r, l := range reports {
 		if d := l.at.Sub(killed); d > 2*time.Second {
 			t.Errorf("rank %d reported the loss %v after the kill", r, d)
@@ -470,21 +597,28 @@ func processKilled(t *testing.T, transport string) {
 // TestProcessStopped: SIGSTOP one rank mid-run; with Timeout 1s every survivor returns
 // within a few seconds with ErrPeerLost. Then the stopped rank is resumed, killed and reaped.
 func TestProcessStopped(t *testing.T) {
-	for _, tr := range transports {
-		t.Run(tr, func(t *testing.T) { processStopped(t, tr) })
+	for _, m := range faultModes {
+		t.Run(m.String(), func(t *testing.T) { processStopped(t, m) })
 	}
 }
 
-func processStopped(t *testing.T, transport string) {
+func processStopped(t *testing.T, mode procMode) {
 	const victim = 2
-	const timeout = time.Second
-	w := faultWorld(t, transport, timeout)
+	timeout := time.Second
+	if mode.hosts != "" {
+		// A rank of the hierarchical allreduce can wait on one peer for a whole phase (the
+		// last phase waits for the rings across hosts), not one chunk as in the flat ring:
+		// under -race on a loaded machine a healthy wait came close to 1s.
+		timeout = 2 * time.Second
+	}
+	w := faultWorld(t, mode, timeout)
 	p := w.kids[victim].cmd.Process
 	stopped := time.Now()
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	reports := awaitSurvivors(t, w, victim, stopped, 20*time.Second)
+	checkHierarchical(t, mode, reports)
 	for r, l := range reports {
 		if d := l.at.Sub(stopped); d > timeout+3*time.Second {
 			t.Errorf("rank %d reported the loss %v after the stop (timeout %v)", r, d, timeout)
@@ -509,5 +643,105 @@ func processStopped(t *testing.T, transport string) {
 	case <-w.kids[victim].done:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("stopped rank %d not reaped after SIGCONT and SIGKILL", victim)
+	}
+}
+
+// netnsHost is a network namespace standing for a host, and its address on the veth link.
+type netnsHost struct{ name, addr string }
+
+// makeNetnsHosts makes one network namespace per host letter of spec (two of them), joined
+// by a veth pair limited to rate (tc's syntax, "" for none), and deletes them when the
+// test ends. It skips the test where
+// namespaces cannot be made (not root, no ip(8), not Linux).
+func makeNetnsHosts(t *testing.T, spec, rate string) map[byte]netnsHost {
+	t.Helper()
+	var letters []byte
+	for i := range len(spec) {
+		if !slices.Contains(letters, spec[i]) {
+			letters = append(letters, spec[i])
+		}
+	}
+	if len(letters) != 2 {
+		t.Fatalf("hosts %q: the veth link joins exactly two namespaces", spec)
+	}
+	ip := func(args ...string) error {
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+		}
+		return nil
+	}
+	// Names unique to this test process, so parallel test runs do not collide.
+	id := os.Getpid() % 1000000
+	hosts := map[byte]netnsHost{}
+	for i, l := range letters {
+		h := netnsHost{fmt.Sprintf("elar%d%c", id, 'a'+i), fmt.Sprintf("10.231.%d.%d", id%250, i+1)}
+		if err := ip("netns", "add", h.name); err != nil {
+			t.Skipf("cannot make network namespaces here: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := ip("netns", "del", h.name); err != nil {
+				t.Error(err)
+			}
+		})
+		hosts[l] = h
+	}
+	a, b := hosts[letters[0]], hosts[letters[1]]
+	va, vb := fmt.Sprintf("ea%d", id), fmt.Sprintf("eb%d", id)
+	for _, args := range [][]string{
+		{"link", "add", va, "netns", a.name, "type", "veth", "peer", "name", vb, "netns", b.name},
+		{"-n", a.name, "addr", "add", a.addr + "/24", "dev", va},
+		{"-n", b.name, "addr", "add", b.addr + "/24", "dev", vb},
+		{"-n", a.name, "link", "set", va, "up"},
+		{"-n", b.name, "link", "set", vb, "up"},
+		{"-n", a.name, "link", "set", "lo", "up"},
+		{"-n", b.name, "link", "set", "lo", "up"},
+	} {
+		if err := ip(args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, end := range []struct{ ns, dev string }{{a.name, va}, {b.name, vb}} {
+		if rate == "" {
+			break
+		}
+		out, err := exec.Command("ip", "netns", "exec", end.ns, "tc", "qdisc", "add", "dev", end.dev, "root",
+			"tbf", "rate", rate, "burst", "1mb", "latency", "100ms").CombinedOutput()
+		if err != nil {
+			t.Skipf("cannot limit the link's rate: tc: %v: %s", err, bytes.TrimSpace(out))
+		}
+	}
+	return hosts
+}
+
+// TestHierarchicalNetnsTimings logs how long a 16 MiB sum takes on 2+2 ranks in two network
+// namespaces joined by a veth pair, unlimited and limited to 1 Gbit/s each way: with the
+// slices, with one leader per host, and over the flat ring. It asserts nothing about time
+// (the machine is shared); set ELASTICD_TEST_TIMINGS=1 to run it.
+func TestHierarchicalNetnsTimings(t *testing.T) {
+	if os.Getenv("ELASTICD_TEST_TIMINGS") == "" {
+		t.Skip("timings only: set ELASTICD_TEST_TIMINGS=1")
+	}
+	for _, rate := range []string{"", "1gbit"} {
+		t.Run("rate="+rate, func(t *testing.T) {
+			const spec = "AABB"
+			w := startProcs(t, "timings", procMode{transport: allreduce.TransportAuto, hosts: spec, netns: true, rate: rate}, len(spec), 30*time.Second)
+			w.await(5*time.Minute, "every rank to exit", func() bool {
+				for r := range w.kids {
+					if done, _ := w.exited(r); !done {
+						return false
+					}
+				}
+				return true
+			})
+			for r := range w.kids {
+				l, ok := w.last(r, "timings ")
+				if _, err := w.exited(r); err != nil || !ok {
+					w.dump()
+					t.Fatalf("rank %d: exit %v", r, err)
+				}
+				t.Logf("rank %d: %s", r, l.text)
+			}
+		})
 	}
 }

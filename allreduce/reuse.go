@@ -27,17 +27,18 @@ import (
 // sent in the previous generation and this rank never read comes before the rehello and is
 // discarded, so no frame of the old generation reaches the new one.
 
-// record is what a rank publishes under its address key. Without an ID it is the bare
-// address, as before reuse existed; with one, a JSON object.
+// record is what a rank publishes under its address key. Without an ID or a host it is the
+// bare address, as before reuse existed; with either, a JSON object.
 type record struct {
 	Addr string   `json:"addr"`
+	Host string   `json:"host,omitempty"` // Config.HostID; "" with TCP forced (docs/protocol.md §1.7)
 	ID   string   `json:"id,omitempty"`
 	Prev uint64   `json:"prev,omitempty"` // generation of the communicator Keep refers to
 	Keep []string `json:"keep,omitempty"` // IDs this rank can carry a connection over to
 }
 
 func (r record) encode() []byte {
-	if r.ID == "" {
+	if r.ID == "" && r.Host == "" {
 		return []byte(r.Addr)
 	}
 	b, _ := json.Marshal(r) // strings and a number: cannot fail

@@ -55,6 +55,7 @@ func TestHandOverSkipsBrokenConnection(t *testing.T) {
 	want := []Stats{{Reused: 2, Fresh: 1}, {Reused: 2, Fresh: 1}, {Reused: 3}, {Reused: 3}}
 	for r, c := range g2 {
 		want[r].SharedMemory = 3 * shmOn
+		want[r].Hosts, want[r].HostRanks = 1, 4
 		if got := c.Stats(); got != want[r] {
 			t.Errorf("rank %d: %+v, want %+v", r, got, want[r])
 		}

@@ -17,7 +17,11 @@ type unit struct {
 // overlap. A send that forwards received data waits only for that chunk, not the whole step.
 func (c *Comm) stream(o *opInfo, sends, recvs []unit, dt dtype, op Op) error {
 	n, r := c.cfg.Size, c.cfg.Rank
-	next, prev := c.peers[(r+1)%n], c.peers[(r+n-1)%n]
+	return c.streamPeers(o, c.peers[(r+1)%n], c.peers[(r+n-1)%n], sends, recvs, dt, op)
+}
+
+// streamPeers is stream on another ring (the hierarchical allreduce's rings across hosts).
+func (c *Comm) streamPeers(o *opInfo, next, prev *peer, sends, recvs []unit, dt dtype, op Op) error {
 	sent := make(chan struct{}, len(sends))
 	recvd := make(chan struct{}, len(recvs))
 	quit := make(chan struct{})

@@ -259,6 +259,7 @@ func TestShmBadOfferFallsBack(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
 			store.Set(ctx, addrKey(fakeGen, 0), []byte(ln.Addr().String()))
+			store.Set(ctx, hostsKey(fakeGen), []byte("[0,1]")) // as rank 0 would: two hosts
 			cfg := Config{Rank: 1, Size: 2, Generation: fakeGen, Store: store, Timeout: 10 * time.Second, Logger: logTo(t)}
 			type built struct {
 				c   *Comm

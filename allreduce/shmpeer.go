@@ -126,7 +126,7 @@ func (c *Comm) offerShm(p *peer) error {
 			offer = binary.LittleEndian.AppendUint32(offer, uint32(seg.file.Fd()))
 			offer = binary.LittleEndian.AppendUint64(offer, uint64(ringSize))
 			offer = append(offer, token...)
-			offer = append(offer, hostID()...)
+			offer = append(offer, c.cfg.HostID...)
 		}
 	}
 	if err := c.writeShmFrame(p, offer); err != nil {
@@ -192,8 +192,8 @@ func (c *Comm) acceptOffer(offer []byte) ([]byte, error) {
 	switch {
 	case !shmSupported:
 		return nil, errNoShm
-	case host == "" || host != hostID():
-		return nil, errors.New("peer is on another host (boot IDs or network namespaces differ)")
+	case host == "" || host != c.cfg.HostID:
+		return nil, errors.New("peer is on another host (host IDs differ: boot ID and network namespace, or Config.HostID)")
 	case ringSize < 64<<10 || ringSize > 1<<30 || ringSize&(ringSize-1) != 0:
 		return nil, fmt.Errorf("ring of %d bytes", ringSize)
 	}
