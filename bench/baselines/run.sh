@@ -151,7 +151,14 @@ inner() {
         rc=0
         finished=
         wait -n -p finished "${running[@]}" || rc=$?
-        [[ -n "$finished" ]] || { log "wait -n returned no pid"; kill_ranks; return 1; }
+        if [[ -z "${finished:-}" ]]; then
+          # bash 5.2's wait -n can return naming no PID (it unsets the variable) when a rank
+          # it waits for has already been reaped; wait for the first one left by its PID,
+          # whose status bash still holds.
+          finished=${running[0]}
+          rc=0
+          wait "$finished" || rc=$?
+        fi
         left=$((left - 1))
         local -a still=()
         for p in "${running[@]}"; do [[ "$p" == "$finished" ]] || still+=("$p"); done
