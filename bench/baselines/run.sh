@@ -395,9 +395,25 @@ xh_up() {
 
 # --- run ----------------------------------------------------------------------
 work="$(mktemp -d "${TMPDIR:-/tmp}/elasticd-baselines-run.XXXXXX")"
+# The benchmark in progress runs in the background (RUN_PID) so that a signal is handled at
+# once: it is stopped by PID (TERM, which every inner runner passes on to its ranks; KILL 15 s
+# later), then the EXIT trap deletes the namespaces and whatever is left in them.
+RUN_PID=
+stop_run() {
+  [[ -n "$RUN_PID" ]] || return 0
+  kill -TERM "$RUN_PID" 2>/dev/null || true
+  local i
+  for ((i = 0; i < 30; i++)); do
+    kill -0 "$RUN_PID" 2>/dev/null || break
+    sleep 0.5
+  done
+  kill -KILL "$RUN_PID" 2>/dev/null || true
+  wait "$RUN_PID" 2>/dev/null || true
+  RUN_PID=
+}
 trap 'xh_down; rm -rf "$work"' EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM HUP
+trap 'log "interrupted: stopping the run"; stop_run; exit 130' INT
+trap 'log "terminated: stopping the run"; stop_run; exit 143' TERM HUP
 
 if ((HOSTS > 0)); then
   XH_SUBNET="$(pick_subnet)" || die "no free 10.251.C/24 for the veth network"
@@ -435,7 +451,10 @@ run_one() {
   log "running $impl with $np ranks$where: sizes ${size_list[*]}"
   local rc=0 start=$SECONDS
   # Backstop: the inner runner bounds each rank with RUN_TIMEOUT itself.
-  timeout -k 10 "$((RUN_TIMEOUT + 30))" "${cmd[@]}" >"$out" || rc=$?
+  timeout -k 10 "$((RUN_TIMEOUT + 30))" "${cmd[@]}" >"$out" &
+  RUN_PID=$!
+  wait "$RUN_PID" || rc=$?
+  RUN_PID=
   local lines
   lines=$(grep -c '^{"impl":' "$out" || true)
   if ((rc != 0)); then
