@@ -334,7 +334,16 @@ pick_subnet() {
 # Namespaces this run created, deleted on exit with whatever still runs in them (by PID).
 xh_created=()
 xh_down() {
-  local ns pid
+  local ns pid h
+  if [[ -n "$LINK_QDISC" && ${#xh_created[@]} -gt 0 ]]; then
+    # What the modelled link did over the whole run: drops decide how TCP copes with it.
+    local stats='s/.*Sent \([0-9]*\) bytes \([0-9]*\) pkt (dropped \([0-9]*\), overlimits \([0-9]*\).*/\1 bytes, \2 packets, \3 dropped, \4 overlimits/p'
+    for ((h = 1; h <= HOSTS; h++)); do
+      log "link of host $h, sent by the host: $(tc -n "$XH_PREFIX-h$h" -s qdisc show dev eth0 2>/dev/null |
+        sed -n "$stats" | head -n 1); by the switch: $(tc -n "$XH_SWITCH" -s qdisc show dev "h$h" 2>/dev/null |
+        sed -n "$stats" | head -n 1)"
+    done
+  fi
   for ns in "${xh_created[@]}"; do
     for pid in $(ip netns pids "$ns" 2>/dev/null); do
       log "killing leftover process $pid in $ns"
