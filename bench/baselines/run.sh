@@ -311,6 +311,8 @@ if ((HOSTS > 0)); then
   for p in "${per_host_list[@]}"; do
     [[ "$p" =~ ^[0-9]+$ ]] && ((p >= 1 && HOSTS * p <= 64)) || die "bad PER_HOST '$p' (1 or more, HOSTS*PER_HOST <= 64)"
   done
+  [[ -z "${HOSTS_SUBNET:-}" || "$HOSTS_SUBNET" =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] ||
+    die "HOSTS_SUBNET must be A.B.C (a /24), e.g. 10.251.7"
   command -v ip >/dev/null || die "HOSTS needs ip (apt-get install iproute2)"
   [[ -z "$LINK_QDISC" ]] || command -v tc >/dev/null || die "LINK_QDISC needs tc (apt-get install iproute2)"
   netns=0 # the hosts' namespaces isolate the runs; ranks must reach each other's
@@ -425,7 +427,11 @@ trap 'log "interrupted: stopping the run"; stop_run; exit 130' INT
 trap 'log "terminated: stopping the run"; stop_run; exit 143' TERM HUP
 
 if ((HOSTS > 0)); then
-  XH_SUBNET="$(pick_subnet)" || die "no free 10.251.C/24 for the veth network"
+  if [[ -n "${HOSTS_SUBNET:-}" ]]; then
+    XH_SUBNET=$HOSTS_SUBNET
+  else
+    XH_SUBNET="$(pick_subnet)" || die "no free 10.251.C/24 for the veth network: set HOSTS_SUBNET"
+  fi
   # Unique per run (PID and a random suffix), so that parallel runs never share a name.
   XH_PREFIX="elasticd-xh-$$-$RANDOM"
   XH_SWITCH="$XH_PREFIX-sw"
