@@ -12,7 +12,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 # stamping is off (a build outside a checkout, -buildvcs=false).
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: all build release test test-go test-python test-deps demo bench bench-go bench-compare bench-pytorch fuzz lint clean
+.PHONY: all build release test test-go test-python test-deps demo bench bench-go bench-compare bench-compare-hosts bench-pytorch fuzz lint clean
 
 all: build
 
@@ -83,6 +83,19 @@ COMPARE_OUT ?= bench-compare.jsonl
 bench-compare: build
 	ROUNDS=$(ROUNDS) TORCH_PYTHON=$(PYTHON) bench/baselines/run.sh > $(COMPARE_OUT)
 	./$(BIN) bench report $(COMPARE_OUT)
+
+# The same across simulated hosts (docs/benchmarks.md, "Across hosts"): HOSTS network
+# namespaces joined by veth through a bridge in a switch namespace, all made and removed by
+# run.sh (root, iproute2), PER_HOST ranks in each (every count in the list, interleaved), so
+# that ranks of different hosts talk TCP; LINK_QDISC (run.sh) models a link.
+HOSTS       ?= 2
+PER_HOST    ?= 1 2
+HOSTS_SIZES ?= 4096 65536 1048576 16777216 67108864
+COMPARE_HOSTS_OUT ?= bench-compare-hosts.jsonl
+bench-compare-hosts: build
+	HOSTS=$(HOSTS) PER_HOST="$(PER_HOST)" SIZES="$(HOSTS_SIZES)" ROUNDS=$(ROUNDS) TORCH_PYTHON=$(PYTHON) \
+		bench/baselines/run.sh > $(COMPARE_HOSTS_OUT)
+	./$(BIN) bench report $(COMPARE_HOSTS_OUT)
 
 # Recovery of a 4-worker DDP job (gloo, ~1M parameters) with one worker SIGKILLed, under
 # torchrun, elasticd's restart mode (cold and --warm-start) and its in-process mode, interleaved

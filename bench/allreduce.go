@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,8 +32,18 @@ type AllreduceResult struct {
 	MemcpyGbps float64 `json:"memcpy_gbps,omitempty"`
 	TCPGbps    float64 `json:"tcp_gbps,omitempty"`
 	RTTS       float64 `json:"rtt_s,omitempty"`
-	// ShmPeers is how many of rank 0's peers it reached over shared memory (0: all over TCP).
+	// ShmPeers is how many of rank 0's peers it reached over shared memory (0: all over TCP),
+	// TCPPeers how many over TCP.
 	ShmPeers int `json:"shm_peers"`
+	TCPPeers int `json:"tcp_peers"`
+	// The same counts for every rank, indexed by rank: which pairs shared memory is a
+	// property of the whole world, not of rank 0 alone.
+	RankShmPeers []int `json:"rank_shm_peers,omitempty"`
+	RankTCPPeers []int `json:"rank_tcp_peers,omitempty"`
+	// Hosts and PerHost describe a cross-host run (AllreduceOptions.Hosts): Hosts network
+	// namespaces with PerHost ranks each; 0 when every rank ran in this one.
+	Hosts   int `json:"hosts,omitempty"`
+	PerHost int `json:"per_host,omitempty"`
 	// Ratios measured side by side in this run (0 when --no-baseline).
 	BusbwVsTCP    float64 `json:"busbw_vs_tcp,omitempty"`
 	BusbwVsMemcpy float64 `json:"busbw_vs_memcpy,omitempty"`
@@ -51,9 +62,39 @@ type AllreduceOptions struct {
 	Timeout    time.Duration // how long a rank waits on a silent peer
 	ProfileDir string        // each rank's CPU profile goes to ProfileDir/rank-N.pprof ("": none)
 	NoBaseline bool          // skip measuring memcpy, loopback TCP and round trip
-	JSON       bool          // one JSON object per size instead of a table
-	Out        io.Writer     // the results (nil: discarded)
-	Err        io.Writer     // the ranks' and the peer's stderr, written to one at a time (nil: discarded)
+	// Hosts, when set, simulates that many hosts: NP/len(Hosts) ranks run in each host's
+	// network namespace (ranks 0 to NP/len(Hosts)-1 in the first, and so on), started through
+	// `ip netns exec` and listening on the host's address, so that ranks of different hosts
+	// talk TCP over whatever joins the namespaces. The ranks still meet in a directory on the
+	// shared filesystem. The machine baseline is not measured (it would be loopback's).
+	Hosts []NetnsHost
+	JSON  bool      // one JSON object per size instead of a table
+	Out   io.Writer // the results (nil: discarded)
+	Err   io.Writer // the ranks' and the peer's stderr, written to one at a time (nil: discarded)
+}
+
+// NetnsHost is one simulated host of a cross-host run: a named network namespace (one that
+// `ip netns add` made) and an address of it that the other namespaces reach.
+type NetnsHost struct {
+	Netns string
+	Addr  string // an IP address, without a port
+}
+
+// ParseNetnsHosts reads "NS=ADDR,NS=ADDR", e.g. "h1=10.99.0.1,h2=10.99.0.2".
+func ParseNetnsHosts(s string) ([]NetnsHost, error) {
+	var out []NetnsHost
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		ns, addr, ok := strings.Cut(f, "=")
+		if !ok || ns == "" || strings.ContainsAny(ns, "/ ") || net.ParseIP(addr) == nil {
+			return nil, fmt.Errorf("%q: want NAMESPACE=IP, e.g. h1=10.99.0.1", f)
+		}
+		out = append(out, NetnsHost{Netns: ns, Addr: addr})
+	}
+	return out, nil
 }
 
 // Validate checks the options that do not depend on Sizes, in the order the command reports
@@ -72,6 +113,13 @@ func (o *AllreduceOptions) Validate() error {
 		return usageError("transport", "%q: must be %s or %s", o.Transport, allreduce.TransportAuto, allreduce.TransportTCP)
 	case o.Timeout <= 0:
 		return usageError("timeout", "%v: must be positive, e.g. 30s", o.Timeout)
+	case len(o.Hosts) > 0 && o.NP%len(o.Hosts) != 0:
+		return usageError("netns-hosts", "%d ranks do not divide among %d hosts: give --np a multiple of the host count", o.NP, len(o.Hosts))
+	}
+	for _, h := range o.Hosts {
+		if h.Netns == "" || net.ParseIP(h.Addr) == nil {
+			return usageError("netns-hosts", "%q=%q: want a namespace name and an IP address", h.Netns, h.Addr)
+		}
 	}
 	return nil
 }
@@ -168,7 +216,7 @@ func Allreduce(ctx context.Context, o AllreduceOptions) ([]AllreduceResult, erro
 		return nil, fmt.Errorf("find own executable to start ranks: %w", err)
 	}
 	var m machine
-	if !o.NoBaseline {
+	if !o.NoBaseline && len(o.Hosts) == 0 {
 		if m, err = measureMachine(ctx, self, errw); err != nil {
 			return nil, fmt.Errorf("measure machine: %w", err)
 		}
@@ -189,7 +237,7 @@ func Allreduce(ctx context.Context, o AllreduceOptions) ([]AllreduceResult, erro
 		}
 		return results, nil
 	}
-	printTable(out, o.NP, m, results)
+	printTable(out, o.NP, len(o.Hosts), m, results)
 	return results, nil
 }
 
@@ -216,10 +264,10 @@ func runRanks(ctx context.Context, self string, stderr io.Writer, o AllreduceOpt
 		sizes[i] = strconv.FormatInt(s, 10)
 	}
 	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		errs    []error
-		results []AllreduceResult
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		errs  []error
+		lines = make([][]AllreduceResult, o.NP) // by rank
 	)
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
@@ -234,6 +282,12 @@ func runRanks(ctx context.Context, self string, stderr io.Writer, o AllreduceOpt
 			args = append(args, "--cpuprofile", filepath.Join(o.ProfileDir, fmt.Sprintf("rank-%d.pprof", r)))
 		}
 		cmd := exec.CommandContext(ctx, self, args...)
+		if len(o.Hosts) > 0 {
+			// ip execs the rank in the namespace: the PID is the rank's, and so is the signal on cancel.
+			h := o.Hosts[r/(o.NP/len(o.Hosts))]
+			args = append(args, "--listen", h.Addr)
+			cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.Netns, self}, args...)...)
+		}
 		cmd.SysProcAttr = childProcAttr()
 		cmd.Stderr = stderr
 		out, err := cmd.StdoutPipe()
@@ -244,7 +298,7 @@ func runRanks(ctx context.Context, self string, stderr io.Writer, o AllreduceOpt
 			return nil, fmt.Errorf("start rank %d: %w", r, err)
 		}
 		wg.Go(func() {
-			var lines []AllreduceResult
+			var mine []AllreduceResult
 			sc := bufio.NewScanner(out)
 			var perr error
 			for sc.Scan() {
@@ -253,7 +307,7 @@ func runRanks(ctx context.Context, self string, stderr io.Writer, o AllreduceOpt
 					perr = fmt.Errorf("rank %d printed %q: %w", r, sc.Text(), err)
 					continue
 				}
-				lines = append(lines, res)
+				mine = append(mine, res)
 			}
 			err := cmd.Wait()
 			mu.Lock()
@@ -263,9 +317,7 @@ func runRanks(ctx context.Context, self string, stderr io.Writer, o AllreduceOpt
 				cancel() // one rank failing dooms the run: stop the others now
 				return
 			}
-			if r == 0 {
-				results = lines
-			}
+			lines[r] = mine
 		})
 	}
 	wg.Wait()
@@ -275,15 +327,33 @@ func runRanks(ctx context.Context, self string, stderr io.Writer, o AllreduceOpt
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("allreduce benchmark failed: %w", errs[0]) // the first to fail; the rest were stopped
 	}
-	if len(results) != len(o.Sizes) {
-		return nil, fmt.Errorf("allreduce benchmark: rank 0 reported %d results for %d sizes", len(results), len(o.Sizes))
+	for r, l := range lines {
+		if len(l) != len(o.Sizes) {
+			return nil, fmt.Errorf("allreduce benchmark: rank %d reported %d results for %d sizes", r, len(l), len(o.Sizes))
+		}
+	}
+	results := lines[0]
+	for i := range results {
+		for r := range lines {
+			results[i].RankShmPeers = append(results[i].RankShmPeers, lines[r][i].ShmPeers)
+			results[i].RankTCPPeers = append(results[i].RankTCPPeers, lines[r][i].TCPPeers)
+		}
+		if len(o.Hosts) > 0 {
+			results[i].Hosts, results[i].PerHost = len(o.Hosts), o.NP/len(o.Hosts)
+		}
 	}
 	return results, nil
 }
 
-func printTable(w io.Writer, np int, m machine, results []AllreduceResult) {
+func printTable(w io.Writer, np, hosts int, m machine, results []AllreduceResult) {
 	path := "on loopback TCP"
-	if len(results) > 0 && results[0].ShmPeers > 0 {
+	switch {
+	case hosts > 0:
+		path = fmt.Sprintf("on %d hosts (network namespaces) x %d, over TCP between hosts", hosts, np/hosts)
+		if len(results) > 0 && results[0].ShmPeers > 0 {
+			path += " and shared memory inside"
+		}
+	case len(results) > 0 && results[0].ShmPeers > 0:
 		path = "over shared memory"
 	}
 	fmt.Fprintf(w, "allreduce: float32 sum, %d rank processes %s, median of iterations\n", np, path)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -27,9 +28,15 @@ func TestAllreduceJSON(t *testing.T) {
 		t.Fatalf("want 2 JSON lines, got %d:\n%s", len(lines), out.String())
 	}
 	for i, line := range lines {
-		var r map[string]float64
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
+		var raw map[string]any
+		if err := json.Unmarshal([]byte(line), &raw); err != nil {
 			t.Fatalf("line %d %q: %v", i, line, err)
+		}
+		r := map[string]float64{} // the numbers; the per-rank lists are checked below
+		for k, v := range raw {
+			if f, ok := v.(float64); ok {
+				r[k] = f
+			}
 		}
 		wantSize := []float64{4096, 1048580}[i]
 		if r["size_bytes"] != wantSize || r["ranks"] != 3 || r["iters"] != 3 {
@@ -41,8 +48,15 @@ func TestAllreduceJSON(t *testing.T) {
 			}
 		}
 		// Rank 0 of 3 has two peers, both on this machine: shared memory where the OS has it.
-		if want := map[bool]float64{true: 2}[runtime.GOOS == "linux"]; r["shm_peers"] != want {
-			t.Errorf("line %d: shm_peers = %v, want %v", i, r["shm_peers"], want)
+		// Every rank says the same of its own two peers.
+		shm := map[bool]float64{true: 2}[runtime.GOOS == "linux"]
+		if r["shm_peers"] != shm || r["tcp_peers"] != 2-shm {
+			t.Errorf("line %d: shm_peers = %v, tcp_peers = %v, want %v and %v", i, r["shm_peers"], r["tcp_peers"], shm, 2-shm)
+		}
+		for k, want := range map[string]float64{"rank_shm_peers": shm, "rank_tcp_peers": 2 - shm} {
+			if got := fmt.Sprint(raw[k]); got != fmt.Sprint([]any{want, want, want}) {
+				t.Errorf("line %d: %s = %s, want %v for each of 3 ranks", i, k, got, want)
+			}
 		}
 		if got, want := r["algbw_gbps"], r["size_bytes"]/r["median_s"]/1e9; !near(got, want) {
 			t.Errorf("algbw %v, want size/median = %v", got, want)
@@ -103,6 +117,10 @@ func TestBadOptionsAreUsageErrors(t *testing.T) {
 		{"timeout", func(o *bench.AllreduceOptions) { o.Timeout = -time.Second }, "--timeout: "},
 		{"no sizes", func(o *bench.AllreduceOptions) { o.Sizes = nil }, "--sizes: "},
 		{"odd size", func(o *bench.AllreduceOptions) { o.Sizes = []int64{1001} }, "--sizes: 1001 bytes"},
+		{"ranks per host", func(o *bench.AllreduceOptions) {
+			o.NP, o.Hosts = 3, []bench.NetnsHost{{Netns: "h1", Addr: "10.0.0.1"}, {Netns: "h2", Addr: "10.0.0.2"}}
+		}, "--netns-hosts: 3 ranks do not divide among 2 hosts"},
+		{"host address", func(o *bench.AllreduceOptions) { o.Hosts = []bench.NetnsHost{{Netns: "h1", Addr: "h1.example"}} }, "--netns-hosts: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok
@@ -123,6 +141,15 @@ func TestBadOptionsAreUsageErrors(t *testing.T) {
 		if _, err := bench.ParseSizes(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ParseSizes(%q): %v, want an error containing %q", tc.in, err, tc.want)
 		}
+	}
+	for _, in := range []string{"h1", "h1=", "=10.0.0.1", "h1=10.0.0.1:99", "a/b=10.0.0.1"} {
+		if _, err := bench.ParseNetnsHosts(in); err == nil || !strings.Contains(err.Error(), "want NAMESPACE=IP") {
+			t.Errorf("ParseNetnsHosts(%q): %v, want an error that shows the form", in, err)
+		}
+	}
+	hosts, err := bench.ParseNetnsHosts("h1=10.0.0.1, h2=fd00::2")
+	if want := []bench.NetnsHost{{Netns: "h1", Addr: "10.0.0.1"}, {Netns: "h2", Addr: "fd00::2"}}; err != nil || !slices.Equal(hosts, want) {
+		t.Errorf("ParseNetnsHosts: %v, %v, want %v", hosts, err, want)
 	}
 	got, err := bench.ParseSizes("4096, 4KB,64mb,1GiB")
 	if want := []int64{4096, 4 << 10, 64 << 20, 1 << 30}; err != nil || !slices.Equal(got, want) {

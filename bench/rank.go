@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"runtime/pprof"
 	"time"
@@ -14,7 +15,7 @@ import (
 
 // RankCommand is the hidden subcommand of `elasticd bench` that runs Rank; Allreduce starts
 // it with the flags --rank, --np, --store, --sizes (bytes, comma-separated), --iters,
-// --chunk-bytes, --small-bytes, --transport, --timeout and --cpuprofile, one per field of RankOptions.
+// --chunk-bytes, --small-bytes, --transport, --timeout, --cpuprofile and --listen, one per field of RankOptions.
 const RankCommand = "allreduce-rank"
 
 // RankOptions configure Rank: one rank process of Allreduce.
@@ -26,9 +27,18 @@ type RankOptions struct {
 	ChunkBytes int
 	SmallBytes int
 	Transport  string // allreduce.Config.Transport
+	Listen     string // the IP address to listen on and advertise ("": loopback)
 	Timeout    time.Duration
 	CPUProfile string    // this rank's CPU profile file ("": none)
-	Out        io.Writer // rank 0 prints one AllreduceResult per size here as a JSON line
+	Out        io.Writer // every rank prints one AllreduceResult per size here as a JSON line
+}
+
+// listenAddr is allreduce.Config.ListenAddr for an IP address: any port of it, or the default.
+func listenAddr(ip string) string {
+	if ip == "" {
+		return ""
+	}
+	return net.JoinHostPort(ip, "0")
 }
 
 // Rank is one rank of Allreduce, started by it as `Exe bench allreduce-rank`; not for people.
@@ -51,6 +61,7 @@ func Rank(ctx context.Context, o RankOptions) error {
 		ChunkBytes: o.ChunkBytes,
 		SmallBytes: o.SmallBytes,
 		Transport:  o.Transport,
+		ListenAddr: listenAddr(o.Listen),
 	})
 	if err != nil {
 		return err
@@ -67,11 +78,10 @@ func Rank(ctx context.Context, o RankOptions) error {
 		if err != nil {
 			return err
 		}
-		res.ShmPeers = comm.Stats().SharedMemory
-		if o.Rank == 0 {
-			if err := enc.Encode(res); err != nil {
-				return err
-			}
+		st := comm.Stats()
+		res.ShmPeers, res.TCPPeers = st.SharedMemory, st.Fresh+st.Reused-st.SharedMemory
+		if err := enc.Encode(res); err != nil {
+			return err
 		}
 	}
 	return nil

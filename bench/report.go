@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,7 +22,9 @@ type ReportOptions struct {
 // (`bench allreduce --json` and bench/baselines/run.sh, whose lines carry an "impl" field;
 // lines without one count as "elasticd") into the median time of each implementation per rank
 // count and size, side by side, and how many times faster elasticd is than each other. Without
-// elasticd lines there is nothing to divide by, and only the medians are printed.
+// elasticd lines there is nothing to divide by, and only the medians are printed. Lines with
+// "hosts" (run.sh's HOSTS mode, `bench allreduce --netns-hosts`) make a second table, by host
+// count and ranks per host.
 func Report(o ReportOptions) error {
 	out, _ := writers(o.Out, nil)
 	var lines []reportLine
@@ -70,17 +73,41 @@ type reportLine struct {
 	SizeBytes int64   `json:"size_bytes"`
 	Ranks     int     `json:"ranks"`
 	MedianS   float64 `json:"median_s"`
+	Hosts     int     `json:"hosts"` // 0: every rank on one machine
+	PerHost   int     `json:"per_host"`
 }
 
+// printReport prints the results of one machine, then those across hosts (run.sh's HOSTS
+// mode), each as its own table: the two compare different things.
 func printReport(w io.Writer, lines []reportLine) {
+	var local, across []reportLine
+	for _, l := range lines {
+		if l.Hosts > 0 {
+			across = append(across, l)
+		} else {
+			local = append(local, l)
+		}
+	}
+	if len(local) > 0 {
+		printReportTable(w, local, false)
+	}
+	if len(across) > 0 {
+		if len(local) > 0 {
+			fmt.Fprintln(w)
+		}
+		printReportTable(w, across, true)
+	}
+}
+
+func printReportTable(w io.Writer, lines []reportLine, acrossHosts bool) {
 	type key struct {
-		ranks int
-		size  int64
+		hosts, perHost, ranks int
+		size                  int64
 	}
 	times := map[key]map[string][]float64{}
 	var impls []string
 	for _, l := range lines {
-		k := key{l.Ranks, l.SizeBytes}
+		k := key{l.Hosts, l.PerHost, l.Ranks, l.SizeBytes}
 		if times[k] == nil {
 			times[k] = map[string][]float64{}
 		}
@@ -101,28 +128,43 @@ func printReport(w io.Writer, lines []reportLine) {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b key) int {
-		if a.ranks != b.ranks {
-			return a.ranks - b.ranks
+		if c := cmp.Compare(a.hosts, b.hosts); c != 0 {
+			return c
 		}
-		return int(a.size - b.size)
+		if c := cmp.Compare(a.perHost, b.perHost); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.ranks, b.ranks); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.size, b.size)
 	})
-	if others != nil {
-		fmt.Fprintln(w, "median time over rounds (busbw GB/s); vs X = X's time / elasticd's time (> 1: elasticd is faster)")
-	} else {
-		fmt.Fprintln(w, "median time over rounds (busbw GB/s)")
+	title := "median time over rounds (busbw GB/s)"
+	if acrossHosts {
+		title = "across hosts (network namespaces joined by veth: TCP between hosts), " + title
 	}
+	if others != nil {
+		title += "; vs X = X's time / elasticd's time (> 1: elasticd is faster)"
+	}
+	fmt.Fprintln(w, title)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "ranks\tsize\trounds\t"
+	if acrossHosts {
+		head = "hosts\tper host\tsize\trounds\t"
+	}
 	for _, im := range impls {
-		head += implTitle(im) + "\t"
+		head += implTitle(im, acrossHosts) + "\t"
 	}
 	for _, im := range others {
-		head += "vs " + implTitle(im) + "\t"
+		head += "vs " + implTitle(im, acrossHosts) + "\t"
 	}
 	fmt.Fprintln(tw, head)
 	for _, k := range keys {
 		rounds := 0
 		row := fmt.Sprintf("%d\t%s\t", k.ranks, fmtSize(k.size))
+		if acrossHosts {
+			row = fmt.Sprintf("%d\t%d\t%s\t", k.hosts, k.perHost, fmtSize(k.size))
+		}
 		cells := ""
 		med := map[string]float64{}
 		for _, im := range impls {
@@ -149,9 +191,15 @@ func printReport(w io.Writer, lines []reportLine) {
 }
 
 // implTitle is the column title of an "impl" name that bench/baselines/run.sh writes; other
-// names are their own title.
-func implTitle(impl string) string {
+// names are their own title. Across hosts, run.sh's mpi-shm uses shared memory inside a host
+// and TCP between hosts.
+func implTitle(impl string, acrossHosts bool) string {
 	switch impl {
+	case "mpi-shm":
+		if acrossHosts {
+			return "Open MPI shm+TCP"
+		}
+		return "Open MPI shm"
 	case "elasticd-tcp":
 		return "elasticd TCP"
 	case "gloo":
@@ -160,8 +208,6 @@ func implTitle(impl string) string {
 		return "torch Gloo"
 	case "mpi":
 		return "Open MPI TCP"
-	case "mpi-shm":
-		return "Open MPI shm"
 	}
 	return impl
 }

@@ -132,3 +132,54 @@ func TestReportWithoutElasticd(t *testing.T) {
 		t.Errorf("report without elasticd:\n%s", s)
 	}
 }
+
+// Lines with hosts (run.sh's HOSTS mode) make their own table, after the one-machine table,
+// by host count and ranks per host; Open MPI's shared memory there is shm+TCP.
+func TestReportAcrossHosts(t *testing.T) {
+	lines := `{"impl":"elasticd","size_bytes":4096,"ranks":2,"median_s":0.00001}
+{"impl":"mpi","size_bytes":4096,"ranks":2,"median_s":0.00002}
+{"impl":"elasticd","size_bytes":4096,"ranks":4,"median_s":0.0001,"hosts":2,"per_host":2,"shm_peers":1,"tcp_peers":2,"rank_shm_peers":[1,1,1,1],"rank_tcp_peers":[2,2,2,2]}
+{"impl":"mpi","hosts":2,"per_host":2,"size_bytes":4096,"ranks":4,"median_s":0.0003}
+{"impl":"mpi-shm","hosts":2,"per_host":2,"size_bytes":4096,"ranks":4,"median_s":0.00005}
+{"impl":"elasticd","size_bytes":1048576,"ranks":2,"median_s":0.001,"hosts":2,"per_host":1}
+{"impl":"mpi","hosts":2,"per_host":1,"size_bytes":1048576,"ranks":2,"median_s":0.004}
+{"impl":"elasticd","size_bytes":4096,"ranks":2,"median_s":0.00003,"hosts":2,"per_host":1}
+{"impl":"mpi","hosts":2,"per_host":1,"size_bytes":4096,"ranks":2,"median_s":0.00003}
+`
+	var out bytes.Buffer
+	if err := bench.Report(bench.ReportOptions{Stdin: strings.NewReader(lines), Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	tables := strings.Split(strings.TrimSpace(out.String()), "\n\n")
+	if len(tables) != 2 {
+		t.Fatalf("want a one-machine table and an across-hosts table:\n%s", out.String())
+	}
+	local := strings.Split(tables[0], "\n")
+	if len(local) != 3 || strings.Contains(tables[0], "hosts") || !strings.Contains(local[2], "2.00x") {
+		t.Errorf("one-machine table has the cross-host lines or the wrong ratio:\n%s", tables[0])
+	}
+	rows := strings.Split(tables[1], "\n")
+	if len(rows) != 5 {
+		t.Fatalf("want title, header and 3 rows (2x1 4KB, 2x1 1MB, 2x2 4KB):\n%s", tables[1])
+	}
+	if !strings.Contains(rows[0], "across hosts") || !strings.Contains(rows[1], "per host") ||
+		!strings.Contains(rows[1], "Open MPI shm+TCP") || strings.Contains(rows[1], "Open MPI shm ") {
+		t.Errorf("title and header:\n%s\n%s", rows[0], rows[1])
+	}
+	for i, want := range []struct{ prefix, ratios string }{
+		{"2 1 4KB 1", "1.00x"},
+		{"2 1 1MB 1", "4.00x"},
+		{"2 2 4KB 1", "3.00x 0.50x"},
+	} {
+		f := strings.Fields(rows[2+i])
+		var ratios []string
+		for _, c := range f {
+			if strings.HasSuffix(c, "x") {
+				ratios = append(ratios, c)
+			}
+		}
+		if got := strings.Join(f[:4], " "); got != want.prefix || strings.Join(ratios, " ") != want.ratios {
+			t.Errorf("row %d: %q, want it to start %q with ratios %q", i, rows[2+i], want.prefix, want.ratios)
+		}
+	}
+}

@@ -4,6 +4,8 @@
 #   - openssh-server (/usr/sbin/sshd) and openssh-client (ssh, ssh-keygen): driver/launch tests
 #     start a real sshd on loopback and launch workers through it;
 #   - util-linux (setsid): the remote launch wrapper runs each worker in its own session;
+#   - iproute2 (ip): bench's cross-host test joins two network namespaces with a veth (it skips
+#     without the permission); bench/baselines/run.sh's HOSTS mode uses ip and tc too;
 #   - gcc and libc6-dev: the race detector (go test -race) and go-nvml's bindings need cgo;
 #   - curl: the Terraform modules' install script is run with sh and curl against fakes of each
 #     cloud's metadata service and object store (terraform/install_test.go);
@@ -26,6 +28,7 @@ missing=()
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 { command -v ssh && command -v ssh-keygen; } >/dev/null || missing+=(openssh-client)
 command -v setsid >/dev/null || missing+=(util-linux)
+command -v ip >/dev/null || missing+=(iproute2)
 # go test -race needs cgo, so a C compiler and libc headers (also for go-nvml's cgo bindings).
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 command -v curl >/dev/null || missing+=(curl)

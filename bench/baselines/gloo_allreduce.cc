@@ -3,11 +3,12 @@
 //
 // Usage (one process per rank, all on this machine):
 //   gloo_allreduce --rank R --world N --store DIR [--algo ring|bcube|ring_chunked]
-//                  SIZE_BYTES [SIZE_BYTES ...]
+//                  [--addr IP] SIZE_BYTES [SIZE_BYTES ...]
 //
 // Rendezvous goes through gloo::rendezvous::FileStore rooted at DIR, which
 // must be an empty directory shared by all ranks (fresh per run). Every rank
-// binds its TCP device to 127.0.0.1 only.
+// binds its TCP device to 127.0.0.1 only, or to --addr (run.sh's cross-host
+// mode: the rank's network namespace's address on the veth network).
 //
 // Algorithm: by default we call gloo::allreduce(AllreduceOptions) without
 // setting an algorithm, with an in-place output buffer and gloo::sum<float> as
@@ -64,7 +65,7 @@ enum class Algo { Ring, Bcube, RingChunked };
 }
 
 [[noreturn]] void usage() {
-  die("usage: gloo_allreduce --rank R --world N --store DIR "
+  die("usage: gloo_allreduce --rank R --world N --store DIR [--addr IP] "
       "[--algo ring|bcube|ring_chunked] SIZE_BYTES...");
 }
 
@@ -261,6 +262,7 @@ int main(int argc, char** argv) {
   int world = -1;
   std::string storeDir;
   std::string algoName = "ring";
+  std::string addr = "127.0.0.1";  // loopback only, unless run.sh names a veth address
   std::vector<size_t> sizes;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
@@ -274,6 +276,8 @@ int main(int argc, char** argv) {
       world = static_cast<int>(parseLong(next(), "world"));
     } else if (a == "--store") {
       storeDir = next();
+    } else if (a == "--addr") {
+      addr = next();
     } else if (a == "--algo") {
       algoName = next();
     } else if (!a.empty() && a[0] == '-') {
@@ -305,7 +309,7 @@ int main(int argc, char** argv) {
 
   try {
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";  // loopback only
+    attr.hostname = addr;
     attr.ai_family = AF_INET;
     auto dev = gloo::transport::tcp::CreateDevice(attr);
 

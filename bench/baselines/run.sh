@@ -5,6 +5,7 @@
 #
 #   bench/baselines/run.sh                  # NPS="2 4", default SIZES
 #   NPS="2" SIZES="4096 1048576" bench/baselines/run.sh
+#   HOSTS=2 PER_HOST="1 2" bench/baselines/run.sh   # across simulated hosts
 #
 # Environment:
 #   BUILD_DIR    where binaries go (default /tmp/elasticd-baselines)
@@ -29,9 +30,37 @@
 #                temporary buffer per call (Open MPI does above 32 MiB) is not
 #                measured page-faulting it in every time; GLIBC_TUNABLES= (empty)
 #                measures the libraries as glibc's defaults leave them
+#   HOSTS        0 (default): every rank on this machine, as above. N >= 2: across
+#                N simulated hosts instead of NPS: N network namespaces, each
+#                with one veth ("eth0", 10.X.Y.i/24) into a bridge that lives in
+#                a further "switch" namespace (10.X.Y.254, where mpirun runs);
+#                all created by this script with unique names and deleted on
+#                exit, nothing added to this machine's own namespace. Ranks of
+#                one namespace may share memory, ranks of different ones talk
+#                TCP over the veths. ISOLATE_NET does not apply
+#   PER_HOST     ranks per host in HOSTS mode, a list (default "1 2"); the runs
+#                have HOSTS*PER_HOST ranks, filled host by host
+#   HOSTS_SUBNET the /24 of the veth network, as A.B.C (default: the first of
+#                10.251.{0..255} that nothing on this machine uses)
+#   LINK_QDISC   a tc root qdisc put on both ends of every host's veth, to model a
+#                link: e.g. "tbf rate 10gbit burst 1mb latency 1ms" (10 Gb/s each
+#                way), or "netem rate 25gbit delay 25us" (a delay counts once per
+#                direction) where the kernel has sch_netem; default empty: the
+#                veths run as fast as the CPUs move bytes
+#
+# In HOSTS mode: elasticd runs its ranks through `elasticd bench allreduce
+# --netns-hosts`; elasticd-tcp adds --transport tcp (TCP inside a host too);
+# Gloo and torch-gloo ranks are started in their host's namespace, bound to
+# its veth address; mpi is Open MPI with btl tcp,self and mpi-shm with btl
+# vader,tcp,self (shared memory inside a host, TCP across), both launched by
+# mpirun in the switch namespace through a plm_rsh_agent that runs each host's
+# orted with `ip netns exec`. With PER_HOST=1, elasticd-tcp and mpi-shm are
+# skipped (nothing to share memory with: they would repeat elasticd and mpi).
+# The JSON lines then carry "hosts" and "per_host".
 #
 # stdout: one JSON object per (impl, ranks, size); everything else -> stderr.
 # Exit status is non-zero if installing, building or any run fails.
+# Needs root (apt-get, unshare, ip netns).
 set -euo pipefail
 
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
@@ -48,12 +77,12 @@ die() { log "ERROR: $*"; exit 1; }
 #            loopback IPv4;
 #   mpi-shm: only vader (shared memory; Open MPI 4.1's name for the sm BTL,
 #            single copies through CMA) and self.
-MPI_FLAGS=(
+MPI_BASE_FLAGS=(
   --allow-run-as-root --oversubscribe --bind-to none
   --mca pml ob1
-  --mca oob_tcp_if_include lo
   -x GLIBC_TUNABLES
 )
+MPI_FLAGS=("${MPI_BASE_FLAGS[@]}" --mca oob_tcp_if_include lo)
 MPI_TCP_FLAGS=(
   --mca btl tcp,self
   --mca btl_tcp_if_include lo
@@ -94,14 +123,24 @@ inner() {
         for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
       }
       trap 'kill_ranks; exit 143' TERM INT HUP
+      # HOSTS mode: rank r runs in host r/XH_PER_HOST's namespace, bound to its veth.
+      local -a xh_ns=() xh_addr=()
+      read -r -a xh_ns <<<"${XH_NETNS:-}"
+      read -r -a xh_addr <<<"${XH_ADDRS:-}"
       local r
       for ((r = 0; r < np; r++)); do
+        local -a pre=() bind=()
+        if ((${#xh_ns[@]} > 0)); then
+          local h=$((r / XH_PER_HOST))
+          pre=(ip netns exec "${xh_ns[$h]}")
+          if [[ "$impl" == gloo ]]; then bind=(--addr "${xh_addr[$h]}"); else bind=(--ifname eth0); fi
+        fi
         if ((r == 0)); then
-          timeout -k 10 "$RUN_TIMEOUT" "${rank_cmd[@]}" \
-            --rank "$r" --world "$np" --store "$store" "$@" &
+          "${pre[@]}" timeout -k 10 "$RUN_TIMEOUT" "${rank_cmd[@]}" \
+            --rank "$r" --world "$np" --store "$store" "${bind[@]}" "$@" &
         else
-          timeout -k 10 "$RUN_TIMEOUT" "${rank_cmd[@]}" \
-            --rank "$r" --world "$np" --store "$store" "$@" >&2 &
+          "${pre[@]}" timeout -k 10 "$RUN_TIMEOUT" "${rank_cmd[@]}" \
+            --rank "$r" --world "$np" --store "$store" "${bind[@]}" "$@" >&2 &
         fi
         pids+=("$!")
       done
@@ -112,7 +151,14 @@ inner() {
         rc=0
         finished=
         wait -n -p finished "${running[@]}" || rc=$?
-        [[ -n "$finished" ]] || { log "wait -n returned no pid"; kill_ranks; return 1; }
+        if [[ -z "${finished:-}" ]]; then
+          # bash 5.2's wait -n can return naming no PID (it unsets the variable) when a rank
+          # it waits for has already been reaped; wait for the first one left by its PID,
+          # whose status bash still holds.
+          finished=${running[0]}
+          rc=0
+          wait "$finished" || rc=$?
+        fi
         left=$((left - 1))
         local -a still=()
         for p in "${running[@]}"; do [[ "$p" == "$finished" ]] || still+=("$p"); done
@@ -132,17 +178,27 @@ inner() {
       local csv transport=auto
       csv=$(IFS=,; echo "$*")
       [[ "$impl" == elasticd-tcp ]] && transport=tcp
+      local -a hosts=()
+      [[ -n "${XH_NETNS_HOSTS:-}" ]] && hosts=(--netns-hosts "$XH_NETNS_HOSTS")
       timeout -k 10 "$RUN_TIMEOUT" "$ELASTICD_BIN" bench allreduce --np "$np" --sizes "$csv" \
-        --transport "$transport" --json --no-baseline | sed "s/^{/{\"impl\":\"$impl\",/"
+        --transport "$transport" --json --no-baseline "${hosts[@]}" | sed "s/^{/{\"impl\":\"$impl\",/"
       ;;
-    mpi)
+    mpi | mpi-shm)
       # mpirun forwards rank 0's stdout to ours and forwards TERM to ranks.
-      exec timeout -k 10 "$RUN_TIMEOUT" mpirun "${MPI_FLAGS[@]}" "${MPI_TCP_FLAGS[@]}" \
-        -np "$np" "$BUILD_DIR/mpi_allreduce" "$@"
-      ;;
-    mpi-shm)
-      exec timeout -k 10 "$RUN_TIMEOUT" mpirun "${MPI_FLAGS[@]}" "${MPI_SHM_FLAGS[@]}" \
-        -np "$np" "$BUILD_DIR/mpi_allreduce" --impl mpi-shm "$@"
+      local -a flags=("${MPI_FLAGS[@]}") launch=() impl_arg=()
+      if [[ "$impl" == mpi ]]; then flags+=("${MPI_TCP_FLAGS[@]}"); else flags+=("${MPI_SHM_FLAGS[@]}"); fi
+      [[ "$impl" == mpi-shm ]] && impl_arg=(--impl mpi-shm)
+      if [[ -n "${XH_SWITCH:-}" ]]; then
+        # HOSTS mode: mpirun in the switch namespace starts one orted per host through the
+        # agent (ip netns exec); out-of-band and TCP BTL traffic only on the veth subnet.
+        flags=("${MPI_BASE_FLAGS[@]}" --mca oob_tcp_if_include "$XH_SUBNET.0/24" --mca plm_rsh_agent "$XH_AGENT"
+          --mca plm_rsh_no_tree_spawn 1 --host "$XH_MPI_HOSTS"
+          --mca btl_tcp_if_include "$XH_SUBNET.0/24" --mca btl_tcp_disable_family 6)
+        if [[ "$impl" == mpi ]]; then flags+=(--mca btl tcp,self); else flags+=(--mca btl vader,tcp,self); fi
+        launch=(ip netns exec "$XH_SWITCH")
+      fi
+      exec "${launch[@]}" timeout -k 10 "$RUN_TIMEOUT" mpirun "${flags[@]}" \
+        -np "$np" "$BUILD_DIR/mpi_allreduce" "${impl_arg[@]}" "$@"
       ;;
     *) die "unknown impl $impl" ;;
   esac
@@ -243,14 +299,150 @@ case "$ISOLATE_NET" in
     ;;
   *) die "ISOLATE_NET must be auto, 1 or 0" ;;
 esac
-log "network namespace isolation: $([[ $netns == 1 ]] && echo on || echo off)"
+
+# --- simulated hosts --------------------------------------------------------
+HOSTS="${HOSTS:-0}"
+[[ "$HOSTS" =~ ^[0-9]+$ ]] && ((HOSTS == 0 || (HOSTS >= 2 && HOSTS <= 64))) ||
+  die "HOSTS must be 0 (one machine) or 2 to 64"
+read -r -a per_host_list <<<"${PER_HOST:-1 2}"
+LINK_QDISC="${LINK_QDISC:-}"
+if ((HOSTS > 0)); then
+  ((${#per_host_list[@]} > 0)) || die "PER_HOST is empty"
+  for p in "${per_host_list[@]}"; do
+    [[ "$p" =~ ^[0-9]+$ ]] && ((p >= 1 && HOSTS * p <= 64)) || die "bad PER_HOST '$p' (1 or more, HOSTS*PER_HOST <= 64)"
+  done
+  [[ -z "${HOSTS_SUBNET:-}" || "$HOSTS_SUBNET" =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] ||
+    die "HOSTS_SUBNET must be A.B.C (a /24), e.g. 10.251.7"
+  command -v ip >/dev/null || die "HOSTS needs ip (apt-get install iproute2)"
+  [[ -z "$LINK_QDISC" ]] || command -v tc >/dev/null || die "LINK_QDISC needs tc (apt-get install iproute2)"
+  netns=0 # the hosts' namespaces isolate the runs; ranks must reach each other's
+  log "across $HOSTS simulated hosts (network namespaces), PER_HOST ${per_host_list[*]}, link qdisc: ${LINK_QDISC:-none}"
+else
+  log "network namespace isolation: $([[ $netns == 1 ]] && echo on || echo off)"
+fi
+
+# The first 10.251.C/24 that no address or route of this machine's namespace mentions. The
+# network only exists inside this script's namespaces, so even a clash could not leak; the
+# check keeps the addresses in logs unambiguous.
+pick_subnet() {
+  local c used
+  used="$(ip -4 addr show; ip -4 route show table all)"
+  for ((c = 0; c < 256; c++)); do
+    grep -q "10\.251\.$c\." <<<"$used" || { echo "10.251.$c"; return 0; }
+  done
+  return 1
+}
+
+# Namespaces this run created, deleted on exit with whatever still runs in them (by PID).
+xh_created=()
+xh_down() {
+  local ns pid h
+  if [[ -n "$LINK_QDISC" && ${#xh_created[@]} -gt 0 ]]; then
+    # What the modelled link did over the whole run: drops decide how TCP copes with it.
+    local stats='s/.*Sent \([0-9]*\) bytes \([0-9]*\) pkt (dropped \([0-9]*\), overlimits \([0-9]*\).*/\1 bytes, \2 packets, \3 dropped, \4 overlimits/p'
+    for ((h = 1; h <= HOSTS; h++)); do
+      log "link of host $h, sent by the host: $(tc -n "$XH_PREFIX-h$h" -s qdisc show dev eth0 2>/dev/null |
+        sed -n "$stats" | head -n 1); by the switch: $(tc -n "$XH_SWITCH" -s qdisc show dev "h$h" 2>/dev/null |
+        sed -n "$stats" | head -n 1)"
+    done
+  fi
+  for ns in "${xh_created[@]}"; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do
+      log "killing leftover process $pid in $ns"
+      kill -KILL "$pid" 2>/dev/null || true
+    done
+    ip netns delete "$ns" 2>/dev/null || log "warning: could not delete network namespace $ns"
+  done
+  xh_created=()
+}
+
+# xh_up: the switch namespace with bridge br0 ($XH_SUBNET.254), and HOSTS host namespaces,
+# each with a veth eth0 ($XH_SUBNET.i) whose other end (hi) is a port of br0.
+xh_up() {
+  local h ns
+  ip netns add "$XH_SWITCH"
+  xh_created+=("$XH_SWITCH")
+  ip -n "$XH_SWITCH" link set lo up
+  ip -n "$XH_SWITCH" link add br0 type bridge
+  ip -n "$XH_SWITCH" addr add "$XH_SUBNET.254/24" dev br0
+  ip -n "$XH_SWITCH" link set br0 up
+  XH_NETNS="" XH_ADDRS="" XH_NETNS_HOSTS=""
+  for ((h = 1; h <= HOSTS; h++)); do
+    ns="$XH_PREFIX-h$h"
+    ip netns add "$ns"
+    xh_created+=("$ns")
+    ip -n "$ns" link set lo up
+    ip -n "$XH_SWITCH" link add "h$h" type veth peer name eth0 netns "$ns"
+    ip -n "$XH_SWITCH" link set "h$h" master br0 up
+    ip -n "$ns" addr add "$XH_SUBNET.$h/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    if [[ -n "$LINK_QDISC" ]]; then
+      # shellcheck disable=SC2086 # LINK_QDISC is a list of tc arguments
+      tc -n "$ns" qdisc add dev eth0 root $LINK_QDISC ||
+        die "LINK_QDISC: tc qdisc add dev eth0 root $LINK_QDISC failed (does the kernel have that qdisc?)"
+      # shellcheck disable=SC2086
+      tc -n "$XH_SWITCH" qdisc add dev "h$h" root $LINK_QDISC ||
+        die "LINK_QDISC: tc qdisc add dev h$h root $LINK_QDISC failed"
+    fi
+    XH_NETNS+="$ns " XH_ADDRS+="$XH_SUBNET.$h "
+    XH_NETNS_HOSTS+="${XH_NETNS_HOSTS:+,}$ns=$XH_SUBNET.$h"
+  done
+  # mpirun's remote shell: "AGENT HOST COMMAND..." runs COMMAND (an orted) in HOST's network
+  # namespace, and in a UTS namespace named after it: Open MPI names its shared-memory
+  # segments in /dev/shm (which the hosts share) after the hostname, and two "hosts" both
+  # called by this machine's name overwrite each other's segments (a segfault in vader).
+  {
+    echo '#!/bin/sh'
+    echo 'case "$1" in'
+    for ((h = 1; h <= HOSTS; h++)); do echo "  $XH_SUBNET.$h) ns=$XH_PREFIX-h$h ;;"; done
+    echo '  *) echo "rsh-agent: unknown host $1" >&2; exit 1 ;;'
+    echo 'esac'
+    echo 'shift'
+    echo 'exec ip netns exec "$ns" unshare --uts /bin/sh -c '"'"'hostname "$0" && exec /bin/sh -c "$1"'"'"' "$ns" "$*"'
+  } >"$XH_AGENT"
+  chmod +x "$XH_AGENT"
+  log "hosts: $XH_NETNS_HOSTS; switch $XH_SWITCH (bridge br0, $XH_SUBNET.254)"
+}
 
 # --- run ----------------------------------------------------------------------
 work="$(mktemp -d "${TMPDIR:-/tmp}/elasticd-baselines-run.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+# The benchmark in progress runs in the background (RUN_PID) so that a signal is handled at
+# once: it is stopped by PID (TERM, which every inner runner passes on to its ranks; KILL 15 s
+# later), then the EXIT trap deletes the namespaces and whatever is left in them.
+RUN_PID=
+stop_run() {
+  [[ -n "$RUN_PID" ]] || return 0
+  kill -TERM "$RUN_PID" 2>/dev/null || true
+  local i
+  for ((i = 0; i < 30; i++)); do
+    kill -0 "$RUN_PID" 2>/dev/null || break
+    sleep 0.5
+  done
+  kill -KILL "$RUN_PID" 2>/dev/null || true
+  wait "$RUN_PID" 2>/dev/null || true
+  RUN_PID=
+}
+trap 'xh_down; rm -rf "$work"' EXIT
+trap 'log "interrupted: stopping the run"; stop_run; exit 130' INT
+trap 'log "terminated: stopping the run"; stop_run; exit 143' TERM HUP
 
+if ((HOSTS > 0)); then
+  if [[ -n "${HOSTS_SUBNET:-}" ]]; then
+    XH_SUBNET=$HOSTS_SUBNET
+  else
+    XH_SUBNET="$(pick_subnet)" || die "no free 10.251.C/24 for the veth network: set HOSTS_SUBNET"
+  fi
+  # Unique per run (PID and a random suffix), so that parallel runs never share a name.
+  XH_PREFIX="elasticd-xh-$$-$RANDOM"
+  XH_SWITCH="$XH_PREFIX-sw"
+  XH_AGENT="$work/rsh-agent"
+  xh_up
+  export XH_SUBNET XH_SWITCH XH_AGENT XH_NETNS XH_ADDRS XH_NETNS_HOSTS
+fi
+
+# run_one IMPL NP [PER_HOST]: with PER_HOST, across HOSTS simulated hosts.
 run_one() {
-  local impl=$1 np=$2
+  local impl=$1 np=$2 per_host=${3:-0}
   local out="$work/$impl-$np.out"
   local -a cmd=(bash "$SELF" --inner "$impl" "$np")
   if [[ "$impl" == gloo || "$impl" == torch-gloo ]]; then
@@ -263,10 +455,21 @@ run_one() {
   if ((netns)); then
     cmd=(unshare --net -- env ELASTICD_NETNS=1 "${cmd[@]}")
   fi
-  log "running $impl with $np ranks: sizes ${size_list[*]}"
+  local where="" tag=""
+  if ((per_host > 0)); then
+    local h mpi_hosts=""
+    for ((h = 1; h <= HOSTS; h++)); do mpi_hosts+="${mpi_hosts:+,}$XH_SUBNET.$h:$per_host"; done
+    cmd=(env XH_PER_HOST="$per_host" XH_MPI_HOSTS="$mpi_hosts" "${cmd[@]}")
+    where=" ($HOSTS hosts x $per_host)"
+    tag="\"hosts\":$HOSTS,\"per_host\":$per_host,"
+  fi
+  log "running $impl with $np ranks$where: sizes ${size_list[*]}"
   local rc=0 start=$SECONDS
   # Backstop: the inner runner bounds each rank with RUN_TIMEOUT itself.
-  timeout -k 10 "$((RUN_TIMEOUT + 30))" "${cmd[@]}" >"$out" || rc=$?
+  timeout -k 10 "$((RUN_TIMEOUT + 30))" "${cmd[@]}" >"$out" &
+  RUN_PID=$!
+  wait "$RUN_PID" || rc=$?
+  RUN_PID=
   local lines
   lines=$(grep -c '^{"impl":' "$out" || true)
   if ((rc != 0)); then
@@ -278,11 +481,22 @@ run_one() {
     die "$impl np=$np printed $lines result lines, expected ${#size_list[@]}"
   fi
   grep -v '^{"impl":' "$out" >&2 || true
-  grep '^{"impl":' "$out"
-  log "$impl np=$np done in $((SECONDS - start))s"
+  # The baselines' lines get the hosts fields elasticd's already have.
+  grep '^{"impl":' "$out" | sed "/\"hosts\":/!s/^\({\"impl\":\"[^\"]*\",\)/\1$tag/"
+  log "$impl np=$np$where done in $((SECONDS - start))s"
 }
 
 for ((round = 1; round <= ROUNDS; round++)); do
+  if ((HOSTS > 0)); then
+    for per_host in "${per_host_list[@]}"; do
+      for impl in "${impl_list[@]}"; do
+        # One rank per host: nothing to share memory with, so these would repeat elasticd and mpi.
+        if ((per_host == 1)) && [[ "$impl" == elasticd-tcp || "$impl" == mpi-shm ]]; then continue; fi
+        run_one "$impl" "$((HOSTS * per_host))" "$per_host"
+      done
+    done
+    continue
+  fi
   for np in "${np_list[@]}"; do
     for impl in "${impl_list[@]}"; do
       run_one "$impl" "$np"

@@ -9,7 +9,8 @@ started by run.sh as
 
 Rendezvous goes through a torch FileStore (a file in DIR, an empty directory shared by the
 ranks and fresh per run); gloo's TCP device is bound to the loopback interface
-(GLOO_SOCKET_IFNAME=lo), so nothing listens on or connects to another address. Every wait is
+(GLOO_SOCKET_IFNAME=lo), so nothing listens on or connects to another address; --ifname names
+another (run.sh's cross-host mode: the veth of the rank's network namespace). Every wait is
 bounded: the store and every collective time out after --timeout seconds.
 
 Per size: allocate, warm up (5 iterations, 2 from 16 MiB), then repeat { refill the buffer
@@ -134,6 +135,8 @@ def main() -> int:
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--store", required=True, help="an empty directory shared by the ranks, fresh per run")
     ap.add_argument("--timeout", type=float, default=120, help="seconds any rendezvous or collective may wait")
+    ap.add_argument("--ifname", default="lo",
+                    help="the interface whose address gloo binds to (run.sh's cross-host mode: the veth)")
     ap.add_argument("sizes", type=int, nargs="+", metavar="SIZE_BYTES")
     args = ap.parse_args()
     if not 0 <= args.rank < args.world:
@@ -145,8 +148,8 @@ def main() -> int:
     # torchrun's default with several processes per host; it also keeps OpenMP worker threads
     # (which spin after a parallel region) from taking the CPUs gloo's threads need.
     torch.set_num_threads(1)
-    # gloo binds its TCP device to this interface's address: loopback only.
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    # gloo binds its TCP device to this interface's address: loopback only by default.
+    os.environ["GLOO_SOCKET_IFNAME"] = args.ifname
     timeout = datetime.timedelta(seconds=args.timeout)
     store = dist.FileStore(os.path.join(args.store, "torch-store"), args.world)
     store.set_timeout(timeout)

@@ -44,7 +44,15 @@ allreduce as fractions of them, so results compare across machines.
    busbw = algbw * 2(n-1)/n     (bytes each rank moves in a ring; compare with links)
 
 Sizes take B, KB, MB, GB (powers of 1024) and must be multiples of 4 bytes.
-Example: elasticd bench allreduce --np 4 --sizes 4KB,64MB,256MB --json`,
+Example: elasticd bench allreduce --np 4 --sizes 4KB,64MB,256MB --json
+
+Across hosts: --netns-hosts puts the ranks in network namespaces that you have
+created and joined (bench/baselines/run.sh does it with HOSTS=2), each namespace a
+host: ranks of one namespace share memory, ranks of different ones talk TCP to the
+address given for theirs. The JSON then carries hosts, per_host, and every rank's
+shm and TCP peer counts (rank_shm_peers, rank_tcp_peers); the machine baseline is
+not measured.
+Example: elasticd bench allreduce --np 4 --netns-hosts h1=10.99.0.1,h2=10.99.0.2 --json`,
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "np", Value: 2, Usage: "number of rank processes (1-64)", EnvVars: []string{"ELASTICD_NP"}},
 			&cli.StringFlag{Name: "sizes", Value: "4KB,64KB,1MB,16MB,64MB", Usage: "comma-separated message sizes", EnvVars: []string{"ELASTICD_SIZES"}},
@@ -56,13 +64,18 @@ Example: elasticd bench allreduce --np 4 --sizes 4KB,64MB,256MB --json`,
 			&cli.StringFlag{Name: "transport", Value: "auto", Usage: "ranks on this machine talk over shared memory (auto) or TCP (tcp)", EnvVars: []string{"ELASTICD_TRANSPORT"}},
 			&cli.DurationFlag{Name: "timeout", Value: time.Minute, Usage: "how long a rank waits on a silent peer", EnvVars: []string{"ELASTICD_TIMEOUT"}},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write each rank's CPU profile to `DIR`/rank-N.pprof (for go tool pprof)", EnvVars: []string{"ELASTICD_CPUPROFILE"}},
+			&cli.StringFlag{Name: "netns-hosts", Usage: "simulate hosts: `NS=IP,...` network namespaces (ip netns add) with an address each; --np/hosts ranks run in each, in rank order, over TCP between them (default: none, all ranks here); needs root and ip. Example: h1=10.99.0.1,h2=10.99.0.2", EnvVars: []string{"ELASTICD_NETNS_HOSTS"}},
 		},
 		Action: benchAllreduce,
 	}
 }
 
 func benchAllreduce(c *cli.Context) error {
-	o := bench.AllreduceOptions{NP: c.Int("np"), Iters: c.Int("iters"), ChunkBytes: c.Int("chunk-bytes"), SmallBytes: c.Int("small-bytes"),
+	hosts, err := bench.ParseNetnsHosts(c.String("netns-hosts"))
+	if err != nil {
+		return usageError("netns-hosts", "%v", err)
+	}
+	o := bench.AllreduceOptions{NP: c.Int("np"), Hosts: hosts, Iters: c.Int("iters"), ChunkBytes: c.Int("chunk-bytes"), SmallBytes: c.Int("small-bytes"),
 		Transport: c.String("transport"), Timeout: c.Duration("timeout"), ProfileDir: c.String("cpuprofile"), NoBaseline: c.Bool("no-baseline"), JSON: c.Bool("json"),
 		Out: c.App.Writer, Err: c.App.ErrWriter}
 	if err := o.Validate(); err != nil {
@@ -71,7 +84,6 @@ func benchAllreduce(c *cli.Context) error {
 	if err := o.MakeProfileDir(); err != nil {
 		return benchExit(err)
 	}
-	var err error
 	if o.Sizes, err = bench.ParseSizes(c.String("sizes")); err != nil {
 		return usageError("sizes", "%v", err)
 	}
@@ -174,6 +186,7 @@ func benchRankCommand() *cli.Command {
 			&cli.IntFlag{Name: "rank"}, &cli.IntFlag{Name: "np"}, &cli.StringFlag{Name: "store"},
 			&cli.StringFlag{Name: "sizes"}, &cli.IntFlag{Name: "iters"}, &cli.IntFlag{Name: "chunk-bytes"},
 			&cli.IntFlag{Name: "small-bytes"}, &cli.StringFlag{Name: "transport"}, &cli.DurationFlag{Name: "timeout"}, &cli.StringFlag{Name: "cpuprofile"},
+			&cli.StringFlag{Name: "listen"},
 		},
 		Action: func(c *cli.Context) error {
 			var sizes []int64
@@ -186,7 +199,7 @@ func benchRankCommand() *cli.Command {
 			}
 			return bench.Rank(c.Context, bench.RankOptions{Rank: c.Int("rank"), NP: c.Int("np"), Store: c.String("store"), Sizes: sizes,
 				Iters: c.Int("iters"), ChunkBytes: c.Int("chunk-bytes"), SmallBytes: c.Int("small-bytes"), Transport: c.String("transport"), Timeout: c.Duration("timeout"),
-				CPUProfile: c.String("cpuprofile"), Out: c.App.Writer})
+				CPUProfile: c.String("cpuprofile"), Listen: c.String("listen"), Out: c.App.Writer})
 		},
 	}
 }

@@ -164,6 +164,8 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{args: []string{"bench", "allreduce", "--zzz"}, want: "(see 'elasticd bench allreduce --help')"},
 		{args: []string{"--provider", "nope", "-np", "1", "--", "true"}, want: `--provider: "nope": use one of`},
 		{args: []string{"bench", "allreduce"}, env: []string{"ELASTICD_NP=100"}, want: "--np: 100 ranks"},
+		{args: []string{"bench", "allreduce", "--netns-hosts", "h1"}, want: `--netns-hosts: "h1": want NAMESPACE=IP`},
+		{args: []string{"bench", "allreduce", "--np", "3"}, env: []string{"ELASTICD_NETNS_HOSTS=h1=10.0.0.1,h2=10.0.0.2"}, want: "--netns-hosts: 3 ranks do not divide among 2 hosts"},
 		{args: []string{"run", "-np", "2", "--flap-limit", "0", "--", "true"}, want: "--flap-limit: 0: must be at least 1"},
 		{args: []string{"run", "-np", "2", "--checkpoint-every", "0", "--", "true"}, want: "--checkpoint-every: 0: must be at least 1"},
 		{args: []string{"run", "-np", "2", "--mode", "restart", "--checkpoint-dir", "ckpt", "--", "true"}, want: "--checkpoint-dir: only for in-process workers"},
