@@ -376,10 +376,9 @@ func shmFiles() []string {
 	return out
 }
 
-// faultWorld starts 4 ranks looping a 4 MiB Allreduce and waits until every rank has done
+// faultWorld starts n ranks looping a 4 MiB Allreduce and waits until every rank has done
 // at least three iterations.
-func faultWorld(t *testing.T, transport string, timeout time.Duration) *procWorld {
-	const n = 4
+func faultWorld(t *testing.T, transport string, n int, timeout time.Duration) *procWorld {
 	w := startProcs(t, "loop", transport, n, timeout)
 	w.await(60*time.Second, "three iterations on every rank", func() bool {
 		for r := range n {
@@ -428,17 +427,19 @@ func awaitSurvivors(t *testing.T, w *procWorld, victim int, since time.Time, d t
 }
 
 // TestProcessKilled: SIGKILL one rank mid-run; every survivor reports ErrPeerLost naming it
-// within 2s. Timeout is 20s, so the detection cannot come from the timeout.
+// within 2s. Timeout is 20s, so the detection cannot come from the timeout. Two ranks too:
+// over shared memory both of a rank's ring neighbours are then the same link, on which it
+// waits for room and for data at once.
 func TestProcessKilled(t *testing.T) {
 	for _, tr := range transports {
-		t.Run(tr, func(t *testing.T) { processKilled(t, tr) })
+		t.Run(tr, func(t *testing.T) { processKilled(t, tr, 4, 2) })
 	}
+	t.Run("auto/n=2", func(t *testing.T) { processKilled(t, allreduce.TransportAuto, 2, 1) })
 }
 
-func processKilled(t *testing.T, transport string) {
-	const victim = 2
+func processKilled(t *testing.T, transport string, n, victim int) {
 	before := shmFiles()
-	w := faultWorld(t, transport, 20*time.Second)
+	w := faultWorld(t, transport, n, 20*time.Second)
 	// The segments are memfds, in no file system; a named segment would have to be unlinked
 	// by a process that may be the one killed.
 	defer func() {
@@ -478,7 +479,7 @@ func TestProcessStopped(t *testing.T) {
 func processStopped(t *testing.T, transport string) {
 	const victim = 2
 	const timeout = time.Second
-	w := faultWorld(t, transport, timeout)
+	w := faultWorld(t, transport, 4, timeout)
 	p := w.kids[victim].cmd.Process
 	stopped := time.Now()
 	if err := p.Signal(syscall.SIGSTOP); err != nil {

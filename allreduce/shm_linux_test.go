@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -310,4 +311,39 @@ func TestShmBadOfferFallsBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFutexWaitAny: a sleeper on two words wakes when either one is bumped and woken, and
+// does not sleep at all when a word has already moved past the value it read.
+func TestFutexWaitAny(t *testing.T) {
+	a, _ := linkPair(t, 64<<10)
+	words := []waitWord{{a.rx.dataSeq, a.rx.dataWait}, {a.tx.spaceSeq, a.tx.spaceWait}}
+	for i, w := range words {
+		t.Run(fmt.Sprintf("word%d", i), func(t *testing.T) {
+			vals := []uint32{words[0].seq.Load(), words[1].seq.Load()}
+			done := make(chan time.Duration, 1)
+			go func() {
+				start := time.Now()
+				futexWaitAny(words, vals, 20*time.Second)
+				done <- time.Since(start)
+			}()
+			time.Sleep(50 * time.Millisecond) // long enough to be asleep; the test holds either way
+			w.seq.Add(1)
+			futexWake(w.seq)
+			select {
+			case d := <-done:
+				t.Logf("woken after %v", d)
+			case <-time.After(5 * time.Second):
+				t.Fatal("not woken 5s after the word was bumped")
+			}
+		})
+	}
+	t.Run("stale", func(t *testing.T) {
+		vals := []uint32{words[0].seq.Load(), words[1].seq.Load() - 1}
+		start := time.Now()
+		futexWaitAny(words, vals, 20*time.Second)
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("slept %v on a word that had already changed", d)
+		}
+	})
 }
