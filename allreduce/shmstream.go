@@ -13,9 +13,7 @@ import (
 // chunk over a channel and each waits on its own ring; on a machine with no core to spare
 // for every rank's goroutines, each hand-off and each wake-up waits for a scheduler slot,
 // which cost about 200 µs per collective on 2 vCPUs (docs/benchmarks.md §14).
-func (c *Comm) shmStream(o *opInfo, sends, recvs []unit, dt dtype, op Op) error {
-	n, r := c.cfg.Size, c.cfg.Rank
-	next, prev := c.peers[(r+1)%n], c.peers[(r+n-1)%n]
+func (c *Comm) shmStream(o *opInfo, next, prev *peer, sends, recvs []unit, dt dtype, op Op) error {
 	// The peers checked while waiting, the one waited on first: silence past Config.Timeout
 	// is blamed on it. Receiving first: the data flows from prev, and next, when it is silent
 	// too, is most likely waiting for it as well.
@@ -130,10 +128,9 @@ type shmReceiver struct {
 // step moves unit u (the i-th) forward with what the ring holds now, a piece at most; it
 // reports whether it moved.
 func (v *shmReceiver) step(u unit) (bool, error) {
+	// No look at closed here: a peer that has sent its last frame may close before this
+	// side has read it, and what is in the ring comes first (shmAwait checks closed).
 	l := v.p.shm
-	if l.closed.Load() != 0 {
-		return false, v.c.shmErr(v.p, shmClosed{})
-	}
 	moved := false
 	if v.hdr < headerLen {
 		got := l.readNow(v.p.rhdr[v.hdr:])
