@@ -19,7 +19,7 @@ func (c *Comm) stream(o *opInfo, sends, recvs []unit, dt dtype, op Op) error {
 	n, r := c.cfg.Size, c.cfg.Rank
 	next, prev := c.peers[(r+1)%n], c.peers[(r+n-1)%n]
 	if next.shm != nil && prev.shm != nil {
-		return c.shmStream(o, next, prev, sends, recvs, dt, op)
+		return c.shmStream(o, next, prev, 0, sends, recvs, dt, op)
 	}
 	sent := make(chan struct{}, len(sends))
 	recvd := make(chan struct{}, len(recvs))

@@ -369,7 +369,7 @@ func TestShmStreamDrainsClosedPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.shut()
-	if err := c.shmStream(o, p, p, nil, []unit{{buf: mb, after: -1, reduce: true}}, dtFloat64, Sum); err != nil {
+	if err := c.shmStream(o, p, p, 0, nil, []unit{{buf: mb, after: -1, reduce: true}}, dtFloat64, Sum); err != nil {
 		t.Fatalf("shmStream with the frame in the ring and the peer closed: %v", err)
 	}
 	if want := []float64{11, 22, 33}; !slices.Equal(mine, want) {

@@ -13,7 +13,9 @@ import (
 // chunk over a channel and each waits on its own ring; on a machine with no core to spare
 // for every rank's goroutines, each hand-off and each wake-up waits for a scheduler slot,
 // which cost about 200 µs per collective on 2 vCPUs (docs/benchmarks.md §14).
-func (c *Comm) shmStream(o *opInfo, next, prev *peer, sends, recvs []unit, dt dtype, op Op) error {
+//
+// Units are numbered from first, on both sides.
+func (c *Comm) shmStream(o *opInfo, next, prev *peer, first int, sends, recvs []unit, dt dtype, op Op) error {
 	// The peers checked while waiting, the one waited on first: silence past Config.Timeout
 	// is blamed on it. Receiving first: the data flows from prev, and next, when it is silent
 	// too, is most likely waiting for it as well.
@@ -21,8 +23,8 @@ func (c *Comm) shmStream(o *opInfo, next, prev *peer, sends, recvs []unit, dt dt
 	if prev != next {
 		recvFirst, sendFirst = append(recvFirst, next), append(sendFirst, prev)
 	}
-	s := shmSender{c: c, p: next, o: o}
-	v := shmReceiver{c: c, p: prev, o: o, dt: dt, op: op}
+	s := shmSender{c: c, p: next, o: o, first: first}
+	v := shmReceiver{c: c, p: prev, o: o, dt: dt, op: op, first: first}
 	for s.i < len(sends) || v.i < len(recvs) {
 		canSend := s.i < len(sends) && v.i > sends[s.i].after
 		canRecv := v.i < len(recvs) && s.i > recvs[v.i].after
@@ -50,8 +52,8 @@ func (c *Comm) shmStream(o *opInfo, next, prev *peer, sends, recvs []unit, dt dt
 		}
 		if canRecv {
 			words = append(words, waitWord{prev.shm.rx.dataSeq, prev.shm.rx.dataWait})
-			have := v.have
-			ready = append(ready, func() bool { return prev.shm.rxAvail() > have })
+			need := v.need(recvs[v.i])
+			ready = append(ready, func() bool { return prev.shm.rxAvail() >= need })
 		}
 		if len(words) == 0 {
 			return fmt.Errorf("internal error: unit schedule stalls at send %d, receive %d", s.i, v.i)
@@ -72,6 +74,7 @@ type shmSender struct {
 	c     *Comm
 	p     *peer
 	o     *opInfo
+	first int      // the number of sends[0]
 	i     int      // the unit being written
 	frame [][]byte // what is left of it; nil: not started
 }
@@ -80,7 +83,7 @@ type shmSender struct {
 // reports whether it wrote anything.
 func (s *shmSender) step(b []byte) bool {
 	if s.frame == nil {
-		s.c.putHeader(s.p, s.o, s.i, b)
+		s.c.putHeader(s.p, s.o, s.first+s.i, b)
 		s.frame = shmFrame(s.p.whdr[:], b)
 	}
 	bufs := s.frame
@@ -114,15 +117,31 @@ func (s *shmSender) step(b []byte) bool {
 // the header, checked as recv checks it, then the payload reduced or copied into the
 // unit's buffer as it arrives, then the padding.
 type shmReceiver struct {
-	c    *Comm
-	p    *peer
-	o    *opInfo
-	dt   dtype
-	op   Op
-	i    int    // the unit being read
-	hdr  int    // header bytes read of unit i
-	done int    // payload bytes of unit i reduced or copied
-	have uint64 // bytes in the ring when the last step stopped short
+	c     *Comm
+	p     *peer
+	o     *opInfo
+	dt    dtype
+	op    Op
+	first int // the number of recvs[0]
+	i     int // the unit being read
+	hdr   int // header bytes read of unit i
+	done  int // payload bytes of unit i reduced or copied
+}
+
+// need is how many bytes the ring must hold for unit u to move on. Waiting for a count,
+// not for more than a step saw, matters: bytes that arrive between a step's look at the
+// ring and its return would otherwise count as seen, and the wait would last until the
+// writer wrote again, which it may never do (it may be done: a hang found at 4 ranks).
+func (v *shmReceiver) need(u unit) uint64 {
+	switch {
+	case v.hdr < headerLen:
+		return 1
+	case v.done < len(u.buf) && u.reduce:
+		return uint64(v.dt.size())
+	case v.done < len(u.buf):
+		return 1
+	}
+	return uint64(padLen(headerLen + len(u.buf)))
 }
 
 // step moves unit u (the i-th) forward with what the ring holds now, a piece at most; it
@@ -137,14 +156,13 @@ func (v *shmReceiver) step(u unit) (bool, error) {
 		v.hdr += got
 		moved = got > 0
 		if v.hdr < headerLen {
-			v.have = l.rxAvail()
 			return moved, nil
 		}
 		h, err := parseHeader(v.p.rhdr[:])
 		if err != nil {
 			return false, &protocolError{rank: v.p.rank, msg: err.Error()}
 		}
-		if msg := v.c.check(v.o, h, v.i, len(u.buf)); msg != "" {
+		if msg := v.c.check(v.o, h, v.first+v.i, len(u.buf)); msg != "" {
 			return false, &protocolError{rank: v.p.rank, msg: msg}
 		}
 	}
@@ -159,13 +177,11 @@ func (v *shmReceiver) step(u unit) (bool, error) {
 		v.done += got
 		moved = moved || got > 0
 		if v.done < len(u.buf) {
-			v.have = l.rxAvail()
 			return moved, nil
 		}
 	}
 	pad := uint64(padLen(headerLen + len(u.buf)))
 	if l.rxAvail() < pad {
-		v.have = l.rxAvail()
 		return moved, nil
 	}
 	if pad > 0 {
