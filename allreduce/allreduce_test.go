@@ -109,7 +109,8 @@ func checkAllreduce[T elem](t *testing.T, comms []*allreduce.Comm, size int, op 
 
 // allreducePaths pin the algorithm: the default choice, the ring for everything the ring
 // can take, recursive doubling for everything, and the ring with 64-byte chunks so that
-// many chunks are in flight at once.
+// many chunks are in flight at once. In worlds of 4 and 8 ranks, "ring" and "chunk64" run
+// recursive halving and doubling instead, which takes every size above SmallBytes there.
 var allreducePaths = []struct {
 	name  string
 	tweak func(*allreduce.Config)

@@ -6,7 +6,8 @@
 // rendezvous Store under a generation-scoped key, and connects to the few peers its algorithms
 // need (ring neighbours and recursive-doubling partners). Large messages take a chunked,
 // pipelined ring (reduce-scatter then allgather) in which sending, receiving and reducing
-// overlap; small ones take recursive doubling, log2(n) exchanges instead of 2(n-1) ring steps.
+// overlap (recursive halving and doubling instead, where n is a power of two of at least 4);
+// small ones take recursive doubling, log2(n) exchanges instead of 2(n-1) ring steps.
 // Each element is reduced in the same order on every rank, so all ranks end bit-identical.
 //
 // Ranks on the same Linux machine move their data through shared memory (a memfd both map,
