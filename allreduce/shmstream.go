@@ -215,7 +215,7 @@ func (c *Comm) shmAwait(peers []*peer, words []waitWord, ready func() bool) erro
 		}
 	}
 	start := time.Now()
-	for yield := peers[0].shm.yield; yield > 0 && time.Since(start) < yield; {
+	for time.Since(start) < shmYield {
 		osYield()
 		if ready() {
 			return nil
