@@ -2,6 +2,7 @@ package allreduce_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -302,6 +303,29 @@ func TestBroadcast(t *testing.T) {
 						}
 					})
 				}
+			})
+		}
+	}
+}
+
+// TestBroadcastThenClose: every rank closes its communicator as soon as its Broadcast
+// returns, as a program that ends after sharing its state does. The root is done first and
+// closes while the ranks after it still forward; they must not take that for its death.
+func TestBroadcastThenClose(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		for _, size := range []int{1000, 262144, 3 << 20} {
+			t.Run(fmt.Sprintf("n=%d/size=%d", n, size), func(t *testing.T) {
+				comms := newWorld(t, n, 1, nil, nil)
+				errs := onAll(comms, func(r int, c *allreduce.Comm) error {
+					buf := patterned(r, size)
+					err := c.Broadcast(t.Context(), buf, 0)
+					c.Close()
+					if err == nil && !bytes.Equal(buf, patterned(0, size)) {
+						err = errors.New("not root's bytes")
+					}
+					return err
+				})
+				mustAll(t, errs)
 			})
 		}
 	}

@@ -16,13 +16,6 @@ import (
 //
 // Units are numbered from first, on both sides.
 func (c *Comm) shmStream(o *opInfo, next, prev *peer, first int, sends, recvs []unit, dt dtype, op Op) error {
-	// The peers checked while waiting, the one waited on first: silence past Config.Timeout
-	// is blamed on it. Receiving first: the data flows from prev, and next, when it is silent
-	// too, is most likely waiting for it as well.
-	recvFirst, sendFirst := []*peer{prev}, []*peer{next}
-	if prev != next {
-		recvFirst, sendFirst = append(recvFirst, next), append(sendFirst, prev)
-	}
 	s := shmSender{c: c, p: next, o: o, first: first}
 	v := shmReceiver{c: c, p: prev, o: o, dt: dt, op: op, first: first}
 	for s.i < len(sends) || v.i < len(recvs) {
@@ -58,9 +51,16 @@ func (c *Comm) shmStream(o *opInfo, next, prev *peer, first int, sends, recvs []
 		if len(words) == 0 {
 			return fmt.Errorf("internal error: unit schedule stalls at send %d, receive %d", s.i, v.i)
 		}
-		peers := recvFirst
-		if !canRecv {
-			peers = sendFirst
+		// Check only the peers waited on, the one received from first: silence past
+		// Config.Timeout is blamed on it (next, when silent too, is most likely waiting for
+		// it as well). A peer not waited on may be done and gone: a root that has sent its
+		// last chunk closes while the rank after it still forwards.
+		var peers []*peer
+		if canRecv {
+			peers = append(peers, prev)
+		}
+		if canSend && (next != prev || !canRecv) {
+			peers = append(peers, next)
 		}
 		if err := c.shmAwait(peers, words, func() bool { return ready[0]() || (len(ready) > 1 && ready[1]()) }); err != nil {
 			return err
