@@ -2,6 +2,7 @@ package allreduce_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -109,7 +110,8 @@ func checkAllreduce[T elem](t *testing.T, comms []*allreduce.Comm, size int, op 
 
 // allreducePaths pin the algorithm: the default choice, the ring for everything the ring
 // can take, recursive doubling for everything, and the ring with 64-byte chunks so that
-// many chunks are in flight at once.
+// many chunks are in flight at once. In worlds of 4 and 8 ranks, "ring" and "chunk64" run
+// recursive halving and doubling instead, which takes every size above SmallBytes there.
 var allreducePaths = []struct {
 	name  string
 	tweak func(*allreduce.Config)
@@ -310,6 +312,29 @@ func TestBroadcast(t *testing.T) {
 						}
 					})
 				}
+			})
+		}
+	}
+}
+
+// TestBroadcastThenClose: every rank closes its communicator as soon as its Broadcast
+// returns, as a program that ends after sharing its state does. The root is done first and
+// closes while the ranks after it still forward; they must not take that for its death.
+func TestBroadcastThenClose(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		for _, size := range []int{1000, 262144, 3 << 20} {
+			t.Run(fmt.Sprintf("n=%d/size=%d", n, size), func(t *testing.T) {
+				comms := newWorld(t, n, 1, nil, nil)
+				errs := onAll(comms, func(r int, c *allreduce.Comm) error {
+					buf := patterned(r, size)
+					err := c.Broadcast(t.Context(), buf, 0)
+					c.Close()
+					if err == nil && !bytes.Equal(buf, patterned(0, size)) {
+						err = errors.New("not root's bytes")
+					}
+					return err
+				})
+				mustAll(t, errs)
 			})
 		}
 	}

@@ -1,7 +1,6 @@
 package allreduce
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +37,8 @@ func (c *Comm) allreduce(o *opInfo, b []byte, dt dtype, op Op) error {
 		return c.doublingAllreduce(o, b, dt, op)
 	case c.topo.hierarchical():
 		return c.hierAllreduce(o, b, dt, op)
+	case c.cfg.Size >= 4 && c.cfg.Size&(c.cfg.Size-1) == 0:
+		return c.halvingAllreduce(o, b, dt, op)
 	}
 	return c.ringAllreduce(o, b, dt, op)
 }
@@ -124,27 +125,7 @@ func (c *Comm) doublingAllreduce(o *opInfo, data []byte, dt dtype, op Op) error 
 
 // exchange sends out to p while receiving p's frame of the same unit into in.
 func (c *Comm) exchange(o *opInfo, p *peer, u int, out, in []byte) error {
-	finish, err := c.startSend(p, o, u, out)
-	if err != nil {
-		return err
-	}
-	if finish == nil { // the common case for small messages: no goroutine
-		return c.recv(p, o, u, in)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		err := finish()
-		if err != nil {
-			c.interrupt(err)
-		}
-		errc <- err
-	}()
-	rerr := c.recv(p, o, u, in)
-	if rerr != nil {
-		c.interrupt(rerr)
-	}
-	serr := <-errc
-	return cmp.Or(rerr, serr)
+	return c.sendWhile(p, o, u, out, func() error { return c.recv(p, o, u, in) })
 }
 
 // Broadcast copies root's data to every rank. data has the same type and length on every

@@ -6,7 +6,8 @@
 // in a rendezvous Store under a generation-scoped key, and connects to the few peers its
 // algorithms need (ring neighbours and recursive-doubling partners; across hosts also its
 // host's ranks and ring partners on other hosts). Large messages take a chunked, pipelined
-// ring (reduce-scatter then allgather) in which sending, receiving and reducing overlap; small
+// ring (reduce-scatter then allgather) in which sending, receiving and reducing overlap
+// (recursive halving and doubling instead, where n is a power of two of at least 4); small
 // ones take recursive doubling, log2(n) exchanges instead of 2(n-1) ring steps. A world of
 // several hosts with several ranks on some reduces large messages hierarchically: inside each
 // host over shared memory, across hosts one ring per slice of the buffer, then back to every

@@ -486,10 +486,9 @@ func shmFiles() []string {
 	return out
 }
 
-// faultWorld starts 4 ranks looping a 4 MiB Allreduce and waits until every rank has done
+// faultWorld starts n ranks looping a 4 MiB Allreduce and waits until every rank has done
 // at least three iterations.
-func faultWorld(t *testing.T, mode procMode, timeout time.Duration) *procWorld {
-	const n = 4
+func faultWorld(t *testing.T, mode procMode, n int, timeout time.Duration) *procWorld {
 	w := startProcs(t, "loop", mode, n, timeout)
 	w.await(60*time.Second, "three iterations on every rank", func() bool {
 		for r := range n {
@@ -554,17 +553,19 @@ func checkHierarchical(t *testing.T, mode procMode, reports map[int]line) {
 }
 
 // TestProcessKilled: SIGKILL one rank mid-run; every survivor reports ErrPeerLost naming it
-// within 2s. Timeout is 20s, so the detection cannot come from the timeout.
+// within 2s. Timeout is 20s, so the detection cannot come from the timeout. Two ranks too:
+// over shared memory both of a rank's ring neighbours are then the same link, on which it
+// waits for room and for data at once.
 func TestProcessKilled(t *testing.T) {
 	for _, m := range faultModes {
-		t.Run(m.String(), func(t *testing.T) { processKilled(t, m) })
+		t.Run(m.String(), func(t *testing.T) { processKilled(t, m, 4, 2) })
 	}
+	t.Run("auto/n=2", func(t *testing.T) { processKilled(t, procMode{transport: allreduce.TransportAuto}, 2, 1) })
 }
 
-func processKilled(t *testing.T, mode procMode) {
-	const victim = 2
+func processKilled(t *testing.T, mode procMode, n, victim int) {
 	before := shmFiles()
-	w := faultWorld(t, mode, 20*time.Second)
+	w := faultWorld(t, mode, n, 20*time.Second)
 	// The segments are memfds, in no file system; a named segment would have to be unlinked
 	// by a process that may be the one killed.
 	defer func() {
@@ -611,7 +612,7 @@ func processStopped(t *testing.T, mode procMode) {
 		// under -race on a loaded machine a healthy wait came close to 1s.
 		timeout = 2 * time.Second
 	}
-	w := faultWorld(t, mode, timeout)
+	w := faultWorld(t, mode, 4, timeout)
 	p := w.kids[victim].cmd.Process
 	stopped := time.Now()
 	if err := p.Signal(syscall.SIGSTOP); err != nil {

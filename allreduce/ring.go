@@ -22,6 +22,9 @@ func (c *Comm) stream(o *opInfo, sends, recvs []unit, dt dtype, op Op) error {
 
 // streamPeers is stream on another ring (the hierarchical allreduce's rings across hosts).
 func (c *Comm) streamPeers(o *opInfo, next, prev *peer, sends, recvs []unit, dt dtype, op Op) error {
+	if next.shm != nil && prev.shm != nil {
+		return c.shmStream(o, next, prev, 0, sends, recvs, dt, op)
+	}
 	sent := make(chan struct{}, len(sends))
 	recvd := make(chan struct{}, len(recvs))
 	quit := make(chan struct{})

@@ -43,17 +43,12 @@ const (
 	shmSlice = 50 * time.Millisecond
 )
 
-// shmYieldFor is how long a waiter yields its core before it sleeps, where the machine has
-// a core for each rank that this one talks to over shared memory and for itself
-// (yieldFor): with fewer, yielding ranks take the cores from the ranks they wait for.
-const shmYieldFor = 50 * time.Microsecond
-
-func yieldFor(shmPeers int) time.Duration {
-	if runtime.NumCPU() > shmPeers {
-		return shmYieldFor
-	}
-	return 0
-}
+// shmYield is how long a waiter yields its core (sched_yield) before it sleeps, whatever
+// the number of cores: with more ranks than cores too, a yield hands the core to a rank
+// that is runnable, most often the one waited for, at once, where a futex sleep and wake
+// cost two trips through the scheduler. Measured with 4 ranks on 2 vCPUs (docs/benchmarks.md
+// §14), yielding for 50 µs took 40-55 % less time than sleeping at once from 64 KB to 16 MB.
+const shmYield = 50 * time.Microsecond
 
 // spinIters is how many times a waiter polls before it sleeps; spinning only pays when
 // every rank can have a core of its own.
@@ -94,8 +89,6 @@ type shmLink struct {
 	// check is called before every sleep: a non-nil error ends the wait (peer gone, this
 	// rank interrupted, Timeout passed). start is when the wait began.
 	check func(start time.Time) error
-	// yield is how long a waiter yields its core before it sleeps (yieldFor).
-	yield time.Duration
 
 	goneMu sync.Mutex
 	gone   error // why the peer is known gone, once a waiter found out
@@ -169,7 +162,7 @@ func (l *shmLink) await(ready func() bool, seq, flag *atomic.Uint32) error {
 	start := time.Now()
 	// Then yield the core for a while before sleeping: the peer is most often about to
 	// publish, and a futex round trip through the scheduler costs tens of microseconds.
-	for l.yield > 0 && time.Since(start) < l.yield {
+	for time.Since(start) < shmYield {
 		osYield()
 		if ready() {
 			return nil

@@ -127,3 +127,41 @@ func peekConn(conn *net.TCPConn) bool {
 }
 
 const shmSupported = true
+
+// futexWaitv is struct futex_waitv (linux/futex.h).
+type futexWaitv struct {
+	val   uint64
+	uaddr uint64
+	flags uint32
+	_     uint32
+}
+
+// futex2SizeU32 is FUTEX2_SIZE_U32: a 32-bit word, shared (FUTEX2_PRIVATE not set).
+const futex2SizeU32 = 0x02
+
+// noWaitv is set once futex_waitv is found missing (kernels before 5.16).
+var noWaitv atomic.Bool
+
+// futexWaitAny sleeps while every words[i].seq == vals[i], for at most d (or until a signal
+// or a wake of any of them). Without futex_waitv it sleeps on the first word only, and then
+// for at most a millisecond, so that a wake of another word is late by that much at worst.
+func futexWaitAny(words []waitWord, vals []uint32, d time.Duration) {
+	if len(words) > 1 && !noWaitv.Load() {
+		var ws [2]futexWaitv
+		for i, w := range words {
+			ws[i] = futexWaitv{val: uint64(vals[i]), uaddr: uint64(uintptr(unsafe.Pointer(w.seq))), flags: futex2SizeU32}
+		}
+		var ts unix.Timespec
+		unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+		ts = unix.NsecToTimespec(ts.Nano() + d.Nanoseconds())
+		_, _, e := unix.Syscall6(unix.SYS_FUTEX_WAITV, uintptr(unsafe.Pointer(&ws[0])), uintptr(len(words)), 0, uintptr(unsafe.Pointer(&ts)), unix.CLOCK_MONOTONIC, 0)
+		if e != unix.ENOSYS {
+			return
+		}
+		noWaitv.Store(true)
+	}
+	if len(words) > 1 {
+		d = min(d, time.Millisecond)
+	}
+	futexWait(words[0].seq, vals[0], d)
+}

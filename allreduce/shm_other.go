@@ -19,11 +19,12 @@ type segment struct {
 	mem  []byte
 }
 
-func futexWait(_ *atomic.Uint32, _ uint32, d time.Duration) { time.Sleep(min(d, time.Millisecond)) }
-func futexWake(*atomic.Uint32)                              {}
-func osYield()                                              {}
-func createSegment(int, []byte) (*segment, error)           { return nil, errNoShm }
-func openSegment(_, _, _ int, _ []byte) ([]byte, error)     { return nil, errNoShm }
-func unmapSegment([]byte) error                             { return nil }
-func hostID() string                                        { return "" }
-func peekConn(*net.TCPConn) bool                            { return false }
+func futexWait(_ *atomic.Uint32, _ uint32, d time.Duration)  { time.Sleep(min(d, time.Millisecond)) }
+func futexWake(*atomic.Uint32)                               {}
+func futexWaitAny(_ []waitWord, _ []uint32, d time.Duration) { time.Sleep(min(d, time.Millisecond)) }
+func osYield()                                               {}
+func createSegment(int, []byte) (*segment, error)            { return nil, errNoShm }
+func openSegment(_, _, _ int, _ []byte) ([]byte, error)      { return nil, errNoShm }
+func unmapSegment([]byte) error                              { return nil }
+func hostID() string                                         { return "" }
+func peekConn(*net.TCPConn) bool                             { return false }

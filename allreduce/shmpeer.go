@@ -42,11 +42,6 @@ func (c *Comm) setupShm(ctx context.Context) error {
 			c.stats.SharedMemory++
 		}
 	}
-	for _, p := range c.peers {
-		if p != nil && p.shm != nil {
-			p.shm.yield = yieldFor(c.stats.SharedMemory)
-		}
-	}
 	return errors.Join(errs...)
 }
 

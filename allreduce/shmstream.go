@@ -1,0 +1,310 @@
+package allreduce
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// shmStream is stream for a rank whose neighbours on both sides of the ring are reached over
+// shared memory. One goroutine moves both rings forward without blocking: it writes what the
+// ring to next takes, reduces or copies what has arrived from prev, a piece at a time, and
+// waits only when neither can move, on both at once. stream's two goroutines hand every
+// chunk over a channel and each waits on its own ring; on a machine with no core to spare
+// for every rank's goroutines, each hand-off and each wake-up waits for a scheduler slot,
+// which cost about 200 µs per collective on 2 vCPUs (docs/benchmarks.md §14).
+//
+// Units are numbered from first, on both sides.
+func (c *Comm) shmStream(o *opInfo, next, prev *peer, first int, sends, recvs []unit, dt dtype, op Op) error {
+	s := shmSender{c: c, p: next, o: o, first: first}
+	v := shmReceiver{c: c, p: prev, o: o, dt: dt, op: op, first: first}
+	for s.i < len(sends) || v.i < len(recvs) {
+		canSend := s.i < len(sends) && v.i > sends[s.i].after
+		canRecv := v.i < len(recvs) && s.i > recvs[v.i].after
+		moved := false
+		if canSend {
+			moved = s.step(sends[s.i].buf)
+		}
+		if canRecv {
+			m, err := v.step(recvs[v.i])
+			if err != nil {
+				return err
+			}
+			moved = moved || m
+		}
+		if moved {
+			continue
+		}
+		// Neither side moved. One that cannot start waits on the other's progress, which
+		// this goroutine makes: at least one of them is waiting on a ring.
+		var words []waitWord
+		var ready []func() bool
+		if canSend {
+			words = append(words, waitWord{next.shm.tx.spaceSeq, next.shm.tx.spaceWait})
+			ready = append(ready, next.shm.txSpace)
+		}
+		if canRecv {
+			words = append(words, waitWord{prev.shm.rx.dataSeq, prev.shm.rx.dataWait})
+			need := v.need(recvs[v.i])
+			ready = append(ready, func() bool { return prev.shm.rxAvail() >= need })
+		}
+		if len(words) == 0 {
+			return fmt.Errorf("internal error: unit schedule stalls at send %d, receive %d", s.i, v.i)
+		}
+		// Check only the peers waited on, the one received from first: silence past
+		// Config.Timeout is blamed on it (next, when silent too, is most likely waiting for
+		// it as well). A peer not waited on may be done and gone: a root that has sent its
+		// last chunk closes while the rank after it still forwards.
+		var peers []*peer
+		if canRecv {
+			peers = append(peers, prev)
+		}
+		if canSend && (next != prev || !canRecv) {
+			peers = append(peers, next)
+		}
+		if err := c.shmAwait(peers, words, func() bool { return ready[0]() || (len(ready) > 1 && ready[1]()) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shmSender writes data frames to p's ring without blocking, one unit after the other.
+type shmSender struct {
+	c     *Comm
+	p     *peer
+	o     *opInfo
+	first int      // the number of sends[0]
+	i     int      // the unit being written
+	frame [][]byte // what is left of it; nil: not started
+}
+
+// step writes as much of unit i (payload b) as the ring takes now, up to a piece; it
+// reports whether it wrote anything.
+func (s *shmSender) step(b []byte) bool {
+	if s.frame == nil {
+		s.c.putHeader(s.p, s.o, s.first+s.i, b)
+		s.frame = shmFrame(s.p.whdr[:], b)
+	}
+	bufs := s.frame
+	var lim [3][]byte
+	left := shmPiece
+	k := 0
+	for _, f := range bufs {
+		if left == 0 {
+			break
+		}
+		take := min(len(f), left)
+		lim[k] = f[:take]
+		k++
+		left -= take
+	}
+	w, _ := s.p.shm.write(lim[:k], false) // cannot fail without blocking
+	for len(s.frame) > 0 && w >= len(s.frame[0]) {
+		w -= len(s.frame[0])
+		s.frame = s.frame[1:]
+	}
+	if len(s.frame) > 0 {
+		s.frame[0] = s.frame[0][w:]
+		return w > 0
+	}
+	s.frame = nil
+	s.i++
+	return true
+}
+
+// shmReceiver reads data frames from p's ring without blocking, one unit after the other:
+// the header, checked as recv checks it, then the payload reduced or copied into the
+// unit's buffer as it arrives, then the padding.
+type shmReceiver struct {
+	c     *Comm
+	p     *peer
+	o     *opInfo
+	dt    dtype
+	op    Op
+	first int // the number of recvs[0]
+	i     int // the unit being read
+	hdr   int // header bytes read of unit i
+	done  int // payload bytes of unit i reduced or copied
+}
+
+// need is how many bytes the ring must hold for unit u to move on. Waiting for a count,
+// not for more than a step saw, matters: bytes that arrive between a step's look at the
+// ring and its return would otherwise count as seen, and the wait would last until the
+// writer wrote again, which it may never do (it may be done: a hang found at 4 ranks).
+func (v *shmReceiver) need(u unit) uint64 {
+	switch {
+	case v.hdr < headerLen:
+		return 1
+	case v.done < len(u.buf) && u.reduce:
+		return uint64(v.dt.size())
+	case v.done < len(u.buf):
+		return 1
+	}
+	return uint64(padLen(headerLen + len(u.buf)))
+}
+
+// step moves unit u (the i-th) forward with what the ring holds now, a piece at most; it
+// reports whether it moved.
+func (v *shmReceiver) step(u unit) (bool, error) {
+	// No look at closed here: a peer that has sent its last frame may close before this
+	// side has read it, and what is in the ring comes first (shmAwait checks closed).
+	l := v.p.shm
+	moved := false
+	if v.hdr < headerLen {
+		got := l.readNow(v.p.rhdr[v.hdr:])
+		v.hdr += got
+		moved = got > 0
+		if v.hdr < headerLen {
+			return moved, nil
+		}
+		h, err := parseHeader(v.p.rhdr[:])
+		if err != nil {
+			return false, &protocolError{rank: v.p.rank, msg: err.Error()}
+		}
+		if msg := v.c.check(v.o, h, v.first+v.i, len(u.buf)); msg != "" {
+			return false, &protocolError{rank: v.p.rank, msg: msg}
+		}
+	}
+	if v.done < len(u.buf) {
+		dst := u.buf[v.done:min(len(u.buf), v.done+shmPiece)]
+		var got int
+		if u.reduce {
+			got = l.reduceNow(dst, v.dt, v.op)
+		} else {
+			got = l.readNow(dst)
+		}
+		v.done += got
+		moved = moved || got > 0
+		if v.done < len(u.buf) {
+			return moved, nil
+		}
+	}
+	pad := uint64(padLen(headerLen + len(u.buf)))
+	if l.rxAvail() < pad {
+		return moved, nil
+	}
+	if pad > 0 {
+		l.consumed(pad)
+	}
+	v.i++
+	v.hdr, v.done = 0, 0
+	return true, nil
+}
+
+// waitWord is a futex word to sleep on and the flag that asks the other side to wake it.
+type waitWord struct{ seq, flag *atomic.Uint32 }
+
+// shmAwait is await for shmStream: it returns once ready holds, sleeping on every word at
+// once, and checks every peer whose ring it waits on (closed, gone, timed out).
+func (c *Comm) shmAwait(peers []*peer, words []waitWord, ready func() bool) error {
+	closed := func() *peer {
+		for _, p := range peers {
+			if p.shm.closed.Load() != 0 {
+				return p
+			}
+		}
+		return nil
+	}
+	for range spinIters {
+		if ready() {
+			return nil
+		}
+		if p := closed(); p != nil {
+			return c.shmErr(p, shmClosed{})
+		}
+	}
+	start := time.Now()
+	for time.Since(start) < shmYield {
+		osYield()
+		if ready() {
+			return nil
+		}
+		if p := closed(); p != nil {
+			return c.shmErr(p, shmClosed{})
+		}
+	}
+	var vals [2]uint32
+	for {
+		for i, w := range words {
+			w.flag.Store(1)
+			vals[i] = w.seq.Load() // before the checks: a wake after them changes it
+		}
+		done, err := c.shmAwaitCheck(peers, ready, start)
+		if !done {
+			futexWaitAny(words, vals[:len(words)], shmSlice)
+		}
+		for _, w := range words {
+			w.flag.Store(0)
+		}
+		if done {
+			return err
+		}
+	}
+}
+
+// shmAwaitCheck is what shmAwait checks before it sleeps: done when ready holds or a wait
+// on peers must end (err).
+func (c *Comm) shmAwaitCheck(peers []*peer, ready func() bool, start time.Time) (done bool, err error) {
+	if ready() {
+		return true, nil
+	}
+	for _, p := range peers {
+		if p.shm.closed.Load() != 0 {
+			return true, c.shmErr(p, shmClosed{})
+		}
+		if err := p.shm.check(start); err != nil {
+			return true, c.shmErr(p, err)
+		}
+	}
+	return false, nil
+}
+
+// txSpace reports whether the ring to the peer has room.
+func (l *shmLink) txSpace() bool {
+	r := &l.tx
+	return r.pos-r.tail.Load() < uint64(len(r.data))
+}
+
+// rxAvail is how many bytes wait in the ring from the peer.
+func (l *shmLink) rxAvail() uint64 { return l.rx.head.Load() - l.rx.pos }
+
+// readNow copies into dst what of the next len(dst) bytes of rx has arrived, without
+// waiting, and returns how many it copied.
+func (l *shmLink) readNow(dst []byte) int {
+	r := &l.rx
+	done := 0
+	for done < len(dst) {
+		avail := r.head.Load() - r.pos
+		if avail == 0 {
+			break
+		}
+		off := r.pos & r.mask
+		n := min(avail, uint64(len(dst)-done), uint64(len(r.data))-off)
+		copy(dst[done:done+int(n)], r.data[off:off+n])
+		l.consumed(n)
+		done += int(n)
+	}
+	return done
+}
+
+// reduceNow is readNow reducing into dst (dst = dst op ring) instead of copying, whole
+// elements only.
+func (l *shmLink) reduceNow(dst []byte, dt dtype, op Op) int {
+	r := &l.rx
+	es := uint64(dt.size())
+	done := 0
+	for done < len(dst) {
+		avail := r.head.Load() - r.pos
+		off := r.pos & r.mask
+		n := min(avail, uint64(len(dst)-done), uint64(len(r.data))-off)
+		n -= n % es
+		if n == 0 {
+			break
+		}
+		reduceInto(dst[done:done+int(n)], r.data[off:off+n], dt, op, false)
+		l.consumed(n)
+		done += int(n)
+	}
+	return done
+}
