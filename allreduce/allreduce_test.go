@@ -85,6 +85,21 @@ func sameBytes(t testing.TB, bufs [][]byte) {
 
 // checkAllreduce runs one exact Allreduce on every rank and compares with the reference
 // element by element, and every rank with rank 0 byte for byte.
+// checkAllreduceOf is checkAllreduce for the element type named dt.
+func checkAllreduceOf(t *testing.T, dt string, comms []*allreduce.Comm, size int, op allreduce.Op) {
+	t.Helper()
+	switch dt {
+	case "float32":
+		checkAllreduce[float32](t, comms, size, op)
+	case "float64":
+		checkAllreduce[float64](t, comms, size, op)
+	case "int64":
+		checkAllreduce[int64](t, comms, size, op)
+	default:
+		t.Fatalf("no element type %q", dt)
+	}
+}
+
 func checkAllreduce[T elem](t *testing.T, comms []*allreduce.Comm, size int, op allreduce.Op) {
 	t.Helper()
 	n := len(comms)
@@ -176,14 +191,7 @@ func TestAllreduce(t *testing.T) {
 									continue
 								}
 								t.Run(fmt.Sprintf("%s/%s/size=%d", dt, op, size), func(t *testing.T) {
-									switch dt {
-									case "float32":
-										checkAllreduce[float32](t, comms, size, op)
-									case "float64":
-										checkAllreduce[float64](t, comms, size, op)
-									case "int64":
-										checkAllreduce[int64](t, comms, size, op)
-									}
+									checkAllreduceOf(t, dt, comms, size, op)
 								})
 							}
 						}

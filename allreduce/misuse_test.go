@@ -54,6 +54,11 @@ func TestMismatchedLengths(t *testing.T) {
 		{"n=5/ring-vs-doubling", []int{1 << 18, 1 << 18, 16, 1 << 18, 1 << 18}, nil},
 		{"n=8/empty-on-one", []int{7, 7, 7, 7, 7, 7, 7, 0}, nil},
 		{"n=3/chunk64", []int{1000, 999, 1000}, func(c *allreduce.Config) { c.ChunkBytes = 64; c.SmallBytes = 1 }},
+		// Hierarchical (hosts of several ranks): sizes that differ, or send some ranks down
+		// another algorithm, fail promptly with a protocol error too.
+		{"hosts=AABB/one-longer", []int{100000, 100000, 100000, 100001}, onHosts("AABB")},
+		{"hosts=AAAB/doubling-vs-hier", []int{1 << 18, 16, 1 << 18, 1 << 18}, onHosts("AAAB")},
+		{"hosts=AABBCC/empty-on-one", []int{1 << 17, 1 << 17, 1 << 17, 0, 1 << 17, 1 << 17}, onHosts("AABBCC")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
