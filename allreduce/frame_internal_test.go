@@ -46,6 +46,22 @@ func helloBytes(cfg Config, rank int) []byte {
 }
 
 // fakePair builds a world of two: rank 0 is a real Comm, rank 1 is the returned connection,
+// built is what New returned in the goroutine newAsync starts.
+type built struct {
+	c   *Comm
+	err error
+}
+
+// newAsync runs New in a goroutine, for a test that plays the other rank meanwhile.
+func newAsync(ctx context.Context, cfg Config) <-chan built {
+	res := make(chan built, 1)
+	go func() {
+		c, err := New(ctx, cfg)
+		res <- built{c, err}
+	}()
+	return res
+}
+
 // which has completed the real hello.
 func fakePair(t *testing.T, tweak func(*Config)) (*Comm, *net.TCPConn) {
 	t.Helper()
@@ -56,15 +72,7 @@ func fakePair(t *testing.T, tweak func(*Config)) (*Comm, *net.TCPConn) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	type built struct {
-		c   *Comm
-		err error
-	}
-	res := make(chan built, 1)
-	go func() {
-		c, err := New(ctx, cfg)
-		res <- built{c, err}
-	}()
+	res := newAsync(ctx, cfg)
 	// Rank 0 reads every rank's record to group the ranks by host; the fake has no host.
 	store.Set(ctx, addrKey(fakeGen, 1), []byte("127.0.0.1:1"))
 	rec, err := store.Get(ctx, addrKey(fakeGen, 0))

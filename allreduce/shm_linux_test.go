@@ -263,15 +263,7 @@ func TestShmBadOfferFallsBack(t *testing.T) {
 			store.Set(ctx, addrKey(fakeGen, 0), []byte(ln.Addr().String()))
 			store.Set(ctx, hostsKey(fakeGen), []byte("[0,1]")) // as rank 0 would: two hosts
 			cfg := Config{Rank: 1, Size: 2, Generation: fakeGen, Store: store, Timeout: 10 * time.Second, Logger: logTo(t)}
-			type built struct {
-				c   *Comm
-				err error
-			}
-			res := make(chan built, 1)
-			go func() {
-				c, err := New(ctx, cfg)
-				res <- built{c, err}
-			}()
+			res := newAsync(ctx, cfg)
 			nc, err := ln.Accept()
 			if err != nil {
 				t.Fatal(err)
