@@ -624,15 +624,13 @@ func (s *sess) start(ctx context.Context, c protocol.AgentCommand) {
 		s.a.log.Warn("could not write out the Python package; workers cannot import elasticd", "err", err)
 	} else {
 		cur, _ := os.LookupEnv("PYTHONPATH")
-		for _, kv := range c.Env {
-			if v, ok := strings.CutPrefix(kv, "PYTHONPATH="); ok {
-				cur = v
-			}
+		if v, ok := envValue(c.Env, "PYTHONPATH"); ok {
+			cur = v
 		}
 		env = append(env, python.Env(root, cur))
 	}
-	if g := s.a.gpus; len(g) > 0 && !hasEnv(c.Env, "CUDA_VISIBLE_DEVICES") {
-		env = append(env, "CUDA_VISIBLE_DEVICES="+visibleDevices(g, c.Slot, c.Env))
+	if _, set := envValue(c.Env, "CUDA_VISIBLE_DEVICES"); !set && len(s.a.gpus) > 0 {
+		env = append(env, "CUDA_VISIBLE_DEVICES="+visibleDevices(s.a.gpus, c.Slot, c.Env))
 	}
 	w := &wproc{worker: c.Worker, jobID: s.jobID, s: s, id: c.Proc, gone: make(chan struct{})}
 	spec := proc.Spec{
@@ -702,11 +700,9 @@ func visibleDevices(gpus []gpu.GPU, slot int, env []string) string {
 	name := func(g gpu.GPU) string { return cmp.Or(g.UUID, strconv.Itoa(g.Index)) }
 	own := gpus[slot%len(gpus)]
 	local := -1
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "LOCAL_RANK="); ok {
-			if n, err := strconv.Atoi(v); err == nil {
-				local = n
-			}
+	if v, ok := envValue(env, "LOCAL_RANK"); ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			local = n
 		}
 	}
 	if local < 0 || local >= len(gpus) {
@@ -721,11 +717,13 @@ func visibleDevices(gpus []gpu.GPU, slot int, env []string) string {
 	return strings.Join(slices.Insert(list, local, name(own)), ",")
 }
 
-func hasEnv(env []string, name string) bool {
+// envValue is name's value in env (KEY=VALUE entries; the last one wins, as for exec).
+func envValue(env []string, name string) (string, bool) {
+	v, ok := "", false
 	for _, kv := range env {
-		if strings.HasPrefix(kv, name+"=") {
-			return true
+		if rest, found := strings.CutPrefix(kv, name+"="); found {
+			v, ok = rest, true
 		}
 	}
-	return false
+	return v, ok
 }
