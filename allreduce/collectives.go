@@ -125,7 +125,7 @@ func (c *Comm) doublingAllreduce(o *opInfo, data []byte, dt dtype, op Op) error 
 
 // exchange sends out to p while receiving p's frame of the same unit into in.
 func (c *Comm) exchange(o *opInfo, p *peer, u int, out, in []byte) error {
-	return c.sendWhile(p, o, u, out, func() error { return c.recv(p, o, u, in) })
+	return c.streamPeers(o, p, p, u, []unit{{buf: out, after: -1}}, []unit{{buf: in, after: -1}}, dtBytes, 0)
 }
 
 // Broadcast copies root's data to every rank. data has the same type and length on every

@@ -144,6 +144,7 @@ type Comm struct {
 	err     error      // sticky failure
 	closed  bool
 	retired bool // a later generation's New took connections from peers
+	wakeFd  int  // tcpStream's wake-up eventfd plus one; 0: none yet (tcpstream_linux.go)
 }
 
 // Stats says how a communicator's connections were made.
@@ -762,6 +763,7 @@ func (c *Comm) closeConns() {
 			}
 		}
 	}
+	c.closeWaker()
 }
 
 // interrupt makes every blocked read and write return at once; the running operation then
@@ -781,4 +783,5 @@ func (c *Comm) interrupt(cause error) {
 			}
 		}
 	}
+	c.kickWaker()
 }

@@ -1,7 +1,5 @@
 package allreduce
 
-import "cmp"
-
 // halvingAllreduce is recursive halving then doubling (Rabenseifner) for a power-of-two
 // world. It halves: log2(n) exchanges with partners r^d, d = n/2 … 1, in which each rank
 // keeps half of its range, sends the other half, and reduces the partner's copy of the half
@@ -55,10 +53,9 @@ func (c *Comm) halvingAllreduce(o *opInfo, data []byte, dt dtype, op Op) error {
 }
 
 // pairStep sends out to p while receiving p's out into in, reducing it into in (reduce) or
-// overwriting in, as k units numbered from first. Both sides cut their two
-// buffers into the same k pieces of about ChunkBytes (k follows from the larger buffer, the
-// same on both sides), so that TCP needs a scratch chunk, not a scratch half. Over shared
-// memory one goroutine does both directions (shmStream); over TCP the pieces go one by one.
+// overwriting in, as k units numbered from first. Both sides cut their two buffers into the
+// same k pieces of about ChunkBytes (k follows from the larger buffer, the same on both
+// sides), so that TCP needs a scratch piece, not a scratch half.
 func (c *Comm) pairStep(o *opInfo, p *peer, first int, out, in []byte, reduce bool, dt dtype, op Op) error {
 	es := dt.size()
 	k := max(1, ceilDiv(max(len(out), len(in)), c.cfg.ChunkBytes))
@@ -66,51 +63,10 @@ func (c *Comm) pairStep(o *opInfo, p *peer, first int, out, in []byte, reduce bo
 		m := len(b) / es
 		return b[q*m/k*es : (q+1)*m/k*es]
 	}
-	if p.shm != nil {
-		sends, recvs := make([]unit, k), make([]unit, k)
-		for q := range k {
-			sends[q] = unit{buf: piece(out, q), after: -1}
-			recvs[q] = unit{buf: piece(in, q), after: -1, reduce: reduce}
-		}
-		return c.shmStream(o, p, p, first, sends, recvs, dt, op)
-	}
+	sends, recvs := make([]unit, k), make([]unit, k)
 	for q := range k {
-		u, dst := first+q, piece(in, q)
-		err := c.sendWhile(p, o, u, piece(out, q), func() error {
-			if reduce {
-				return c.recvReduce(p, o, u, dst, dt, op)
-			}
-			return c.recv(p, o, u, dst)
-		})
-		if err != nil {
-			return err
-		}
+		sends[q] = unit{buf: piece(out, q), after: -1}
+		recvs[q] = unit{buf: piece(in, q), after: -1, reduce: reduce}
 	}
-	return nil
-}
-
-// sendWhile sends out to p as unit u while recv runs: in this goroutine when the frame goes
-// out at once, else finished by another one.
-func (c *Comm) sendWhile(p *peer, o *opInfo, u int, out []byte, recv func() error) error {
-	finish, err := c.startSend(p, o, u, out)
-	if err != nil {
-		return err
-	}
-	if finish == nil { // the common case for small messages: no goroutine
-		return recv()
-	}
-	errc := make(chan error, 1)
-	go func() {
-		err := finish()
-		if err != nil {
-			c.interrupt(err)
-		}
-		errc <- err
-	}()
-	rerr := recv()
-	if rerr != nil {
-		c.interrupt(rerr)
-	}
-	serr := <-errc
-	return cmp.Or(rerr, serr)
+	return c.streamPeers(o, p, p, first, sends, recvs, dt, op)
 }

@@ -230,7 +230,7 @@ func (c *Comm) hierAllreduce(o *opInfo, data []byte, dt dtype, op Op) error {
 		}
 		sends, recvs := ringPlan(hs, h, slice(j), es, c.cfg.ChunkBytes)
 		next, prev := c.peers[t.owner((h+1)%hs, j)], c.peers[t.owner((h+hs-1)%hs, j)]
-		if err := c.streamPeers(oj, next, prev, sends, recvs, dt, op); err != nil {
+		if err := c.streamPeers(oj, next, prev, 0, sends, recvs, dt, op); err != nil {
 			return err
 		}
 	}

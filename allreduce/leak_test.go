@@ -35,8 +35,9 @@ func measure() usage {
 
 // TestRebuildNoLeak builds and closes a 4-rank world generation after generation, as an
 // elastic job does on every reset: a quarter of the rounds fail their collective, a few fail
-// in New. Goroutines and file descriptors must return to where they started, and closed
-// communicators, though still reachable, must not pin their buffers.
+// in New; half of them over TCP, half over shared memory. Goroutines and file descriptors
+// must return to where they started, and closed communicators, though still reachable,
+// must not pin their buffers.
 func TestRebuildNoLeak(t *testing.T) {
 	const n, rounds = 4, 100
 	store := allreduce.NewMemStore()
@@ -70,7 +71,11 @@ func TestRebuildNoLeak(t *testing.T) {
 			}
 			return
 		}
-		comms := newWorld(t, n, uint64(gen), store, nil)
+		comms := newWorld(t, n, uint64(gen), store, func(c *allreduce.Config) {
+			if gen%8 >= 4 { // every case over TCP too (its wake-up eventfd)
+				c.Transport = allreduce.TransportTCP
+			}
+		})
 		var errs []error
 		switch gen % 4 {
 		case 0: // a ring allreduce large enough to need scratch space

@@ -334,9 +334,19 @@ func waitEntered(t *testing.T, c *enteredCtx) {
 // TestCloseDuringOp: Close interrupts a collective blocked on a peer that has not joined;
 // both return promptly, and the peer learns that this rank is gone.
 func TestCloseDuringOp(t *testing.T) {
-	for _, elems := range []int{1000, 1 << 20} { // doubling, ring
-		t.Run(fmt.Sprintf("elems=%d", elems), func(t *testing.T) {
-			comms := newWorld(t, 2, 1, nil, func(c *allreduce.Config) { c.Timeout = misuseTimeout })
+	for _, tc := range []struct {
+		elems     int
+		transport string
+	}{ // doubling, ring; over shared memory and over TCP
+		{1000, allreduce.TransportAuto}, {1 << 20, allreduce.TransportAuto},
+		{1000, allreduce.TransportTCP}, {1 << 20, allreduce.TransportTCP},
+	} {
+		elems := tc.elems
+		t.Run(fmt.Sprintf("elems=%d/%s", elems, tc.transport), func(t *testing.T) {
+			comms := newWorld(t, 2, 1, nil, func(c *allreduce.Config) {
+				c.Timeout = misuseTimeout
+				c.Transport = tc.transport
+			})
 			bufs := [][]float32{exactInput[float32](0, elems), exactInput[float32](1, elems)}
 			ctx := newEnteredCtx(t.Context())
 			type result struct {
@@ -349,6 +359,9 @@ func TestCloseDuringOp(t *testing.T) {
 				opDone <- result{err, time.Now()}
 			}()
 			waitEntered(t, ctx)
+			// Entered is before the collective starts: give it time to send what it can and
+			// to wait on the peer (asleep, past any spinning), which Close must wake.
+			time.Sleep(200 * time.Millisecond)
 			closeStart := time.Now()
 			d, err := timed(comms[0].Close)
 			if err != nil || d > prompt {

@@ -190,35 +190,6 @@ func (c *Comm) write(p *peer, bufs net.Buffers, done int) error {
 	return nil
 }
 
-// startSend writes as much of a data frame as the kernel takes at once, without blocking.
-// It returns nil when the frame is out, else a function that finishes it (blocking). For a
-// small message that saves handing the write to another goroutine, a wake-up on the
-// critical path; a full socket buffer can still never deadlock two partners.
-func (c *Comm) startSend(p *peer, o *opInfo, unit int, payload []byte) (finish func() error, err error) {
-	c.putHeader(p, o, unit, payload)
-	if p.shm != nil {
-		return c.shmStartSend(p, payload)
-	}
-	// A deadline left over from an earlier write may have passed: the poller would refuse
-	// even a non-blocking write with a timeout, read as a silent peer.
-	p.conn.SetWriteDeadline(time.Now().Add(c.cfg.Timeout))
-	if err := c.stopping(); err != nil {
-		return nil, err
-	}
-	n, err := writeNow(p.conn, p.whdr[:], payload)
-	if err != nil {
-		if n > 0 {
-			p.broken = true
-		}
-		return nil, c.lost(p, err)
-	}
-	if n == headerLen+len(payload) {
-		return nil, nil
-	}
-	rest := net.Buffers{p.whdr[min(n, headerLen):], payload[max(0, n-headerLen):]}
-	return func() error { return c.write(p, rest, n) }, nil
-}
-
 // recv reads the data frame `unit` of operation o from p into dst, whose length is exactly
 // what the frame must carry. Nothing is allocated from what the peer claims.
 func (c *Comm) recv(p *peer, o *opInfo, unit int, dst []byte) error {

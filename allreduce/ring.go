@@ -13,18 +13,30 @@ type unit struct {
 }
 
 // stream runs a pipelined exchange around the ring: sends go to next in order while receives
-// come from prev in order, each in its own goroutine, so sending, receiving and reducing
-// overlap. A send that forwards received data waits only for that chunk, not the whole step.
+// come from prev in order, both at once, so sending, receiving and reducing overlap. A send
+// that forwards received data waits only for that chunk, not the whole step.
 func (c *Comm) stream(o *opInfo, sends, recvs []unit, dt dtype, op Op) error {
 	n, r := c.cfg.Size, c.cfg.Rank
-	return c.streamPeers(o, c.peers[(r+1)%n], c.peers[(r+n-1)%n], sends, recvs, dt, op)
+	return c.streamPeers(o, c.peers[(r+1)%n], c.peers[(r+n-1)%n], 0, sends, recvs, dt, op)
 }
 
-// streamPeers is stream on another ring (the hierarchical allreduce's rings across hosts).
-func (c *Comm) streamPeers(o *opInfo, next, prev *peer, sends, recvs []unit, dt dtype, op Op) error {
-	if next.shm != nil && prev.shm != nil {
-		return c.shmStream(o, next, prev, 0, sends, recvs, dt, op)
+// streamPeers is stream between any two peers, with units numbered from first on both
+// sides (the hierarchical allreduce's rings across hosts; a pair's exchange, next == prev).
+// Both over shared memory, or both over TCP, one goroutine drives the exchange without
+// blocking (shmStream, tcpStream); a mix of the two runs goStream.
+func (c *Comm) streamPeers(o *opInfo, next, prev *peer, first int, sends, recvs []unit, dt dtype, op Op) error {
+	switch {
+	case next.shm != nil && prev.shm != nil:
+		return c.shmStream(o, next, prev, first, sends, recvs, dt, op)
+	case next.shm == nil && prev.shm == nil:
+		return c.tcpStream(o, next, prev, first, sends, recvs, dt, op)
 	}
+	return c.goStream(o, next, prev, first, sends, recvs, dt, op)
+}
+
+// goStream runs an exchange in two goroutines, one sending and one receiving, each blocking
+// on its own peer.
+func (c *Comm) goStream(o *opInfo, next, prev *peer, first int, sends, recvs []unit, dt dtype, op Op) error {
 	sent := make(chan struct{}, len(sends))
 	recvd := make(chan struct{}, len(recvs))
 	quit := make(chan struct{})
@@ -57,7 +69,7 @@ func (c *Comm) streamPeers(o *opInfo, next, prev *peer, sends, recvs []unit, dt 
 			if !wait(recvd, &done, u.after) {
 				return
 			}
-			if err := c.send(next, o, i, u.buf); err != nil {
+			if err := c.send(next, o, first+i, u.buf); err != nil {
 				fail(err)
 				return
 			}
@@ -72,9 +84,9 @@ func (c *Comm) streamPeers(o *opInfo, next, prev *peer, sends, recvs []unit, dt 
 			}
 			var err error
 			if u.reduce {
-				err = c.recvReduce(prev, o, i, u.buf, dt, op)
+				err = c.recvReduce(prev, o, first+i, u.buf, dt, op)
 			} else {
-				err = c.recv(prev, o, i, u.buf)
+				err = c.recv(prev, o, first+i, u.buf)
 			}
 			if err != nil {
 				fail(err)

@@ -263,30 +263,6 @@ func shmFrame(hdr, payload []byte) [][]byte {
 	return [][]byte{hdr, payload, zeros[:padLen(len(hdr)+len(payload))]}
 }
 
-// shmStartSend writes as much of the frame in p.whdr and payload as p's ring takes now, and
-// returns nil when it is all in, else a function that writes the rest (blocking).
-func (c *Comm) shmStartSend(p *peer, payload []byte) (func() error, error) {
-	frame := shmFrame(p.whdr[:], payload)
-	n, err := p.shm.write(frame, false)
-	if err != nil {
-		return nil, c.shmErr(p, err)
-	}
-	for len(frame) > 0 && n >= len(frame[0]) {
-		n -= len(frame[0])
-		frame = frame[1:]
-	}
-	if len(frame) == 0 {
-		return nil, nil
-	}
-	frame[0] = frame[0][n:]
-	return func() error {
-		if _, err := p.shm.write(frame, true); err != nil {
-			return c.shmErr(p, err)
-		}
-		return nil
-	}, nil
-}
-
 // shmRecvHeader reads and checks the header of data frame `unit` of o from p's ring.
 func (c *Comm) shmRecvHeader(p *peer, o *opInfo, unit, n int) error {
 	if err := p.shm.read(p.rhdr[:]); err != nil {

@@ -1,0 +1,301 @@
+//go:build linux
+
+package allreduce
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// tcpStream is stream for a rank whose neighbours on both sides of the ring are reached over
+// TCP, built as shmStream is: one goroutine moves both directions forward with non-blocking
+// system calls on the two sockets, a piece at a time, and waits only when neither can move,
+// on both sockets and the communicator's wake-up eventfd at once (poll). goStream's two
+// goroutines each wait in Go's network poller, and every chunk is a hand-off between them:
+// on 2 vCPUs each wake-up waited for a scheduler slot, and an exchange of 512 KiB each way
+// took twice what the kernel needs for it (docs/benchmarks.md §16).
+//
+// Units are numbered from first, on both sides.
+func (c *Comm) tcpStream(o *opInfo, next, prev *peer, first int, sends, recvs []unit, dt dtype, op Op) error {
+	wake, err := c.waker()
+	if err != nil {
+		return c.goStream(o, next, prev, first, sends, recvs, dt, op)
+	}
+	var loopErr error
+	err = withFd(next, func(nfd int) error {
+		return withFd(prev, func(pfd int) error {
+			s := tcpSender{c: c, p: next, fd: nfd, o: o, first: first}
+			v := tcpReceiver{c: c, p: prev, fd: pfd, o: o, dt: dt, op: op, first: first}
+			loopErr = c.tcpLoop(&s, &v, wake, sends, recvs)
+			if loopErr != nil && s.started {
+				next.broken = true // a frame is half out: no abort frame may follow it
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return c.lost(next, err)
+	}
+	return loopErr
+}
+
+// withFd runs f with p's socket, which stays open meanwhile.
+func withFd(p *peer, f func(fd int) error) error {
+	rc, err := p.conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+func (c *Comm) tcpLoop(s *tcpSender, v *tcpReceiver, wake int, sends, recvs []unit) error {
+	var stalled time.Time // when neither side last moved; zero while they do
+	for s.i < len(sends) || v.i < len(recvs) {
+		if err := c.stopping(); err != nil {
+			return err
+		}
+		canSend := s.i < len(sends) && v.i > sends[s.i].after
+		canRecv := v.i < len(recvs) && s.i > recvs[v.i].after
+		moved := false
+		if canSend {
+			m, err := s.step(sends[s.i].buf)
+			if err != nil {
+				return err
+			}
+			moved = m
+		}
+		if canRecv {
+			m, err := v.step(recvs[v.i])
+			if err != nil {
+				return err
+			}
+			moved = moved || m
+		}
+		if moved {
+			stalled = time.Time{}
+			continue
+		}
+		if !canSend && !canRecv {
+			return fmt.Errorf("internal error: unit schedule stalls at send %d, receive %d", s.i, v.i)
+		}
+		now := time.Now()
+		if stalled.IsZero() {
+			stalled = now
+		}
+		// Yield the core for a while before sleeping, as shmAwait does: the peer is most
+		// often about to run, and a sleep and a wake cost two trips through the scheduler.
+		if now.Sub(stalled) < shmYield {
+			osYield()
+			continue
+		}
+		// Silence past Config.Timeout is blamed on the peer received from when this side
+		// waits on it (next, when silent too, is most likely waiting for it as well).
+		left := c.cfg.Timeout - now.Sub(stalled)
+		if left <= 0 {
+			if canRecv {
+				return c.lost(v.p, os.ErrDeadlineExceeded)
+			}
+			return c.lost(s.p, os.ErrDeadlineExceeded)
+		}
+		fds := make([]unix.PollFd, 0, 3)
+		fds = append(fds, unix.PollFd{Fd: int32(wake), Events: unix.POLLIN})
+		if canSend {
+			fds = append(fds, unix.PollFd{Fd: int32(s.fd), Events: unix.POLLOUT})
+		}
+		if canRecv {
+			if canSend && s.fd == v.fd {
+				fds[1].Events |= unix.POLLIN
+			} else {
+				fds = append(fds, unix.PollFd{Fd: int32(v.fd), Events: unix.POLLIN})
+			}
+		}
+		ms := int((left + time.Millisecond - 1) / time.Millisecond)
+		if _, err := unix.Poll(fds, max(ms, 1)); err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("poll: %w", err)
+		}
+		if fds[0].Revents != 0 {
+			drainWaker(wake) // an interruption: stopping says which, at the top
+		}
+	}
+	return nil
+}
+
+// tcpSender writes data frames to p's socket without blocking, one unit after the other.
+type tcpSender struct {
+	c       *Comm
+	p       *peer
+	fd      int
+	o       *opInfo
+	first   int      // the number of sends[0]
+	i       int      // the unit being written
+	frame   [][]byte // what is left of it; nil: not started
+	started bool     // some of unit i is written
+	iov     [2][]byte
+}
+
+// step writes as much of unit i (payload b) as the socket takes now; it reports whether it
+// wrote anything. The whole rest of the frame goes to one writev: writing in pieces and
+// reading between them, as shmStream does, made TCP 1.5-2x slower at 16 MiB over loopback
+// and veth here (docs/benchmarks.md §16).
+func (s *tcpSender) step(b []byte) (bool, error) {
+	if s.frame == nil {
+		s.c.putHeader(s.p, s.o, s.first+s.i, b)
+		s.iov = [2][]byte{s.p.whdr[:], b}
+		s.frame = s.iov[:]
+		if len(b) == 0 {
+			s.frame = s.iov[:1]
+		}
+		s.started = false
+	}
+	w, err := unix.Writev(s.fd, s.frame)
+	switch {
+	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
+		return false, nil
+	case err != nil:
+		return false, s.c.lost(s.p, err)
+	}
+	s.started = s.started || w > 0
+	for len(s.frame) > 0 && w >= len(s.frame[0]) {
+		w -= len(s.frame[0])
+		s.frame = s.frame[1:]
+	}
+	if len(s.frame) > 0 {
+		s.frame[0] = s.frame[0][w:]
+		return true, nil
+	}
+	s.frame, s.started = nil, false
+	s.i++
+	return true, nil
+}
+
+// tcpReceiver reads data frames from p's socket without blocking, one unit after the other:
+// the header, checked as recv checks it, then the payload, copied into the unit's buffer as
+// it arrives, or gathered in scratch space the size of the unit (a chunk) and reduced into
+// the unit's buffer as whole elements arrive.
+type tcpReceiver struct {
+	c     *Comm
+	p     *peer
+	fd    int
+	o     *opInfo
+	dt    dtype
+	op    Op
+	first int // the number of recvs[0]
+	i     int // the unit being read
+	hdr   int // header bytes read of unit i
+	done  int // payload bytes of unit i read
+	red   int // payload bytes of unit i reduced (reduce units)
+}
+
+// step moves unit u (the i-th) forward with what the socket holds now; it reports whether
+// it moved.
+func (v *tcpReceiver) step(u unit) (bool, error) {
+	moved := false
+	if v.hdr < headerLen {
+		n, err := readNow(v.fd, v.p.rhdr[v.hdr:])
+		if err != nil {
+			return false, v.c.lost(v.p, err)
+		}
+		v.hdr += n
+		if v.hdr < headerLen {
+			return n > 0, nil
+		}
+		moved = true
+		h, err := parseHeader(v.p.rhdr[:])
+		if err != nil {
+			return false, &protocolError{rank: v.p.rank, msg: err.Error()}
+		}
+		if h.kind == kindAbort {
+			v.p.conn.SetReadDeadline(time.Now().Add(v.c.cfg.Timeout))
+			return false, v.c.readAbort(v.p, h)
+		}
+		if msg := v.c.check(v.o, h, v.first+v.i, len(u.buf)); msg != "" {
+			return false, &protocolError{rank: v.p.rank, msg: msg}
+		}
+	}
+	if v.done < len(u.buf) {
+		dst := u.buf
+		if u.reduce {
+			dst = v.c.scratchBuf(len(u.buf))
+		}
+		n, err := readNow(v.fd, dst[v.done:])
+		if err != nil {
+			return false, v.c.lost(v.p, err)
+		}
+		v.done += n
+		moved = moved || n > 0
+		if u.reduce {
+			if whole := v.done - v.done%v.dt.size(); whole > v.red {
+				reduceInto(u.buf[v.red:whole], dst[v.red:whole], v.dt, v.op, false)
+				v.red = whole
+			}
+		}
+		if v.done < len(u.buf) {
+			return moved, nil
+		}
+	}
+	v.i++
+	v.hdr, v.done, v.red = 0, 0, 0
+	return true, nil
+}
+
+// readNow reads what the socket holds of len(b) bytes without waiting; the end of the
+// stream is io.EOF.
+func readNow(fd int, b []byte) (int, error) {
+	n, err := unix.Read(fd, b)
+	switch {
+	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case n == 0 && len(b) > 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// waker returns the communicator's eventfd, which interrupt writes to so that a tcpStream
+// waiting in poll returns; it is made on first use and closed with the connections.
+func (c *Comm) waker() (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.wakeFd == 0 {
+		fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+		if err != nil {
+			return 0, err
+		}
+		c.wakeFd = fd + 1
+	}
+	return c.wakeFd - 1, nil
+}
+
+// kickWaker wakes a tcpStream waiting in poll; c.mu is held.
+func (c *Comm) kickWaker() {
+	if c.wakeFd != 0 {
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		unix.Write(c.wakeFd-1, one[:])
+	}
+}
+
+func drainWaker(fd int) {
+	var b [8]byte
+	unix.Read(fd, b[:])
+}
+
+// closeWaker closes the eventfd; c.mu is held.
+func (c *Comm) closeWaker() {
+	if c.wakeFd != 0 {
+		unix.Close(c.wakeFd - 1)
+		c.wakeFd = 0
+	}
+}

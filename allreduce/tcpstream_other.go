@@ -1,0 +1,11 @@
+//go:build !linux
+
+package allreduce
+
+// tcpStream is goStream where poll and eventfd are not at hand.
+func (c *Comm) tcpStream(o *opInfo, next, prev *peer, first int, sends, recvs []unit, dt dtype, op Op) error {
+	return c.goStream(o, next, prev, first, sends, recvs, dt, op)
+}
+
+func (c *Comm) kickWaker()  {}
+func (c *Comm) closeWaker() {}
