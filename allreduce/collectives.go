@@ -101,20 +101,30 @@ func (c *Comm) doublingAllreduce(o *opInfo, data []byte, dt dtype, op Op) error 
 		}
 		return c.recv(lo, o, last, data)
 	}
-	scratch := c.scratchBuf(len(data))
 	if r+p < n {
-		if err := c.recv(c.peers[r+p], o, 0, scratch); err != nil {
+		if err := c.recvReduce(c.peers[r+p], o, 0, data, dt, op); err != nil {
 			return err
 		}
-		reduceInto(data, scratch, dt, op, false)
 	}
 	u := 1
 	for d := 1; d < p; d <<= 1 {
-		q := c.peers[r^d]
-		if err := c.exchange(o, q, u, data, scratch); err != nil {
-			return err
+		q, srcFirst := c.peers[r^d], r^d < r
+		if q.shm != nil && q.shm.fits(len(data)) {
+			// Over shared memory, reduce straight from the peer's ring into data once all of
+			// data is in the ring to the peer, where it fits whole, so that writing it never
+			// waits on the peer: no copy through scratch (docs/protocol.md §1.6).
+			sends := []unit{{buf: data, after: -1}}
+			recvs := []unit{{buf: data, after: 0, reduce: true, srcFirst: srcFirst}}
+			if err := c.shmStream(o, q, q, u, sends, recvs, dt, op); err != nil {
+				return err
+			}
+		} else {
+			scratch := c.scratchBuf(len(data))
+			if err := c.exchange(o, q, u, data, scratch); err != nil {
+				return err
+			}
+			reduceInto(data, scratch, dt, op, srcFirst)
 		}
-		reduceInto(data, scratch, dt, op, r^d < r)
 		u++
 	}
 	if r+p < n {

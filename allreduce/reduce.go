@@ -77,8 +77,8 @@ func view[T any](b []byte) []T {
 // reduceInto sets dst[i] = dst[i] op src[i], or src[i] op dst[i] when srcFirst. The operand
 // order matters only for NaN payloads, but it is what keeps every rank bit-identical.
 func reduceInto(dst, src []byte, dt dtype, op Op, srcFirst bool) {
-	if op == Sum && !srcFirst {
-		n := sumBytes(dst, src, dt) // vector kernel, where the CPU has one
+	if op == Sum {
+		n := sumBytes(dst, src, dt, srcFirst) // vector kernel, where the CPU has one
 		dst, src = dst[n:], src[n:]
 	}
 	switch dt {

@@ -10,6 +10,9 @@ type unit struct {
 	buf    []byte
 	after  int
 	reduce bool // receives only: reduce into buf instead of overwriting it
+	// srcFirst, with reduce: the received operand comes first (recursive doubling reduces
+	// the lower rank's operand first on both sides). Only shmStream and tcpStream take it.
+	srcFirst bool
 }
 
 // stream runs a pipelined exchange around the ring: sends go to next in order while receives

@@ -170,7 +170,7 @@ func (v *shmReceiver) step(u unit) (bool, error) {
 		dst := u.buf[v.done:min(len(u.buf), v.done+shmPiece)]
 		var got int
 		if u.reduce {
-			got = l.reduceNow(dst, v.dt, v.op)
+			got = l.reduceNow(dst, v.dt, v.op, u.srcFirst)
 		} else {
 			got = l.readNow(dst)
 		}
@@ -288,9 +288,9 @@ func (l *shmLink) readNow(dst []byte) int {
 	return done
 }
 
-// reduceNow is readNow reducing into dst (dst = dst op ring) instead of copying, whole
-// elements only.
-func (l *shmLink) reduceNow(dst []byte, dt dtype, op Op) int {
+// reduceNow is readNow reducing into dst (dst = dst op ring, or ring op dst with srcFirst)
+// instead of copying, whole elements only.
+func (l *shmLink) reduceNow(dst []byte, dt dtype, op Op, srcFirst bool) int {
 	r := &l.rx
 	es := uint64(dt.size())
 	done := 0
@@ -302,9 +302,15 @@ func (l *shmLink) reduceNow(dst []byte, dt dtype, op Op) int {
 		if n == 0 {
 			break
 		}
-		reduceInto(dst[done:done+int(n)], r.data[off:off+n], dt, op, false)
+		reduceInto(dst[done:done+int(n)], r.data[off:off+n], dt, op, srcFirst)
 		l.consumed(n)
 		done += int(n)
 	}
 	return done
+}
+
+// fits reports whether a frame of n payload bytes fits whole in the ring to the peer, so
+// that writing it can wait only for the peer to read what earlier exchanges left there.
+func (l *shmLink) fits(n int) bool {
+	return headerLen+n+padLen(headerLen+n) <= len(l.tx.data)
 }

@@ -87,3 +87,64 @@ loopi:
 	VZEROUPPER
 donei:
 	RET
+
+// The same with src as the first operand, dst = src + dst: what a rank computes when the
+// received operand comes first (the lower rank's, in recursive doubling). The sum is the
+// same, but when both are NaN the first operand's payload wins, and both ranks must hold
+// the same bits. Integer sums need no such variant.
+
+// func addF32AVX2Rev(dst, src unsafe.Pointer, blocks int)
+TEXT ·addF32AVX2Rev(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ blocks+16(FP), CX
+	TESTQ CX, CX
+	JZ   done32r
+loop32r:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VADDPS  (DI), Y0, Y0
+	VADDPS  32(DI), Y1, Y1
+	VADDPS  64(DI), Y2, Y2
+	VADDPS  96(DI), Y3, Y3
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ $128, DI
+	ADDQ $128, SI
+	DECQ CX
+	JNZ  loop32r
+	VZEROUPPER
+done32r:
+	RET
+
+// func addF64AVX2Rev(dst, src unsafe.Pointer, blocks int)
+TEXT ·addF64AVX2Rev(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ blocks+16(FP), CX
+	TESTQ CX, CX
+	JZ   done64r
+loop64r:
+	VMOVUPD (SI), Y0
+	VMOVUPD 32(SI), Y1
+	VMOVUPD 64(SI), Y2
+	VMOVUPD 96(SI), Y3
+	VADDPD  (DI), Y0, Y0
+	VADDPD  32(DI), Y1, Y1
+	VADDPD  64(DI), Y2, Y2
+	VADDPD  96(DI), Y3, Y3
+	VMOVUPD Y0, (DI)
+	VMOVUPD Y1, 32(DI)
+	VMOVUPD Y2, 64(DI)
+	VMOVUPD Y3, 96(DI)
+	ADDQ $128, DI
+	ADDQ $128, SI
+	DECQ CX
+	JNZ  loop64r
+	VZEROUPPER
+done64r:
+	RET

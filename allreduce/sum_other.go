@@ -4,4 +4,4 @@ package allreduce
 
 var useAVX2 = false
 
-func sumBytes(dst, src []byte, dt dtype) int { return 0 }
+func sumBytes([]byte, []byte, dtype, bool) int { return 0 }

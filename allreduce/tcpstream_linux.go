@@ -235,7 +235,7 @@ func (v *tcpReceiver) step(u unit) (bool, error) {
 		moved = moved || n > 0
 		if u.reduce {
 			if whole := v.done - v.done%v.dt.size(); whole > v.red {
-				reduceInto(u.buf[v.red:whole], dst[v.red:whole], v.dt, v.op, false)
+				reduceInto(u.buf[v.red:whole], dst[v.red:whole], v.dt, v.op, u.srcFirst)
 				v.red = whole
 			}
 		}
