@@ -106,10 +106,8 @@ func timeAllreduce(ctx context.Context, comm *allreduce.Comm, size int64, iters 
 		}
 	}
 	clear(buf) // zeros stay zeros however often they are summed
-	for range 2 {
-		if err := comm.Allreduce(ctx, buf, allreduce.Sum); err != nil {
-			return AllreduceResult{}, err
-		}
+	if err := warmUp(ctx, comm, buf); err != nil {
+		return AllreduceResult{}, err
 	}
 	times := make([]float64, iters)
 	for i := range times {
@@ -132,6 +130,33 @@ func timeAllreduce(ctx context.Context, comm *allreduce.Comm, size int64, iters 
 		res.BusbwGbps = busbw(res.AlgbwGbps, n)
 	}
 	return res, nil
+}
+
+// warmUpTime is how long every size is reduced untimed before it is timed. Two iterations
+// were too few for the first size of a run: ranks just started, 4 KB took 34 µs over shared
+// memory as the first size and 4-6 µs as a later one (2 vCPUs; the kernel had not yet spread
+// the rank processes over the cores), and a short size's 500 iterations last only a few ms.
+const warmUpTime = 200 * time.Millisecond
+
+// warmUp runs allreduces of buf, at least two, until warmUpTime has passed on the slowest
+// rank; the ranks agree on when to stop through an allreduce(max) of their elapsed times
+// every few iterations, outside any timed region.
+func warmUp(ctx context.Context, comm *allreduce.Comm, buf []float32) error {
+	start := time.Now()
+	for {
+		for range 2 {
+			if err := comm.Allreduce(ctx, buf, allreduce.Sum); err != nil {
+				return err
+			}
+		}
+		elapsed := []float64{time.Since(start).Seconds()}
+		if err := comm.Allreduce(ctx, elapsed, allreduce.Max); err != nil {
+			return err
+		}
+		if elapsed[0] >= warmUpTime.Seconds() {
+			return nil
+		}
+	}
 }
 
 // busbw is the bus bandwidth of an allreduce of n ranks at algbw: algbw·2(n−1)/n, the bytes
