@@ -109,12 +109,12 @@ func (c *Comm) doublingAllreduce(o *opInfo, data []byte, dt dtype, op Op) error 
 	u := 1
 	for d := 1; d < p; d <<= 1 {
 		q, srcFirst := c.peers[r^d], r^d < r
-		if q.shm != nil && q.shm.fits(len(data)) {
-			// Over shared memory, reduce straight from the peer's ring into data once all of
-			// data is in the ring to the peer, where it fits whole, so that writing it never
-			// waits on the peer: no copy through scratch (docs/protocol.md §1.6).
+		if q.shm != nil {
+			// Over shared memory, reduce straight from the partner's ring into data, each
+			// byte once it is out in the ring to the partner: no copy through scratch, and
+			// no wait on the partner beyond its data (docs/protocol.md §1.6).
 			sends := []unit{{buf: data, after: -1}}
-			recvs := []unit{{buf: data, after: 0, reduce: true, srcFirst: srcFirst}}
+			recvs := []unit{{buf: data, after: -1, reduce: true, srcFirst: srcFirst, trail: true}}
 			if err := c.shmStream(o, q, q, u, sends, recvs, dt, op); err != nil {
 				return err
 			}

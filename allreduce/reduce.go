@@ -96,55 +96,74 @@ func reduceInto(dst, src []byte, dt dtype, op Op, srcFirst bool) {
 type number interface{ ~float32 | ~float64 | ~int64 }
 
 func reduceT[T number](dst, src []T, op Op, srcFirst bool) {
-	switch {
-	case op == Sum && !srcFirst:
-		sumInto(dst, src)
-	case op == Sum:
-		sumIntoRev(dst, src)
-	case op == Max && !srcFirst:
-		for i := range dst {
-			dst[i] = max(dst[i], src[i])
-		}
-	case op == Max:
-		for i := range dst {
-			dst[i] = max(src[i], dst[i])
-		}
-	case op == Min && !srcFirst:
-		for i := range dst {
-			dst[i] = min(dst[i], src[i])
-		}
+	first, second := dst, src
+	if srcFirst {
+		first, second = src, dst
+	}
+	switch op {
+	case Sum:
+		sumOrdered(dst, first, second)
+	case Max:
+		maxOrdered(dst, first, second)
 	default:
-		for i := range dst {
-			dst[i] = min(src[i], dst[i])
-		}
+		minOrdered(dst, first, second)
 	}
 }
 
-// sumInto is the hot loop of a large allreduce; unrolled by eight with the bounds checks
-// hoisted, it runs near memory speed.
-func sumInto[T number](dst, src []T) {
-	src = src[:len(dst)]
+// sumOrdered sets out[i] = a[i] + b[i] (out is a or b), with a's payload when both are NaN,
+// as the vector kernels (and x86's add) give it: a rank may reduce one element with the
+// kernel and its partner with this loop (where pieces end differs between them), so the
+// two must agree bit for bit. The compiler may put a float add's operands either way
+// round, so a NaN a is returned explicitly (a + a: quieted, its payload kept). Unrolled by
+// eight with the bounds checks hoisted.
+func sumOrdered[T number](out, a, b []T) {
+	a, b = a[:len(out)], b[:len(out)]
 	i := 0
-	for ; i+8 <= len(dst); i += 8 {
-		d := dst[i : i+8 : i+8]
-		s := src[i : i+8 : i+8]
-		d[0] += s[0]
-		d[1] += s[1]
-		d[2] += s[2]
-		d[3] += s[3]
-		d[4] += s[4]
-		d[5] += s[5]
-		d[6] += s[6]
-		d[7] += s[7]
+	for ; i+8 <= len(out); i += 8 {
+		o := out[i : i+8 : i+8]
+		x := a[i : i+8 : i+8]
+		y := b[i : i+8 : i+8]
+		o[0] = add(x[0], y[0])
+		o[1] = add(x[1], y[1])
+		o[2] = add(x[2], y[2])
+		o[3] = add(x[3], y[3])
+		o[4] = add(x[4], y[4])
+		o[5] = add(x[5], y[5])
+		o[6] = add(x[6], y[6])
+		o[7] = add(x[7], y[7])
 	}
-	for ; i < len(dst); i++ {
-		dst[i] += src[i]
+	for ; i < len(out); i++ {
+		out[i] = add(a[i], b[i])
 	}
 }
 
-func sumIntoRev[T number](dst, src []T) {
-	src = src[:len(dst)]
-	for i := range dst {
-		dst[i] = src[i] + dst[i]
+// add is a + b with a's payload when a is NaN, whichever way the compiler orders the add.
+func add[T number](a, b T) T {
+	if a != a { // NaN; never for int64
+		return a + a
+	}
+	return a + b
+}
+
+// maxOrdered sets out[i] = max(a[i], b[i]). Max and min have no vector kernel: every
+// element of a buffer goes through this one body, never inlined, so the two ranks of an
+// exchange, calling it as (dst, dst, src) and (dst, src, dst), run the same instructions on
+// the same operands, whichever NaN Go's max keeps.
+//
+//go:noinline
+func maxOrdered[T number](out, a, b []T) {
+	b = b[:len(a)]
+	for i := range out {
+		out[i] = max(a[i], b[i])
+	}
+}
+
+// minOrdered is maxOrdered for min.
+//
+//go:noinline
+func minOrdered[T number](out, a, b []T) {
+	b = b[:len(a)]
+	for i := range out {
+		out[i] = min(a[i], b[i])
 	}
 }

@@ -100,6 +100,8 @@ func TestSumKernelsAgree(t *testing.T) {
 			dst, src := make([]byte, size), make([]byte, size)
 			fill(rng, dst, dt)
 			fill(rng, src, dt)
+			nanPayloads(rng, dst, dt)
+			nanPayloads(rng, src, dt)
 			for _, srcFirst := range []bool{false, true} {
 				vec, scalar := bytes.Clone(dst), bytes.Clone(dst)
 				reduceInto(vec, src, dt, Sum, srcFirst)
@@ -109,7 +111,7 @@ func TestSumKernelsAgree(t *testing.T) {
 				if !bytes.Equal(vec, scalar) {
 					t.Fatalf("%s, %d elements, srcFirst=%v: vector and Go sums differ", dt, n, srcFirst)
 				}
-				if n > 0 && bytes.Equal(vec, dst) {
+				if n > 16 && bytes.Equal(vec, dst) { // a short dst may be all NaN
 					t.Fatalf("%s, %d elements: sum changed nothing", dt, n)
 				}
 			}

@@ -13,6 +13,9 @@ type unit struct {
 	// srcFirst, with reduce: the received operand comes first (recursive doubling reduces
 	// the lower rank's operand first on both sides). Only shmStream and tcpStream take it.
 	srcFirst bool
+	// trail, receives only: buf is also the buffer of the send of the same index, so the
+	// receive may not write past the bytes that send has written out. Only shmStream takes it.
+	trail bool
 }
 
 // stream runs a pipelined exchange around the ring: sends go to next in order while receives

@@ -21,12 +21,25 @@ func (c *Comm) shmStream(o *opInfo, next, prev *peer, first int, sends, recvs []
 	for s.i < len(sends) || v.i < len(recvs) {
 		canSend := s.i < len(sends) && v.i > sends[s.i].after
 		canRecv := v.i < len(recvs) && s.i > recvs[v.i].after
+		limit := 0 // payload bytes unit v.i may fill
+		if canRecv {
+			u := recvs[v.i]
+			limit = len(u.buf)
+			if u.trail {
+				limit = s.sent(v.i, sends)
+				if u.reduce {
+					limit -= limit % dt.size()
+				}
+				// Its header and, once the send is out, its padding are not held back.
+				canRecv = v.hdr < headerLen || v.done < limit || v.done == len(u.buf)
+			}
+		}
 		moved := false
 		if canSend {
 			moved = s.step(sends[s.i].buf)
 		}
 		if canRecv {
-			m, err := v.step(recvs[v.i])
+			m, err := v.step(recvs[v.i], limit)
 			if err != nil {
 				return err
 			}
@@ -77,6 +90,18 @@ type shmSender struct {
 	first int      // the number of sends[0]
 	i     int      // the unit being written
 	frame [][]byte // what is left of it; nil: not started
+	out   int      // bytes of it written, header included
+}
+
+// sent is how many payload bytes of unit i are written.
+func (s *shmSender) sent(i int, sends []unit) int {
+	switch {
+	case s.i > i:
+		return len(sends[i].buf)
+	case s.i < i || s.frame == nil:
+		return 0
+	}
+	return min(max(s.out-headerLen, 0), len(sends[i].buf))
 }
 
 // step writes as much of unit i (payload b) as the ring takes now, up to a piece; it
@@ -85,6 +110,7 @@ func (s *shmSender) step(b []byte) bool {
 	if s.frame == nil {
 		s.c.putHeader(s.p, s.o, s.first+s.i, b)
 		s.frame = shmFrame(s.p.whdr[:], b)
+		s.out = 0
 	}
 	bufs := s.frame
 	var lim [3][]byte
@@ -100,6 +126,7 @@ func (s *shmSender) step(b []byte) bool {
 		left -= take
 	}
 	w, _ := s.p.shm.write(lim[:k], false) // cannot fail without blocking
+	s.out += w
 	for len(s.frame) > 0 && w >= len(s.frame[0]) {
 		w -= len(s.frame[0])
 		s.frame = s.frame[1:]
@@ -144,9 +171,9 @@ func (v *shmReceiver) need(u unit) uint64 {
 	return uint64(padLen(headerLen + len(u.buf)))
 }
 
-// step moves unit u (the i-th) forward with what the ring holds now, a piece at most; it
-// reports whether it moved.
-func (v *shmReceiver) step(u unit) (bool, error) {
+// step moves unit u (the i-th) forward with what the ring holds now, a piece at most and no
+// further than payload byte limit; it reports whether it moved.
+func (v *shmReceiver) step(u unit, limit int) (bool, error) {
 	// No look at closed here: a peer that has sent its last frame may close before this
 	// side has read it, and what is in the ring comes first (shmAwait checks closed).
 	l := v.p.shm
@@ -167,7 +194,7 @@ func (v *shmReceiver) step(u unit) (bool, error) {
 		}
 	}
 	if v.done < len(u.buf) {
-		dst := u.buf[v.done:min(len(u.buf), v.done+shmPiece)]
+		dst := u.buf[v.done:min(limit, v.done+shmPiece)]
 		var got int
 		if u.reduce {
 			got = l.reduceNow(dst, v.dt, v.op, u.srcFirst)
@@ -307,10 +334,4 @@ func (l *shmLink) reduceNow(dst []byte, dt dtype, op Op, srcFirst bool) int {
 		done += int(n)
 	}
 	return done
-}
-
-// fits reports whether a frame of n payload bytes fits whole in the ring to the peer, so
-// that writing it can wait only for the peer to read what earlier exchanges left there.
-func (l *shmLink) fits(n int) bool {
-	return headerLen+n+padLen(headerLen+n) <= len(l.tx.data)
 }
