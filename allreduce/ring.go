@@ -104,3 +104,42 @@ func (c *Comm) goStream(o *opInfo, next, prev *peer, first int, sends, recvs []u
 	wg.Wait()
 	return firstErr
 }
+
+// side is one direction of an exchange driven by one goroutine (shmStream, tcpStream): the
+// peer, the collective, and the unit in progress, numbered from first.
+type side struct {
+	c     *Comm
+	p     *peer
+	o     *opInfo
+	first int // the number of unit 0
+	i     int // the unit in progress
+}
+
+// header parses the header read into p.rhdr for unit i, of n payload bytes, and checks it
+// as recv does. An abort frame is returned unchecked where abortOK (TCP carries them).
+func (sd *side) header(n int, abortOK bool) (header, error) {
+	h, err := parseHeader(sd.p.rhdr[:])
+	if err != nil {
+		return h, &protocolError{rank: sd.p.rank, msg: err.Error()}
+	}
+	if h.kind == kindAbort && abortOK {
+		return h, nil
+	}
+	if msg := sd.c.check(sd.o, h, sd.first+sd.i, n); msg != "" {
+		return h, &protocolError{rank: sd.p.rank, msg: msg}
+	}
+	return h, nil
+}
+
+// advance drops the first w bytes of frame; nil once it is all gone.
+func advance(frame [][]byte, w int) [][]byte {
+	for len(frame) > 0 && w >= len(frame[0]) {
+		w -= len(frame[0])
+		frame = frame[1:]
+	}
+	if len(frame) == 0 {
+		return nil
+	}
+	frame[0] = frame[0][w:]
+	return frame
+}

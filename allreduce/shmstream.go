@@ -16,8 +16,8 @@ import (
 //
 // Units are numbered from first, on both sides.
 func (c *Comm) shmStream(o *opInfo, next, prev *peer, first int, sends, recvs []unit, dt dtype, op Op) error {
-	s := shmSender{c: c, p: next, o: o, first: first}
-	v := shmReceiver{c: c, p: prev, o: o, dt: dt, op: op, first: first}
+	s := shmSender{side: side{c: c, p: next, o: o, first: first}}
+	v := shmReceiver{side: side{c: c, p: prev, o: o, first: first}, dt: dt, op: op}
 	for s.i < len(sends) || v.i < len(recvs) {
 		canSend := s.i < len(sends) && v.i > sends[s.i].after
 		canRecv := v.i < len(recvs) && s.i > recvs[v.i].after
@@ -84,12 +84,8 @@ func (c *Comm) shmStream(o *opInfo, next, prev *peer, first int, sends, recvs []
 
 // shmSender writes data frames to p's ring without blocking, one unit after the other.
 type shmSender struct {
-	c     *Comm
-	p     *peer
-	o     *opInfo
-	first int      // the number of sends[0]
-	i     int      // the unit being written
-	frame [][]byte // what is left of it; nil: not started
+	side
+	frame [][]byte // what is left of unit i; nil: not started
 	out   int      // bytes of it written, header included
 }
 
@@ -127,15 +123,9 @@ func (s *shmSender) step(b []byte) bool {
 	}
 	w, _ := s.p.shm.write(lim[:k], false) // cannot fail without blocking
 	s.out += w
-	for len(s.frame) > 0 && w >= len(s.frame[0]) {
-		w -= len(s.frame[0])
-		s.frame = s.frame[1:]
-	}
-	if len(s.frame) > 0 {
-		s.frame[0] = s.frame[0][w:]
+	if s.frame = advance(s.frame, w); s.frame != nil {
 		return w > 0
 	}
-	s.frame = nil
 	s.i++
 	return true
 }
@@ -144,15 +134,11 @@ func (s *shmSender) step(b []byte) bool {
 // the header, checked as recv checks it, then the payload reduced or copied into the
 // unit's buffer as it arrives, then the padding.
 type shmReceiver struct {
-	c     *Comm
-	p     *peer
-	o     *opInfo
-	dt    dtype
-	op    Op
-	first int // the number of recvs[0]
-	i     int // the unit being read
-	hdr   int // header bytes read of unit i
-	done  int // payload bytes of unit i reduced or copied
+	side
+	dt   dtype
+	op   Op
+	hdr  int // header bytes read of unit i
+	done int // payload bytes of unit i reduced or copied
 }
 
 // need is how many bytes the ring must hold for unit u to move on. Waiting for a count,
@@ -185,12 +171,8 @@ func (v *shmReceiver) step(u unit, limit int) (bool, error) {
 		if v.hdr < headerLen {
 			return moved, nil
 		}
-		h, err := parseHeader(v.p.rhdr[:])
-		if err != nil {
-			return false, &protocolError{rank: v.p.rank, msg: err.Error()}
-		}
-		if msg := v.c.check(v.o, h, v.first+v.i, len(u.buf)); msg != "" {
-			return false, &protocolError{rank: v.p.rank, msg: msg}
+		if _, err := v.header(len(u.buf), false); err != nil {
+			return false, err
 		}
 	}
 	if v.done < len(u.buf) {

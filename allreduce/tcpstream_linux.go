@@ -30,8 +30,8 @@ func (c *Comm) tcpStream(o *opInfo, next, prev *peer, first int, sends, recvs []
 	var loopErr error
 	err = withFd(next, func(nfd int) error {
 		return withFd(prev, func(pfd int) error {
-			s := tcpSender{c: c, p: next, fd: nfd, o: o, first: first}
-			v := tcpReceiver{c: c, p: prev, fd: pfd, o: o, dt: dt, op: op, first: first}
+			s := tcpSender{side: side{c: c, p: next, o: o, first: first}, fd: nfd}
+			v := tcpReceiver{side: side{c: c, p: prev, o: o, first: first}, fd: pfd, dt: dt, op: op}
 			loopErr = c.tcpLoop(&s, &v, wake, sends, recvs)
 			if loopErr != nil && s.started {
 				next.broken = true // a frame is half out: no abort frame may follow it
@@ -132,13 +132,9 @@ func (c *Comm) tcpLoop(s *tcpSender, v *tcpReceiver, wake int, sends, recvs []un
 
 // tcpSender writes data frames to p's socket without blocking, one unit after the other.
 type tcpSender struct {
-	c       *Comm
-	p       *peer
+	side
 	fd      int
-	o       *opInfo
-	first   int      // the number of sends[0]
-	i       int      // the unit being written
-	frame   [][]byte // what is left of it; nil: not started
+	frame   [][]byte // what is left of unit i; nil: not started
 	started bool     // some of unit i is written
 	iov     [2][]byte
 }
@@ -165,15 +161,10 @@ func (s *tcpSender) step(b []byte) (bool, error) {
 		return false, s.c.lost(s.p, err)
 	}
 	s.started = s.started || w > 0
-	for len(s.frame) > 0 && w >= len(s.frame[0]) {
-		w -= len(s.frame[0])
-		s.frame = s.frame[1:]
-	}
-	if len(s.frame) > 0 {
-		s.frame[0] = s.frame[0][w:]
+	if s.frame = advance(s.frame, w); s.frame != nil {
 		return true, nil
 	}
-	s.frame, s.started = nil, false
+	s.started = false
 	s.i++
 	return true, nil
 }
@@ -183,17 +174,13 @@ func (s *tcpSender) step(b []byte) (bool, error) {
 // it arrives, or gathered in scratch space the size of the unit (a chunk) and reduced into
 // the unit's buffer as whole elements arrive.
 type tcpReceiver struct {
-	c     *Comm
-	p     *peer
-	fd    int
-	o     *opInfo
-	dt    dtype
-	op    Op
-	first int // the number of recvs[0]
-	i     int // the unit being read
-	hdr   int // header bytes read of unit i
-	done  int // payload bytes of unit i read
-	red   int // payload bytes of unit i reduced (reduce units)
+	side
+	fd   int
+	dt   dtype
+	op   Op
+	hdr  int // header bytes read of unit i
+	done int // payload bytes of unit i read
+	red  int // payload bytes of unit i reduced (reduce units)
 }
 
 // step moves unit u (the i-th) forward with what the socket holds now; it reports whether
@@ -210,16 +197,13 @@ func (v *tcpReceiver) step(u unit) (bool, error) {
 			return n > 0, nil
 		}
 		moved = true
-		h, err := parseHeader(v.p.rhdr[:])
+		h, err := v.header(len(u.buf), true)
 		if err != nil {
-			return false, &protocolError{rank: v.p.rank, msg: err.Error()}
+			return false, err
 		}
 		if h.kind == kindAbort {
 			v.p.conn.SetReadDeadline(time.Now().Add(v.c.cfg.Timeout))
 			return false, v.c.readAbort(v.p, h)
-		}
-		if msg := v.c.check(v.o, h, v.first+v.i, len(u.buf)); msg != "" {
-			return false, &protocolError{rank: v.p.rank, msg: msg}
 		}
 	}
 	if v.done < len(u.buf) {
