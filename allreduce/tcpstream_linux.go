@@ -15,11 +15,11 @@ import (
 
 // tcpStream is stream for a rank whose neighbours on both sides of the ring are reached over
 // TCP, built as shmStream is: one goroutine moves both directions forward with non-blocking
-// system calls on the two sockets, a piece at a time, and waits only when neither can move,
-// on both sockets and the communicator's wake-up eventfd at once (poll). goStream's two
-// goroutines each wait in Go's network poller, and every chunk is a hand-off between them:
-// on 2 vCPUs each wake-up waited for a scheduler slot, and an exchange of 512 KiB each way
-// took twice what the kernel needs for it (docs/benchmarks.md §16).
+// system calls on the two sockets, and waits only when neither can move, on both sockets and
+// the communicator's wake-up eventfd at once (poll). goStream's two goroutines each wait in
+// Go's network poller, and every chunk is a hand-off between them: on 2 vCPUs each wake-up
+// waited for a scheduler slot, and a 2-rank 1 MiB allreduce over loopback took 2-3 times as
+// long (docs/benchmarks.md §16).
 //
 // Units are numbered from first, on both sides.
 func (c *Comm) tcpStream(o *opInfo, next, prev *peer, first int, sends, recvs []unit, dt dtype, op Op) error {
