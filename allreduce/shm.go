@@ -151,44 +151,79 @@ func (shmClosed) Error() string { return "peer closed the shared-memory link" }
 
 // await returns once ready holds, spinning briefly, then sleeping on seq with flag raised.
 func (l *shmLink) await(ready func() bool, seq, flag *atomic.Uint32) error {
+	_, err := awaitLinks([]*shmLink{l}, []waitWord{{seq, flag}}, ready)
+	return err
+}
+
+// waitWord is a futex word to sleep on and the flag that asks the other side to wake it.
+type waitWord struct{ seq, flag *atomic.Uint32 }
+
+// awaitLinks returns once ready holds: it polls spinIters times, then yields its core for
+// shmYield (the peer is most often about to publish, and a futex round trip through the
+// scheduler costs tens of microseconds), then sleeps on every word at once (at most two),
+// with their flags raised. A wait on links ends early when one of them is closed or its
+// check fails; the index of that link comes with the error.
+func awaitLinks(links []*shmLink, words []waitWord, ready func() bool) (int, error) {
+	closed := func() int {
+		for i, l := range links {
+			if l.closed.Load() != 0 {
+				return i
+			}
+		}
+		return -1
+	}
 	for range spinIters {
 		if ready() {
-			return nil
+			return 0, nil
 		}
-		if l.closed.Load() != 0 {
-			return shmClosed{}
+		if i := closed(); i >= 0 {
+			return i, shmClosed{}
 		}
 	}
 	start := time.Now()
-	// Then yield the core for a while before sleeping: the peer is most often about to
-	// publish, and a futex round trip through the scheduler costs tens of microseconds.
 	for time.Since(start) < shmYield {
 		osYield()
 		if ready() {
-			return nil
+			return 0, nil
 		}
-		if l.closed.Load() != 0 {
-			return shmClosed{}
+		if i := closed(); i >= 0 {
+			return i, shmClosed{}
 		}
 	}
+	var vals [2]uint32
 	for {
-		flag.Store(1)
-		s := seq.Load() // before the checks: a wake after them changes it, and the sleep returns
-		if ready() {
-			flag.Store(0)
-			return nil
+		for i, w := range words {
+			w.flag.Store(1)
+			vals[i] = w.seq.Load() // before the checks: a wake after them changes it
 		}
+		i, err := awaitCheck(links, ready, start)
+		if i < 0 {
+			futexWaitAny(words, vals[:len(words)], shmSlice)
+		}
+		for _, w := range words {
+			w.flag.Store(0)
+		}
+		if i >= 0 {
+			return i, err
+		}
+	}
+}
+
+// awaitCheck is what awaitLinks checks before it sleeps: ready (0, nil), or the link whose
+// wait must end and why, or (-1, nil) to sleep.
+func awaitCheck(links []*shmLink, ready func() bool, start time.Time) (int, error) {
+	if ready() {
+		return 0, nil
+	}
+	for i, l := range links {
 		if l.closed.Load() != 0 {
-			flag.Store(0)
-			return shmClosed{}
+			return i, shmClosed{}
 		}
 		if err := l.check(start); err != nil {
-			flag.Store(0)
-			return err
+			return i, err
 		}
-		futexWait(seq, s, shmSlice)
-		flag.Store(0)
 	}
+	return -1, nil
 }
 
 // write copies bufs into tx as one frame's worth of bytes, padding the frame to 8 bytes when

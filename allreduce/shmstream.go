@@ -2,8 +2,6 @@ package allreduce
 
 import (
 	"fmt"
-	"sync/atomic"
-	"time"
 )
 
 // shmStream is stream for a rank whose neighbours on both sides of the ring are reached over
@@ -201,72 +199,16 @@ func (v *shmReceiver) step(u unit, limit int) (bool, error) {
 	return true, nil
 }
 
-// waitWord is a futex word to sleep on and the flag that asks the other side to wake it.
-type waitWord struct{ seq, flag *atomic.Uint32 }
-
-// shmAwait is await for shmStream: it returns once ready holds, sleeping on every word at
-// once, and checks every peer whose ring it waits on (closed, gone, timed out).
+// shmAwait is awaitLinks for shmStream, on the links of peers: an error names its peer.
 func (c *Comm) shmAwait(peers []*peer, words []waitWord, ready func() bool) error {
-	closed := func() *peer {
-		for _, p := range peers {
-			if p.shm.closed.Load() != 0 {
-				return p
-			}
-		}
-		return nil
+	links := make([]*shmLink, len(peers))
+	for i, p := range peers {
+		links[i] = p.shm
 	}
-	for range spinIters {
-		if ready() {
-			return nil
-		}
-		if p := closed(); p != nil {
-			return c.shmErr(p, shmClosed{})
-		}
+	if i, err := awaitLinks(links, words, ready); err != nil {
+		return c.shmErr(peers[i], err)
 	}
-	start := time.Now()
-	for time.Since(start) < shmYield {
-		osYield()
-		if ready() {
-			return nil
-		}
-		if p := closed(); p != nil {
-			return c.shmErr(p, shmClosed{})
-		}
-	}
-	var vals [2]uint32
-	for {
-		for i, w := range words {
-			w.flag.Store(1)
-			vals[i] = w.seq.Load() // before the checks: a wake after them changes it
-		}
-		done, err := c.shmAwaitCheck(peers, ready, start)
-		if !done {
-			futexWaitAny(words, vals[:len(words)], shmSlice)
-		}
-		for _, w := range words {
-			w.flag.Store(0)
-		}
-		if done {
-			return err
-		}
-	}
-}
-
-// shmAwaitCheck is what shmAwait checks before it sleeps: done when ready holds or a wait
-// on peers must end (err).
-func (c *Comm) shmAwaitCheck(peers []*peer, ready func() bool, start time.Time) (done bool, err error) {
-	if ready() {
-		return true, nil
-	}
-	for _, p := range peers {
-		if p.shm.closed.Load() != 0 {
-			return true, c.shmErr(p, shmClosed{})
-		}
-		if err := p.shm.check(start); err != nil {
-			return true, c.shmErr(p, err)
-		}
-	}
-	return false, nil
+	return nil
 }
 
 // txSpace reports whether the ring to the peer has room.
