@@ -56,7 +56,7 @@ func (c *Comm) ringAllreduce(o *opInfo, data []byte, dt dtype, op Op) error {
 func ringPlan(n, r int, data []byte, es, chunkBytes int) (sends, recvs []unit) {
 	elems := len(data) / es
 	chunk := max(1, chunkBytes/es)
-	segStart := func(j int) int { return j*(elems/n) + min(j, elems%n) }
+	segStart := func(j int) int { return partStart(elems, n, j) }
 	k := max(1, ceilDiv(ceilDiv(elems, n), chunk))
 	piece := func(j, q int) []byte {
 		j = mod(j, n)
@@ -249,5 +249,10 @@ func (c *Comm) Barrier(ctx context.Context) error {
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// partStart is where part j of n starts when elems elements are cut into n parts whose
+// sizes differ by one at most, the larger first (the ring's segments, the hierarchy's
+// slices).
+func partStart(elems, n, j int) int { return j*(elems/n) + min(j, elems%n) }
 
 func mod(x, n int) int { return ((x % n) + n) % n }

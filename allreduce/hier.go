@@ -178,8 +178,7 @@ func (c *Comm) hierAllreduce(o *opInfo, data []byte, dt dtype, op Op) error {
 	local := t.hosts[h]
 	me := slices.Index(local, r)
 	slice := func(j int) []byte {
-		s, e := j*(elems/m)+min(j, elems%m), (j+1)*(elems/m)+min(j+1, elems%m)
-		return data[s*es : e*es]
+		return data[partStart(elems, m, j)*es : partStart(elems, m, j+1)*es]
 	}
 	// units lists, in the order they travel, the chunks of the slices owned by local rank i.
 	chunk := max(1, c.cfg.ChunkBytes/es) * es
