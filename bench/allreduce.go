@@ -281,13 +281,13 @@ func runRanks(ctx context.Context, self string, stderr io.Writer, o AllreduceOpt
 		if o.ProfileDir != "" {
 			args = append(args, "--cpuprofile", filepath.Join(o.ProfileDir, fmt.Sprintf("rank-%d.pprof", r)))
 		}
-		cmd := exec.CommandContext(ctx, self, args...)
+		name := self
 		if len(o.Hosts) > 0 {
 			// ip execs the rank in the namespace: the PID is the rank's, and so is the signal on cancel.
 			h := o.Hosts[r/(o.NP/len(o.Hosts))]
-			args = append(args, "--listen", h.Addr)
-			cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.Netns, self}, args...)...)
+			name, args = "ip", append([]string{"netns", "exec", h.Netns, self}, append(args, "--listen", h.Addr)...)
 		}
+		cmd := exec.CommandContext(ctx, name, args...)
 		cmd.SysProcAttr = childProcAttr()
 		cmd.Stderr = stderr
 		out, err := cmd.StdoutPipe()
