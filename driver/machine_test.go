@@ -311,6 +311,38 @@ func TestTotalLossStartsOverWithCheckpoints(t *testing.T) {
 	}
 }
 
+// The loop asks NextDeadline with the clock as it is when it comes back to wait, which may be
+// past cooldowns that ended while it stepped the last event. Those must still bring a Tick:
+// here the Tick for h0's return finds one usable slot of --min-np 2, and by the time the loop
+// asks for its next deadline h1's and h2's cooldowns have ended too. Asking must not take them
+// in unseen, leaving only --elastic-timeout to wait for (the driver hung "waiting for slots").
+func TestTotalLossCooldownsEndingWhileTheLoopSteps(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, CooldownMin: time.Second, CooldownMax: time.Second, CheckpointDir: "/ckpt"})
+	s.start(3)
+	start := s.now
+	for i, h := range []string{"h0", "h1", "h2"} { // SIGKILLed together, seen a few ms apart
+		s.now = start.Add(time.Duration(i) * 10 * time.Millisecond)
+		if f := finish(s.exit(h, -1)); f != nil {
+			t.Fatalf("the job ended: %+v", f)
+		}
+	}
+	if dl := s.m.NextDeadline(s.now); !dl.Equal(start.Add(time.Second)) {
+		t.Fatalf("next deadline %v after the loss, want h0's return at %v", dl, start.Add(time.Second))
+	}
+	s.now = start.Add(time.Second + 5*time.Millisecond) // h0 is back, h1 and h2 are not
+	if _, order := plan(s.tick()); order != nil {
+		t.Fatalf("generation planned on %v with one usable slot", order)
+	}
+	now := start.Add(time.Second + 30*time.Millisecond) // the loop is back: every cooldown is over
+	dl := s.m.NextDeadline(now)
+	if dl.IsZero() || dl.After(now) {
+		t.Fatalf("next deadline %v at %v, with every cooldown over: the slots that came back wait for no Tick", dl, now)
+	}
+	s.now = now
+	acts := s.tick()
+	s.expectPlan(acts, 2, "h0", "h1", "h2")
+}
+
 // A slot that fails long after its return is not flapping: every failure counts.
 func TestLateFailuresAreNotFlapping(t *testing.T) {
 	s := newSim(t, Config{NP: 3, MinNP: 2, CooldownMin: time.Second, CooldownMax: time.Second, FlapWindow: time.Minute})

@@ -62,6 +62,20 @@ func TestRestoreAdoptsTheGenerationWithoutAReset(t *testing.T) {
 	}
 }
 
+// A cooldown that ends while a restarted driver adopts its workers waits for the adoption's
+// end, which applies discovery: the ticks before it do not, so it is no deadline of theirs
+// (else, always due, it would have the loop tick without pause).
+func TestCooldownEndingDuringAdoptionIsNoDeadline(t *testing.T) {
+	s, st := savedJob(t)
+	r := &sim{t: t, m: NewMachine(s.m.cfg), now: s.now.Add(time.Second)}
+	r.m.Restore(r.now, &st, true, 2*time.Minute)
+	adoptUntil := r.now.Add(2 * time.Minute)
+	r.after(70 * time.Second).tick() // h2's cooldown ended 10 s ago; nobody was adopted yet
+	if dl := r.m.NextDeadline(r.now); !dl.Equal(adoptUntil) {
+		t.Fatalf("next deadline %v at %v while adopting, want the adoption's end %v", dl, r.now, adoptUntil)
+	}
+}
+
 // A member no agent hands back fails as a lost worker does; the others reset without it.
 func TestRestoreMemberNotAdoptedFails(t *testing.T) {
 	s, st := savedJob(t)

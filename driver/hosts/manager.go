@@ -230,13 +230,16 @@ func (m *Manager) Advance(now time.Time) bool {
 	return m.report()
 }
 
-// NextEvent returns the earliest time after now at which Usable changes with no call in
-// between (a listed host's cooldown ending), or the zero time if there is none.
+// NextEvent returns the earliest time at which Usable changes with no call in between (a
+// listed host's cooldown ending), or the zero time if there is none. A cooldown that has
+// ended but that no call has applied yet is still an event: its time, not after now, says it
+// is due, and stays so until a call at or after it (Advance, Update, Usable …) applies it.
+// NextEvent only looks: it does not move the manager's time, so that asking, however late,
+// never takes a host back in without its caller being told.
 func (m *Manager) NextEvent(now time.Time) time.Time {
-	now = m.advance(now)
 	var next time.Time
 	for _, r := range m.records {
-		if r.listed && !r.leaving && !r.held && r.until.After(now) && (next.IsZero() || r.until.Before(next)) {
+		if r.listed && !r.leaving && !r.held && r.until.After(m.now) && (next.IsZero() || r.until.Before(next)) {
 			next = r.until
 		}
 	}
@@ -305,8 +308,13 @@ func (m *Manager) Quarantined() []string {
 }
 
 // Blacklisted lists the hosts cooling down at now, by the end of their cooldown, then ID.
+// Like NextEvent it only looks: a cooldown it finds over is applied by the next call that
+// moves the manager's time. (A host's failures do not decay while it cools down, so the
+// counts listed need no advance.)
 func (m *Manager) Blacklisted(now time.Time) []BlacklistEntry {
-	now = m.advance(now)
+	if now.Before(m.now) {
+		now = m.now
+	}
 	var list []BlacklistEntry
 	for id, r := range m.records {
 		if r.until.After(now) {
