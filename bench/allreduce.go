@@ -23,10 +23,14 @@ import (
 // AllreduceResult is one size of an allreduce benchmark: one line of
 // `elasticd bench allreduce --json`.
 type AllreduceResult struct {
-	SizeBytes  int64   `json:"size_bytes"`
-	Ranks      int     `json:"ranks"`
-	Iters      int     `json:"iters"`
-	MedianS    float64 `json:"median_s"`
+	SizeBytes int64   `json:"size_bytes"`
+	Ranks     int     `json:"ranks"`
+	Iters     int     `json:"iters"`
+	MedianS   float64 `json:"median_s"`
+	// P10S and P90S are the 10th and 90th percentiles of the iterations: on a shared machine
+	// (and over veth) the times are often bimodal, and the median alone hides which mode won.
+	P10S       float64 `json:"p10_s"`
+	P90S       float64 `json:"p90_s"`
 	AlgbwGbps  float64 `json:"algbw_gbps"`
 	BusbwGbps  float64 `json:"busbw_gbps"`
 	MemcpyGbps float64 `json:"memcpy_gbps,omitempty"`
@@ -364,13 +368,13 @@ func printTable(w io.Writer, np, hosts int, m machine, results []AllreduceResult
 		fmt.Fprintln(w)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "size\titers\tmedian\talgbw GB/s\tbusbw GB/s\t"
+	head := "size\titers\tmedian\tp10-p90\talgbw GB/s\tbusbw GB/s\t"
 	if m.memcpyGbps > 0 {
 		head += "busbw/tcp\tbusbw/memcpy\tmedian/rtt\t"
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range results {
-		line := fmt.Sprintf("%s\t%d\t%s\t%.3f\t%.3f\t", fmtSize(r.SizeBytes), r.Iters, fmtDur(r.MedianS), r.AlgbwGbps, r.BusbwGbps)
+		line := fmt.Sprintf("%s\t%d\t%s\t%s-%s\t%.3f\t%.3f\t", fmtSize(r.SizeBytes), r.Iters, fmtDur(r.MedianS), fmtDur(r.P10S), fmtDur(r.P90S), r.AlgbwGbps, r.BusbwGbps)
 		if m.memcpyGbps > 0 {
 			line += fmt.Sprintf("%.2f\t%.2f\t%.1f\t", r.BusbwVsTCP, r.BusbwVsMemcpy, r.MedianVsRTT)
 		}

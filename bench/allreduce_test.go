@@ -58,6 +58,9 @@ func TestAllreduceJSON(t *testing.T) {
 				t.Errorf("line %d: %s = %s, want %v for each of 3 ranks", i, k, got, want)
 			}
 		}
+		if !(r["p10_s"] > 0 && r["p10_s"] <= r["median_s"] && r["median_s"] <= r["p90_s"]) {
+			t.Errorf("line %d: p10 %v, median %v, p90 %v: want 0 < p10 <= median <= p90", i, r["p10_s"], r["median_s"], r["p90_s"])
+		}
 		if got, want := r["algbw_gbps"], r["size_bytes"]/r["median_s"]/1e9; !near(got, want) {
 			t.Errorf("algbw %v, want size/median = %v", got, want)
 		}

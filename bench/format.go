@@ -75,6 +75,16 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// percentile is the value below which fraction q of xs lies (nearest rank).
+func percentile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
 // lockedWriter lets several child processes' output copiers share one writer.
 type lockedWriter struct {
 	mu sync.Mutex

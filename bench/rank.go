@@ -124,7 +124,8 @@ func timeAllreduce(ctx context.Context, comm *allreduce.Comm, size int64, iters 
 		return AllreduceResult{}, err
 	}
 	med := median(times)
-	res := AllreduceResult{SizeBytes: size, Ranks: n, Iters: iters, MedianS: med}
+	res := AllreduceResult{SizeBytes: size, Ranks: n, Iters: iters, MedianS: med,
+		P10S: percentile(times, 0.1), P90S: percentile(times, 0.9)}
 	if med > 0 {
 		res.AlgbwGbps = float64(size) / med / 1e9
 		res.BusbwGbps = busbw(res.AlgbwGbps, n)
