@@ -251,8 +251,8 @@ func (l *shmLink) write(bufs [][]byte, block bool) (int, error) {
 			}
 			n := min(uint64(len(b)), space, shmPiece)
 			off := r.pos & r.mask
-			k := copy(r.data[off:], b[:n])
-			copy(r.data, b[k:n])
+			k := ringCopy(r.data[off:], b[:n])
+			ringCopy(r.data, b[k:n])
 			r.pos += n
 			r.head.Store(r.pos)
 			wake(r.dataSeq, r.dataWait)
