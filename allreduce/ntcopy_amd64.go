@@ -1,6 +1,7 @@
 package allreduce
 
 import (
+	"os"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -10,7 +11,7 @@ import (
 func copyNT(dst, src unsafe.Pointer, blocks int)
 
 // useNT is a variable so tests can compare both paths of ringCopy.
-var useNT = cpu.X86.HasAVX
+var useNT = nonTemporal(os.Getenv(EnvNonTemporal), cpu.X86.HasAVX)
 
 // ntMin is the shortest copy that ringCopy makes with non-temporal stores.
 const ntMin = 4 << 10
