@@ -353,7 +353,7 @@ func (m *Machine) NextDeadline(now time.Time) time.Time {
 	// A cooldown that ended since the last Step is due now (hosts.Manager.NextEvent): the
 	// Tick applies it. Not while adopting, when a Tick does not apply discovery: the
 	// adoption's end does.
-	if h := m.hosts.NextEvent(now); !h.IsZero() && !m.adopting() && (t.IsZero() || h.Before(t)) {
+	if h := m.hosts.NextEvent(); !m.adopting() && !h.IsZero() && (t.IsZero() || h.Before(t)) {
 		t = h
 	}
 	return t

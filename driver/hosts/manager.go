@@ -232,11 +232,11 @@ func (m *Manager) Advance(now time.Time) bool {
 
 // NextEvent returns the earliest time at which Usable changes with no call in between (a
 // listed host's cooldown ending), or the zero time if there is none. A cooldown that has
-// ended but that no call has applied yet is still an event: its time, not after now, says it
-// is due, and stays so until a call at or after it (Advance, Update, Usable …) applies it.
-// NextEvent only looks: it does not move the manager's time, so that asking, however late,
-// never takes a host back in without its caller being told.
-func (m *Manager) NextEvent(now time.Time) time.Time {
+// ended but that no call has applied yet is still an event: its time, not after the caller's
+// clock, says it is due, and stays so until a call at or after it (Advance, Update, Usable …)
+// applies it. NextEvent only looks: it takes no time and does not move the manager's, so
+// that asking, however late, never takes a host back in without its caller being told.
+func (m *Manager) NextEvent() time.Time {
 	var next time.Time
 	for _, r := range m.records {
 		if r.listed && !r.leaving && !r.held && r.until.After(m.now) && (next.IsZero() || r.until.Before(next)) {

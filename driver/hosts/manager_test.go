@@ -274,7 +274,7 @@ func TestManagerScenarios(t *testing.T) {
 				case "look":
 				case "next":
 					got := "none"
-					if n := m.NextEvent(now); !n.IsZero() {
+					if n := m.NextEvent(); !n.IsZero() {
 						got = strconv.Itoa(int(n.Sub(t0) / time.Second))
 					}
 					if got != s.want {
@@ -339,7 +339,7 @@ func TestQuarantine(t *testing.T) {
 	}
 	m.Update(at(61), parseHosts(t, "a c"))
 	m.Update(at(62), parseHosts(t, "a b c"))
-	if got := ids(m.Usable(at(62))); got != "a c" || !slices.Equal(m.Quarantined(), []string{"b"}) || !m.NextEvent(at(62)).IsZero() {
+	if got := ids(m.Usable(at(62))); got != "a c" || !slices.Equal(m.Quarantined(), []string{"b"}) || !m.NextEvent().IsZero() {
 		t.Fatalf("after b left and came back: %q, quarantined %v", got, m.Quarantined())
 	}
 	if m.Release("a") {
@@ -537,12 +537,12 @@ func TestManagerRandomized(t *testing.T) {
 				ca, cb = a.ClearLeaving(id), b.ClearLeaving(id)
 			default:
 				what = "advance"
-				if na, nb := a.NextEvent(now), b.NextEvent(now); !na.Equal(nb) {
+				if na, nb := a.NextEvent(), b.NextEvent(); !na.Equal(nb) {
 					t.Fatalf("seed %d step %d: NextEvent %v and %v at %v", seed, step, na, nb, now)
 				}
 				ca, cb = a.Advance(now), b.Advance(now)
 				// Advance applied whatever was due: what is left is still to come.
-				if na := a.NextEvent(now); !na.IsZero() && !na.After(now) {
+				if na := a.NextEvent(); !na.IsZero() && !na.After(now) {
 					t.Fatalf("seed %d step %d: NextEvent %v after Advance at %v", seed, step, na, now)
 				}
 			}
