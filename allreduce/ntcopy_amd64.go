@@ -2,6 +2,7 @@ package allreduce
 
 import (
 	"os"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -10,8 +11,23 @@ import (
 //go:noescape
 func copyNT(dst, src unsafe.Pointer, blocks int)
 
+// envNonTemporal, set to 0, makes this rank copy into shared-memory rings with ordinary
+// stores instead of non-temporal ones: a way back, and a way to compare the two on another
+// machine (docs/protocol.md §1.6). Read once, when the package loads.
+const envNonTemporal = "ELASTICD_SHM_NONTEMPORAL"
+
 // useNT is a variable so tests can compare both paths of ringCopy.
-var useNT = nonTemporal(os.Getenv(EnvNonTemporal), cpu.X86.HasAVX)
+var useNT = nonTemporal(os.Getenv(envNonTemporal), cpu.X86.HasAVX)
+
+// nonTemporal says whether ringCopy uses non-temporal stores, given envNonTemporal's value and
+// whether the CPU has them: unless the variable says 0 (or false, off, no).
+func nonTemporal(env string, has bool) bool {
+	switch strings.ToLower(strings.TrimSpace(env)) {
+	case "0", "false", "off", "no":
+		return false
+	}
+	return has
+}
 
 // ntMin is the shortest copy that ringCopy makes with non-temporal stores.
 const ntMin = 4 << 10

@@ -2,7 +2,6 @@ package allreduce
 
 import (
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,21 +42,6 @@ const (
 	// shmSlice bounds one futex sleep: how late a waiter notices a dead peer at worst.
 	shmSlice = 50 * time.Millisecond
 )
-
-// EnvNonTemporal, set to 0, makes ranks copy into shared-memory rings with ordinary stores
-// instead of non-temporal ones (amd64 with AVX; ringCopy): a way back, and a way to compare
-// the two on another machine. Read once, when the package loads.
-const EnvNonTemporal = "ELASTICD_SHM_NONTEMPORAL"
-
-// nonTemporal says whether ringCopy uses non-temporal stores, given EnvNonTemporal's value and
-// whether the CPU has them: unless the variable says 0 (or false, off, no).
-func nonTemporal(env string, has bool) bool {
-	switch strings.ToLower(strings.TrimSpace(env)) {
-	case "0", "false", "off", "no":
-		return false
-	}
-	return has
-}
 
 // shmYield is how long a waiter yields its core (sched_yield) before it sleeps, whatever
 // the number of cores: with more ranks than cores too, a yield hands the core to a rank
