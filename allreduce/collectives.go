@@ -47,15 +47,15 @@ func (c *Comm) allreduce(o *opInfo, b []byte, dt dtype, op Op) error {
 // Segment s is reduced once, travelling s → s+1 → … → s-1 (its owner), then copied around:
 // every rank ends with the same bits.
 func (c *Comm) ringAllreduce(o *opInfo, data []byte, dt dtype, op Op) error {
-	sends, recvs := ringPlan(c.cfg.Size, c.cfg.Rank, data, dt.size(), c.cfg.ChunkBytes)
+	sends, recvs := c.ringPlan(c.cfg.Size, c.cfg.Rank, data, dt.size())
 	return c.stream(o, sends, recvs, dt, op)
 }
 
 // ringPlan is the units of a ring allreduce of data, elements of es bytes, at position r of
 // a ring of n; the hierarchical allreduce runs it on a slice among the slice's owners.
-func ringPlan(n, r int, data []byte, es, chunkBytes int) (sends, recvs []unit) {
+func (c *Comm) ringPlan(n, r int, data []byte, es int) (sends, recvs []unit) {
 	elems := len(data) / es
-	chunk := max(1, chunkBytes/es)
+	chunk := max(1, c.cfg.ChunkBytes/es)
 	segStart := func(j int) int { return partStart(elems, n, j) }
 	k := max(1, ceilDiv(ceilDiv(elems, n), chunk))
 	piece := func(j, q int) []byte {
@@ -66,8 +66,7 @@ func ringPlan(n, r int, data []byte, es, chunkBytes int) (sends, recvs []unit) {
 		return data[a*es : b*es]
 	}
 	steps := n - 1
-	sends = make([]unit, 0, 2*steps*k)
-	recvs = make([]unit, 0, 2*steps*k)
+	sends, recvs = c.unitLists(2 * steps * k)
 	for t := range steps { // reduce-scatter
 		for q := range k {
 			i := t*k + q
@@ -135,7 +134,10 @@ func (c *Comm) doublingAllreduce(o *opInfo, data []byte, dt dtype, op Op) error 
 
 // exchange sends out to p while receiving p's frame of the same unit into in.
 func (c *Comm) exchange(o *opInfo, p *peer, u int, out, in []byte) error {
-	return c.streamPeers(o, p, p, u, []unit{{buf: out, after: -1}}, []unit{{buf: in, after: -1}}, dtBytes, 0)
+	sends, recvs := c.unitLists(1)
+	sends = append(sends, unit{buf: out, after: -1})
+	recvs = append(recvs, unit{buf: in, after: -1})
+	return c.streamPeers(o, p, p, u, sends, recvs, dtBytes, 0)
 }
 
 // Broadcast copies root's data to every rank. data has the same type and length on every
@@ -219,8 +221,7 @@ func (c *Comm) Allgather(ctx context.Context, data []byte) ([][]byte, error) {
 			blk := out[mod(j, n)]
 			return blk[min(q*cb, len(blk)):min((q+1)*cb, len(blk))]
 		}
-		sends := make([]unit, 0, (n-1)*k)
-		recvs := make([]unit, 0, (n-1)*k)
+		sends, recvs := c.unitLists((n - 1) * k)
 		for t := range n - 1 {
 			for q := range k {
 				sends = append(sends, unit{buf: piece(r-t, q), after: t*k + q - k})

@@ -134,6 +134,12 @@ type Comm struct {
 	opMu    sync.Mutex // serialises operations
 	seq     uint64     // guarded by opMu
 	scratch []byte     // guarded by opMu
+	units   []unit     // unitLists' storage; guarded by opMu
+	cur     opInfo     // the running collective phase (nextOp); guarded by opMu
+	// do's context watch (ctxDone), guarded by opMu: the Done channel it watches and the
+	// AfterFunc's stop.
+	watchDone <-chan struct{}
+	watchStop func() bool
 
 	stats   Stats // set by New
 	shmOnce sync.Once
@@ -143,8 +149,9 @@ type Comm struct {
 	cause   error      // why the running operation was interrupted (ctx, Close)
 	err     error      // sticky failure
 	closed  bool
-	retired bool // a later generation's New took connections from peers
-	wakeFd  int  // tcpStream's wake-up eventfd plus one; 0: none yet (tcpstream_linux.go)
+	retired bool            // a later generation's New took connections from peers
+	opDone  <-chan struct{} // Done of the running operation's context; nil between operations
+	wakeFd  int             // tcpStream's wake-up eventfd plus one; 0: none yet (tcpstream_linux.go)
 }
 
 // Stats says how a communicator's connections were made.
@@ -169,6 +176,7 @@ type peer struct {
 	conn   *net.TCPConn
 	shm    *shmLink        // data path when the peer is on this machine; nil: data over conn
 	whdr   [headerLen]byte // used only by the one goroutine writing to this peer
+	wframe [3][]byte       // shmSender's frame (header, payload, padding); that goroutine's too
 	rhdr   [headerLen]byte // used only by the one goroutine reading from this peer
 	broken bool            // a write stopped mid-frame: no further frame may be sent
 }
@@ -747,6 +755,7 @@ func (c *Comm) Close() error {
 	defer c.opMu.Unlock()
 	c.closeConns()
 	c.scratch = nil
+	c.unwatch()
 	return nil
 }
 
@@ -755,6 +764,7 @@ func (c *Comm) closeConns() {
 	defer c.mu.Unlock()
 	for _, p := range c.peers {
 		if p != nil {
+			p.wframe = [3][]byte{}
 			p.conn.Close()
 			if p.shm != nil {
 				p.shm.shut()
@@ -771,6 +781,10 @@ func (c *Comm) closeConns() {
 func (c *Comm) interrupt(cause error) {
 	c.mu.Lock()
 	defer c.mu.Unlock() // a later generation's New may be taking peers away (handOver)
+	c.interruptLocked(cause)
+}
+
+func (c *Comm) interruptLocked(cause error) {
 	if c.cause == nil {
 		c.cause = cause
 	}

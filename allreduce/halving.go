@@ -15,7 +15,8 @@ func (c *Comm) halvingAllreduce(o *opInfo, data []byte, dt dtype, op Op) error {
 	es := dt.size()
 	lo, hi := 0, len(data)/es
 	type span struct{ lo, hi int }
-	var before []span // the range before each halving, retraced by the doubling
+	var beforeBuf [64]span  // on the stack: log2(n) spans
+	before := beforeBuf[:0] // the range before each halving, retraced by the doubling
 	// Exchange i numbers its units from i*per: how many units a pair cuts an exchange into
 	// depends on its halves' sizes, which differ by an element between pairs, so counting
 	// them would number the next exchange differently on its two sides.
@@ -63,10 +64,10 @@ func (c *Comm) pairStep(o *opInfo, p *peer, first int, out, in []byte, reduce bo
 		m := len(b) / es
 		return b[q*m/k*es : (q+1)*m/k*es]
 	}
-	sends, recvs := make([]unit, k), make([]unit, k)
+	sends, recvs := c.unitLists(k)
 	for q := range k {
-		sends[q] = unit{buf: piece(out, q), after: -1}
-		recvs[q] = unit{buf: piece(in, q), after: -1, reduce: reduce}
+		sends = append(sends, unit{buf: piece(out, q), after: -1})
+		recvs = append(recvs, unit{buf: piece(in, q), after: -1, reduce: reduce})
 	}
 	return c.streamPeers(o, p, p, first, sends, recvs, dt, op)
 }

@@ -227,7 +227,7 @@ func (c *Comm) hierAllreduce(o *opInfo, data []byte, dt dtype, op Op) error {
 		if t.owner(h, j) != r {
 			continue
 		}
-		sends, recvs := ringPlan(hs, h, slice(j), es, c.cfg.ChunkBytes)
+		sends, recvs := c.ringPlan(hs, h, slice(j), es)
 		next, prev := c.peers[t.owner((h+1)%hs, j)], c.peers[t.owner((h+hs-1)%hs, j)]
 		if err := c.streamPeers(oj, next, prev, 0, sends, recvs, dt, op); err != nil {
 			return err

@@ -45,10 +45,13 @@ type opInfo struct {
 	total uint64
 }
 
-// nextOp starts a collective phase; every rank numbers phases the same way.
+// nextOp starts a collective phase; every rank numbers phases the same way. What it returns
+// is the communicator's own record, rewritten by the next call: a phase ends, with every
+// goroutine it started, before the next one begins.
 func (c *Comm) nextOp(code uint8, dt dtype, total int) *opInfo {
 	c.seq++
-	return &opInfo{code: code, dtype: dt, seq: c.seq, total: uint64(total)}
+	c.cur = opInfo{code: code, dtype: dt, seq: c.seq, total: uint64(total)}
+	return &c.cur
 }
 
 // do runs one collective under the operation lock. Any failure breaks the communicator:
@@ -69,16 +72,23 @@ func (c *Comm) do(ctx context.Context, fn func() error) error {
 	case ctx.Err() != nil:
 		return context.Cause(ctx) // nothing was sent: the communicator stays usable
 	}
-	interrupted := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(interrupted)
-		c.interrupt(context.Cause(ctx))
-	})
-	err := fn()
-	if !stop() {
-		<-interrupted
+	done := ctx.Done()
+	if done != nil && done != c.watchDone {
+		c.unwatch()
+		c.watchDone = done
+		c.watchStop = context.AfterFunc(ctx, func() { c.ctxDone(ctx, done) })
 	}
 	c.mu.Lock()
+	if ctx.Err() != nil { // ended before ctxDone could see this operation run
+		c.mu.Unlock()
+		return context.Cause(ctx)
+	}
+	c.opDone = done
+	c.mu.Unlock()
+	err := fn()
+	clear(c.units)
+	c.mu.Lock() // ctxDone interrupts under mu: from here on it cannot for this operation
+	c.opDone = nil
 	cause := c.cause
 	if !c.closed {
 		c.cause = nil
@@ -92,6 +102,27 @@ func (c *Comm) do(ctx context.Context, fn func() error) error {
 	}
 	c.fail(err)
 	return err
+}
+
+// ctxDone interrupts the running operation when the context it was called with ends: the
+// watch registered by do stays from one operation to the next while their contexts share
+// a Done channel, so that a training loop passing one context allocates nothing for it per
+// collective (docs/protocol.md §1.6).
+func (c *Comm) ctxDone(ctx context.Context, done <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.opDone == done {
+		c.interruptLocked(context.Cause(ctx))
+	}
+}
+
+// unwatch ends do's context watch; a callback already started finds no operation of its
+// context running. Called under opMu.
+func (c *Comm) unwatch() {
+	if c.watchStop != nil {
+		c.watchStop()
+	}
+	c.watchStop, c.watchDone = nil, nil
 }
 
 // fail records err, tells every neighbour which rank is to blame, and closes the connections.
@@ -295,6 +326,18 @@ func describeIOErr(err error, timeout time.Duration) error {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// unitLists returns two empty unit lists with room for n units each, from storage the
+// communicator keeps, so that a collective allocates none once its sizes have been seen.
+// They are valid until the next call: a phase ends before the next one plans. do clears
+// them after every operation, so that they hold no user buffer alive.
+func (c *Comm) unitLists(n int) (a, b []unit) {
+	if cap(c.units) < 2*n {
+		c.units = make([]unit, 2*n)
+	}
+	u := c.units[:2*n]
+	return u[:0:n], u[n : n : 2*n]
 }
 
 func (c *Comm) scratchBuf(n int) []byte {

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -106,24 +108,45 @@ func hostID() string {
 	return string(bytes.TrimSpace(b)) + " " + ns
 }
 
-// peekConn reports, without blocking or consuming anything, whether the connection has
-// something to say: bytes (an abort frame), its end, or an error. false: still quiet.
-func peekConn(conn *net.TCPConn) bool {
-	rc, err := conn.SyscallConn()
-	if err != nil {
+// peeker reports, without blocking or consuming anything, whether a connection has
+// something to say: bytes (an abort frame), its end, or an error. A rank looks before every
+// sleep on a ring, so one is made per link and a look allocates nothing.
+type peeker struct {
+	rc syscall.RawConn
+	fn func(fd uintptr) bool
+
+	mu   sync.Mutex // a link's sender and receiver may look at once (goStream, fanOut)
+	b    [1]byte
+	perr error
+}
+
+func newPeeker(conn *net.TCPConn) *peeker {
+	k := &peeker{}
+	k.rc, k.perr = conn.SyscallConn()
+	k.fn = func(fd uintptr) bool {
+		// Not unix.Recvfrom: it allocates for the sender's address, which a stream has not.
+		_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&k.b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		k.perr = nil
+		if e != 0 {
+			k.perr = e
+		}
 		return true
 	}
-	var b [1]byte
-	var perr error
-	err = rc.Read(func(fd uintptr) bool {
-		_, _, perr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	return k
+}
+
+// peek is true when the connection has news; false: still quiet.
+func (k *peeker) peek() bool {
+	if k.rc == nil {
 		return true
-	})
-	if err != nil {
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.rc.Read(k.fn); err != nil {
 		return true // a deadline (our own interruption) or a closed socket: let the read tell
 	}
 	// No byte and no error is the connection's end; a byte is a frame: both end the wait.
-	return !errors.Is(perr, unix.EAGAIN)
+	return k.perr != unix.EAGAIN
 }
 
 const shmSupported = true

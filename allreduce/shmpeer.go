@@ -205,12 +205,13 @@ var errNoShm = errors.New("no shared-memory transport on this OS")
 // interrupted, when p's connection has news (an abort frame or its end: a dead process's
 // socket closes), or when p has been silent for Config.Timeout.
 func (c *Comm) watch(p *peer) {
+	pk := newPeeker(p.conn)
 	p.shm.check = func(start time.Time) error {
 		p.conn.SetReadDeadline(time.Now().Add(c.cfg.Timeout))
 		if err := c.stopping(); err != nil {
 			return err
 		}
-		if peekConn(p.conn) {
+		if pk.peek() {
 			return shmClosed{}
 		}
 		if time.Since(start) >= c.cfg.Timeout {

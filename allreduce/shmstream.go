@@ -48,16 +48,17 @@ func (c *Comm) shmStream(o *opInfo, next, prev *peer, first int, sends, recvs []
 		}
 		// Neither side moved. One that cannot start waits on the other's progress, which
 		// this goroutine makes: at least one of them is waiting on a ring.
-		var words []waitWord
-		var ready []func() bool
+		// Arrays, not appends: a wait allocates nothing (small messages wait once or twice
+		// per collective).
+		var wordsBuf [2]waitWord
+		words := wordsBuf[:0]
+		var need uint64
 		if canSend {
 			words = append(words, waitWord{next.shm.tx.spaceSeq, next.shm.tx.spaceWait})
-			ready = append(ready, next.shm.txSpace)
 		}
 		if canRecv {
 			words = append(words, waitWord{prev.shm.rx.dataSeq, prev.shm.rx.dataWait})
-			need := v.need(recvs[v.i])
-			ready = append(ready, func() bool { return prev.shm.rxAvail() >= need })
+			need = v.need(recvs[v.i])
 		}
 		if len(words) == 0 {
 			return fmt.Errorf("internal error: unit schedule stalls at send %d, receive %d", s.i, v.i)
@@ -66,14 +67,18 @@ func (c *Comm) shmStream(o *opInfo, next, prev *peer, first int, sends, recvs []
 		// Config.Timeout is blamed on it (next, when silent too, is most likely waiting for
 		// it as well). A peer not waited on may be done and gone: a root that has sent its
 		// last chunk closes while the rank after it still forwards.
-		var peers []*peer
+		var peersBuf [2]*peer
+		peers := peersBuf[:0]
 		if canRecv {
 			peers = append(peers, prev)
 		}
 		if canSend && (next != prev || !canRecv) {
 			peers = append(peers, next)
 		}
-		if err := c.shmAwait(peers, words, func() bool { return ready[0]() || (len(ready) > 1 && ready[1]()) }); err != nil {
+		ready := func() bool {
+			return canSend && next.shm.txSpace() || canRecv && prev.shm.rxAvail() >= need
+		}
+		if err := c.shmAwait(peers, words, ready); err != nil {
 			return err
 		}
 	}
@@ -103,7 +108,9 @@ func (s *shmSender) sent(i int, sends []unit) int {
 func (s *shmSender) step(b []byte) bool {
 	if s.frame == nil {
 		s.c.putHeader(s.p, s.o, s.first+s.i, b)
-		s.frame = shmFrame(s.p.whdr[:], b)
+		f := &s.p.wframe // not shmFrame's new slice: a send allocates nothing
+		f[0], f[1], f[2] = s.p.whdr[:], b, zeros[:padLen(headerLen+len(b))]
+		s.frame = f[:]
 		s.out = 0
 	}
 	bufs := s.frame
@@ -124,6 +131,7 @@ func (s *shmSender) step(b []byte) bool {
 	if s.frame = advance(s.frame, w); s.frame != nil {
 		return w > 0
 	}
+	s.p.wframe = [3][]byte{} // holds no user buffer past its send (closeConns clears it too)
 	s.i++
 	return true
 }
@@ -201,7 +209,8 @@ func (v *shmReceiver) step(u unit, limit int) (bool, error) {
 
 // shmAwait is awaitLinks for shmStream, on the links of peers: an error names its peer.
 func (c *Comm) shmAwait(peers []*peer, words []waitWord, ready func() bool) error {
-	links := make([]*shmLink, len(peers))
+	var linksBuf [2]*shmLink
+	links := linksBuf[:len(peers)]
 	for i, p := range peers {
 		links[i] = p.shm
 	}
