@@ -94,7 +94,7 @@ func (c *Comm) tcpLoop(s *tcpSender, v *tcpReceiver, wake int, sends, recvs []un
 		}
 		// Yield the core for a while before sleeping, as shmAwait does: the peer is most
 		// often about to run, and a sleep and a wake cost two trips through the scheduler.
-		if now.Sub(stalled) < shmYield {
+		if now.Sub(stalled) < tcpYield {
 			osYield()
 			continue
 		}
