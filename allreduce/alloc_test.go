@@ -9,19 +9,29 @@ import (
 	"github.com/elasticd/elasticd/allreduce"
 )
 
-// TestAllreduceAllocatesNothing: over shared memory, a collective on the same kind of buffer
-// as the one before allocates nothing on any rank, so that a training loop reducing every
-// bucket of every step gives the garbage collector no work (a collection every ~60 ms stole
-// a core from small messages on 2 vCPUs). Waits that sleep look at the peer's connection
-// first, and that look allocates nothing either. Each size takes another algorithm:
-// recursive doubling, the ring (2 ranks), recursive halving and doubling (4 ranks).
+// TestAllreduceAllocatesNothing: over shared memory and over TCP (Linux: one goroutine and
+// non-blocking sockets), a collective on the same kind of buffer as the one before allocates
+// nothing on any rank, so that a training loop reducing every bucket of every step gives the
+// garbage collector no work (a collection every ~60 ms stole a core from small messages on 2
+// vCPUs). Waits that sleep look at the peer's connection first, and that look allocates
+// nothing either. Each size takes another algorithm: recursive doubling, the ring (2 ranks),
+// recursive halving and doubling (4 ranks).
 func TestAllreduceAllocatesNothing(t *testing.T) {
 	for _, tc := range []struct {
-		n, elems int
-	}{{2, 1 << 10}, {2, 1 << 18}, {4, 1 << 10}, {4, 1 << 16}} {
-		t.Run(fmt.Sprintf("n=%d/%dKB", tc.n, tc.elems*4>>10), func(t *testing.T) {
-			comms := newWorld(t, tc.n, 1, nil, nil)
-			if comms[0].Stats().SharedMemory == 0 {
+		transport string
+		n, elems  int
+	}{
+		{allreduce.TransportAuto, 2, 1 << 10}, {allreduce.TransportAuto, 2, 1 << 18},
+		{allreduce.TransportAuto, 4, 1 << 10}, {allreduce.TransportAuto, 4, 1 << 16},
+		{allreduce.TransportTCP, 2, 1 << 10}, {allreduce.TransportTCP, 2, 1 << 18},
+		{allreduce.TransportTCP, 4, 1 << 10}, {allreduce.TransportTCP, 4, 1 << 16},
+	} {
+		t.Run(fmt.Sprintf("%s/n=%d/%dKB", tc.transport, tc.n, tc.elems*4>>10), func(t *testing.T) {
+			if tc.transport == allreduce.TransportTCP && runtime.GOOS != "linux" {
+				t.Skipf("TCP exchanges run through goroutines on %s", runtime.GOOS)
+			}
+			comms := newWorld(t, tc.n, 1, nil, func(c *allreduce.Config) { c.Transport = tc.transport })
+			if tc.transport == allreduce.TransportAuto && comms[0].Stats().SharedMemory == 0 {
 				t.Skipf("no shared memory between ranks on %s", runtime.GOOS)
 			}
 			ctx, cancel := context.WithCancel(t.Context()) // watched: Done is not nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,35 +28,86 @@ func (c *Comm) tcpStream(o *opInfo, next, prev *peer, first int, sends, recvs []
 	if err != nil {
 		return c.goStream(o, next, prev, first, sends, recvs, dt, op)
 	}
-	var loopErr error
-	err = withFd(next, func(nfd int) error {
-		return withFd(prev, func(pfd int) error {
-			s := tcpSender{side: side{c: c, p: next, o: o, first: first}, fd: nfd}
-			v := tcpReceiver{side: side{c: c, p: prev, o: o, first: first}, fd: pfd, dt: dt, op: op}
-			loopErr = c.tcpLoop(&s, &v, wake, sends, recvs)
-			if loopErr != nil && s.started {
-				next.broken = true // a frame is half out: no abort frame may follow it
-			}
-			return nil
-		})
-	})
-	if err != nil {
+	t, own := c.tcpRun()
+	if own {
+		defer c.tcpBusy.Store(false)
+	}
+	if t.next, err = rawConn(next, own); err != nil {
 		return c.lost(next, err)
+	}
+	if t.prev, err = rawConn(prev, own); err != nil {
+		return c.lost(prev, err)
+	}
+	t.s = tcpSender{side: side{c: c, p: next, o: o, first: first}}
+	t.v = tcpReceiver{side: side{c: c, p: prev, o: o, first: first}, dt: dt, op: op}
+	t.wake, t.sends, t.recvs = wake, sends, recvs
+	err = t.next.Control(t.outer)
+	started, prevErr, loopErr := t.s.started, t.prevErr, t.loopErr
+	*t = tcpCall{outer: t.outer, inner: t.inner} // holds no peer or user buffer past the call
+	switch {
+	case err != nil:
+		return c.lost(next, err)
+	case prevErr != nil:
+		return c.lost(prev, prevErr)
+	case loopErr != nil && started:
+		next.broken = true // a frame is half out: no abort frame may follow it
 	}
 	return loopErr
 }
 
-// withFd runs f with p's socket, which stays open meanwhile.
-func withFd(p *peer, f func(fd int) error) error {
+// tcpCall is one tcpStream call, handed to the closures that reach its two sockets through
+// RawConn.Control (the sockets stay open meanwhile). The communicator keeps one, its
+// closures made once, so that a call allocates nothing: a closure made per call escapes
+// through the RawConn interface.
+type tcpCall struct {
+	next, prev   syscall.RawConn
+	s            tcpSender
+	v            tcpReceiver
+	wake         int
+	sends, recvs []unit
+	prevErr      error // Control on prev's socket failed
+	loopErr      error
+	outer, inner func(fd uintptr)
+}
+
+// tcpRun returns the communicator's tcpCall, made on first use, for a call to fill, and
+// own: the caller clears tcpBusy when done. Calls are not expected to overlap (one
+// collective phase at a time, each with one stream); should they, a second one gets a
+// tcpCall of its own (not own).
+func (c *Comm) tcpRun() (t *tcpCall, own bool) {
+	if c.tcpBusy.CompareAndSwap(false, true) {
+		if c.tcp == nil {
+			c.tcp = c.newTCPCall()
+		}
+		return c.tcp, true
+	}
+	return c.newTCPCall(), false
+}
+
+func (c *Comm) newTCPCall() *tcpCall {
+	t := &tcpCall{}
+	t.outer = func(fd uintptr) {
+		t.s.fd = int(fd)
+		t.prevErr = t.prev.Control(t.inner)
+	}
+	t.inner = func(fd uintptr) {
+		t.v.fd = int(fd)
+		t.loopErr = c.tcpLoop(&t.s, &t.v, t.wake, t.sends, t.recvs)
+	}
+	return t
+}
+
+// rawConn is p's socket for RawConn.Control: asked for once (SyscallConn allocates) by the
+// owner of the communicator's tcpCall, afresh by anyone else.
+func rawConn(p *peer, own bool) (syscall.RawConn, error) {
+	if p.rc != nil && own {
+		return p.rc, nil
+	}
 	rc, err := p.conn.SyscallConn()
-	if err != nil {
-		return err
+	if err == nil && own {
+		p.rc = rc
 	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
-		return err
-	}
-	return ferr
+	return rc, err
 }
 
 func (c *Comm) tcpLoop(s *tcpSender, v *tcpReceiver, wake int, sends, recvs []unit) error {

@@ -9,3 +9,6 @@ func (c *Comm) tcpStream(o *opInfo, next, prev *peer, first int, sends, recvs []
 
 func (c *Comm) kickWaker()  {}
 func (c *Comm) closeWaker() {}
+
+// tcpCall is tcpStream's reused state on Linux.
+type tcpCall struct{}
