@@ -47,6 +47,13 @@
 #                way), or "netem rate 25gbit delay 25us" (a delay counts once per
 #                direction) where the kernel has sch_netem; default empty: the
 #                veths run as fast as the CPUs move bytes
+#   HOSTS_TCP_CC TCP congestion control for every host namespace
+#                (net.ipv4.tcp_congestion_control, set in each namespace, so
+#                every implementation gets it), e.g. "reno"; default empty:
+#                the namespaces inherit this machine's. On veth, segments of
+#                one flow can arrive out of order (sent from two CPUs), and
+#                BBR and CUBIC then retransmit many that were not lost
+#                (docs/benchmarks.md §17.1, §18); Reno did not
 #
 # In HOSTS mode: elasticd runs its ranks through `elasticd bench allreduce
 # --netns-hosts`; elasticd-tcp adds --transport tcp (TCP inside a host too);
@@ -306,6 +313,9 @@ HOSTS="${HOSTS:-0}"
   die "HOSTS must be 0 (one machine) or 2 to 64"
 read -r -a per_host_list <<<"${PER_HOST:-1 2}"
 LINK_QDISC="${LINK_QDISC:-}"
+HOSTS_TCP_CC="${HOSTS_TCP_CC:-}"
+[[ -z "$HOSTS_TCP_CC" || "$HOSTS_TCP_CC" =~ ^[a-z0-9_]+$ ]] ||
+  die "HOSTS_TCP_CC must name a congestion control, e.g. reno (see /proc/sys/net/ipv4/tcp_available_congestion_control)"
 if ((HOSTS > 0)); then
   ((${#per_host_list[@]} > 0)) || die "PER_HOST is empty"
   for p in "${per_host_list[@]}"; do
@@ -316,7 +326,9 @@ if ((HOSTS > 0)); then
   command -v ip >/dev/null || die "HOSTS needs ip (apt-get install iproute2)"
   [[ -z "$LINK_QDISC" ]] || command -v tc >/dev/null || die "LINK_QDISC needs tc (apt-get install iproute2)"
   netns=0 # the hosts' namespaces isolate the runs; ranks must reach each other's
-  log "across $HOSTS simulated hosts (network namespaces), PER_HOST ${per_host_list[*]}, link qdisc: ${LINK_QDISC:-none}"
+  cc="$HOSTS_TCP_CC"
+  [[ -n "$cc" ]] || cc="$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null), as on this machine"
+  log "across $HOSTS simulated hosts (network namespaces), PER_HOST ${per_host_list[*]}, link qdisc: ${LINK_QDISC:-none}, TCP congestion control: $cc"
 else
   log "network namespace isolation: $([[ $netns == 1 ]] && echo on || echo off)"
 fi
@@ -376,6 +388,10 @@ xh_up() {
     ip -n "$XH_SWITCH" link set "h$h" master br0 up
     ip -n "$ns" addr add "$XH_SUBNET.$h/24" dev eth0
     ip -n "$ns" link set eth0 up
+    if [[ -n "$HOSTS_TCP_CC" ]]; then
+      ip netns exec "$ns" sysctl -qw "net.ipv4.tcp_congestion_control=$HOSTS_TCP_CC" ||
+        die "HOSTS_TCP_CC: cannot set $HOSTS_TCP_CC in $ns (available: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null))"
+    fi
     if [[ -n "$LINK_QDISC" ]]; then
       # shellcheck disable=SC2086 # LINK_QDISC is a list of tc arguments
       tc -n "$ns" qdisc add dev eth0 root $LINK_QDISC ||
