@@ -79,11 +79,13 @@ func (c *Comm) do(ctx context.Context, fn func() error) error {
 		c.watchStop = context.AfterFunc(ctx, func() { c.ctxDone(ctx, done) })
 	}
 	c.mu.Lock()
-	if ctx.Err() != nil { // ended before ctxDone could see this operation run
-		c.mu.Unlock()
-		return context.Cause(ctx)
-	}
 	c.opDone = done
+	if ctx.Err() != nil {
+		// Ended since the check above, perhaps before ctxDone could see this operation
+		// run: once subscribed (Done), a cancellation interrupts the operation, which then
+		// fails and tells its peers, rather than preventing it.
+		c.interruptLocked(context.Cause(ctx))
+	}
 	c.mu.Unlock()
 	err := fn()
 	clear(c.units)
