@@ -103,7 +103,7 @@ func childMain(scenario string) int {
 		return 1
 	}
 	defer c.Close()
-	fmt.Printf("ready shm=%d hosts=%d\n", c.Stats().SharedMemory, c.Stats().Hosts)
+	fmt.Printf("ready shm=%d hosts=%d sndbuf=%d\n", c.Stats().SharedMemory, c.Stats().Hosts, c.Stats().TCPSendBuffers)
 	switch scenario {
 	case "correct":
 		if err := childCorrect(ctx, c); err != nil {
@@ -409,7 +409,9 @@ func (w *procWorld) dump() {
 
 // checkTransport checks, from the ready lines, that every rank reached its peers over the
 // transport asked for: shared memory with all of them (auto, where the OS has it) or none,
-// or, on simulated hosts, with those of its host; and that it saw the hosts there are.
+// or, on simulated hosts, with those of its host; that it saw the hosts there are; and
+// that it set the send buffer of its TCP connections where, and only where, they run over
+// veth (hosts that are network namespaces: Config.TCPSendBuffer's default).
 func (w *procWorld) checkTransport(mode procMode) {
 	w.t.Helper()
 	for r := range w.kids {
@@ -417,9 +419,12 @@ func (w *procWorld) checkTransport(mode procMode) {
 		if !ok {
 			w.t.Fatalf("rank %d never said ready", r)
 		}
-		var shm, hosts int
-		if _, err := fmt.Sscanf(l.text, "ready shm=%d hosts=%d", &shm, &hosts); err != nil {
+		var shm, hosts, sndbuf int
+		if _, err := fmt.Sscanf(l.text, "ready shm=%d hosts=%d sndbuf=%d", &shm, &hosts, &sndbuf); err != nil {
 			w.t.Fatalf("rank %d: %q: %v", r, l.text, err)
+		}
+		if veth := mode.netns && hostCount(mode.hosts) > 1; veth != (sndbuf > 0) {
+			w.t.Fatalf("rank %d, %v: %q: send buffers set on %d TCP connections, want some only across veth", r, mode, l.text, sndbuf)
 		}
 		// On one machine: every connection over shared memory, or none. On hosts: exactly
 		// the rank's host peers, all of which it connects to.

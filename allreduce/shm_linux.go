@@ -193,3 +193,42 @@ func futexWaitAny(words []waitWord, vals []uint32, d time.Duration) {
 	}
 	futexWait(words[0].seq, vals[0], d)
 }
+
+// onVeth reports whether conn's local address belongs to a veth interface (the driver
+// ethtool names), as in a network namespace or a container.
+func onVeth(conn *net.TCPConn) bool {
+	la, ok := conn.LocalAddr().(*net.TCPAddr)
+	if !ok || la.IP.IsLoopback() {
+		return false
+	}
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return false
+	}
+	for _, ifc := range ifaces {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(la.IP) {
+				return ifaceDriver(ifc.Name) == "veth"
+			}
+		}
+	}
+	return false
+}
+
+// ifaceDriver is the driver of network interface name (ETHTOOL_GDRVINFO), "" if unknown.
+func ifaceDriver(name string) string {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return ""
+	}
+	defer unix.Close(fd)
+	info, err := unix.IoctlGetEthtoolDrvinfo(fd, name)
+	if err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(info.Driver[:])
+}

@@ -56,16 +56,19 @@ type AllreduceResult struct {
 
 // AllreduceOptions configure Allreduce; the flags of `elasticd bench allreduce`.
 type AllreduceOptions struct {
-	Exe        string        // the elasticd binary the ranks and the peer run as ("": this process's)
-	NP         int           // rank processes, 1 to 64
-	Sizes      []int64       // message sizes in bytes, multiples of 4 (ParseSizes reads them)
-	Iters      int           // timed iterations per size (0: about 1 GB of traffic per size, 5 to 500)
-	ChunkBytes int           // ring pipelining chunk (0: library default)
-	SmallBytes int           // largest message sent by recursive doubling (0: library default)
-	Transport  string        // allreduce.Config.Transport: "auto" (""), or "tcp" to keep ranks off shared memory
-	Timeout    time.Duration // how long a rank waits on a silent peer
-	ProfileDir string        // each rank's CPU profile goes to ProfileDir/rank-N.pprof ("": none)
-	NoBaseline bool          // skip measuring memcpy, loopback TCP and round trip
+	Exe        string  // the elasticd binary the ranks and the peer run as ("": this process's)
+	NP         int     // rank processes, 1 to 64
+	Sizes      []int64 // message sizes in bytes, multiples of 4 (ParseSizes reads them)
+	Iters      int     // timed iterations per size (0: about 1 GB of traffic per size, 5 to 500)
+	ChunkBytes int     // ring pipelining chunk (0: library default)
+	SmallBytes int     // largest message sent by recursive doubling (0: library default)
+	// TCPSendBuffer is allreduce.Config.TCPSendBuffer: 0 the library's default (256 KiB on
+	// veth), negative the kernel's autotuning, positive this size.
+	TCPSendBuffer int
+	Transport     string        // allreduce.Config.Transport: "auto" (""), or "tcp" to keep ranks off shared memory
+	Timeout       time.Duration // how long a rank waits on a silent peer
+	ProfileDir    string        // each rank's CPU profile goes to ProfileDir/rank-N.pprof ("": none)
+	NoBaseline    bool          // skip measuring memcpy, loopback TCP and round trip
 	// Hosts, when set, simulates that many hosts: NP/len(Hosts) ranks run in each host's
 	// network namespace (ranks 0 to NP/len(Hosts)-1 in the first, and so on), started through
 	// `ip netns exec` and listening on the host's address, so that ranks of different hosts
@@ -113,6 +116,8 @@ func (o *AllreduceOptions) Validate() error {
 		return usageError("chunk-bytes", "%d: must be 0 (default) or between 64 and %d", o.ChunkBytes, 64<<20)
 	case o.SmallBytes < 0:
 		return usageError("small-bytes", "%d: must not be negative", o.SmallBytes)
+	case o.TCPSendBuffer > 64<<20:
+		return usageError("tcp-send-buffer", "%d: must be at most %d (0: the default, -1: the kernel's autotuning)", o.TCPSendBuffer, 64<<20)
 	case o.Transport != "" && o.Transport != allreduce.TransportAuto && o.Transport != allreduce.TransportTCP:
 		return usageError("transport", "%q: must be %s or %s", o.Transport, allreduce.TransportAuto, allreduce.TransportTCP)
 	case o.Timeout <= 0:
@@ -280,7 +285,7 @@ func runRanks(ctx context.Context, self string, stderr io.Writer, o AllreduceOpt
 	for r := range o.NP {
 		args := []string{"bench", RankCommand, "--rank", strconv.Itoa(r), "--np", strconv.Itoa(o.NP),
 			"--store", dir, "--sizes", strings.Join(sizes, ","), "--iters", strconv.Itoa(o.Iters),
-			"--chunk-bytes", strconv.Itoa(o.ChunkBytes), "--small-bytes", strconv.Itoa(o.SmallBytes), "--timeout", o.Timeout.String(),
+			"--chunk-bytes", strconv.Itoa(o.ChunkBytes), "--small-bytes", strconv.Itoa(o.SmallBytes), "--tcp-send-buffer", strconv.Itoa(o.TCPSendBuffer), "--timeout", o.Timeout.String(),
 			"--transport", cmp.Or(o.Transport, allreduce.TransportAuto)}
 		if o.ProfileDir != "" {
 			args = append(args, "--cpuprofile", filepath.Join(o.ProfileDir, fmt.Sprintf("rank-%d.pprof", r)))

@@ -117,6 +117,7 @@ func TestBadOptionsAreUsageErrors(t *testing.T) {
 		{"chunk", func(o *bench.AllreduceOptions) { o.ChunkBytes = 3 }, "--chunk-bytes: 3"},
 		{"transport", func(o *bench.AllreduceOptions) { o.Transport = "udp" }, "--transport: \"udp\""},
 		{"small", func(o *bench.AllreduceOptions) { o.SmallBytes = -1 }, "--small-bytes: -1"},
+		{"send buffer", func(o *bench.AllreduceOptions) { o.TCPSendBuffer = 65 << 20 }, "--tcp-send-buffer: 68157440: must be at most"},
 		{"timeout", func(o *bench.AllreduceOptions) { o.Timeout = -time.Second }, "--timeout: "},
 		{"no sizes", func(o *bench.AllreduceOptions) { o.Sizes = nil }, "--sizes: "},
 		{"odd size", func(o *bench.AllreduceOptions) { o.Sizes = []int64{1001} }, "--sizes: 1001 bytes"},

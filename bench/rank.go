@@ -15,22 +15,24 @@ import (
 
 // RankCommand is the hidden subcommand of `elasticd bench` that runs Rank; Allreduce starts
 // it with the flags --rank, --np, --store, --sizes (bytes, comma-separated), --iters,
-// --chunk-bytes, --small-bytes, --transport, --timeout, --cpuprofile and --listen, one per field of RankOptions.
+// --chunk-bytes, --small-bytes, --tcp-send-buffer, --transport, --timeout, --cpuprofile and --listen, one per
+// field of RankOptions.
 const RankCommand = "allreduce-rank"
 
 // RankOptions configure Rank: one rank process of Allreduce.
 type RankOptions struct {
-	Rank, NP   int
-	Store      string  // the allreduce.FileStore directory the ranks meet in
-	Sizes      []int64 // bytes
-	Iters      int     // 0: autoIters
-	ChunkBytes int
-	SmallBytes int
-	Transport  string // allreduce.Config.Transport
-	Listen     string // the IP address to listen on and advertise ("": loopback)
-	Timeout    time.Duration
-	CPUProfile string    // this rank's CPU profile file ("": none)
-	Out        io.Writer // every rank prints one AllreduceResult per size here as a JSON line
+	Rank, NP      int
+	Store         string  // the allreduce.FileStore directory the ranks meet in
+	Sizes         []int64 // bytes
+	Iters         int     // 0: autoIters
+	ChunkBytes    int
+	SmallBytes    int
+	TCPSendBuffer int    // allreduce.Config.TCPSendBuffer
+	Transport     string // allreduce.Config.Transport
+	Listen        string // the IP address to listen on and advertise ("": loopback)
+	Timeout       time.Duration
+	CPUProfile    string    // this rank's CPU profile file ("": none)
+	Out           io.Writer // every rank prints one AllreduceResult per size here as a JSON line
 }
 
 // listenAddr is allreduce.Config.ListenAddr for an IP address: any port of it, or the default.
@@ -56,12 +58,13 @@ func Rank(ctx context.Context, o RankOptions) error {
 	}
 	comm, err := allreduce.New(ctx, allreduce.Config{
 		Rank: o.Rank, Size: o.NP, Generation: 1,
-		Store:      &allreduce.FileStore{Dir: o.Store},
-		Timeout:    o.Timeout,
-		ChunkBytes: o.ChunkBytes,
-		SmallBytes: o.SmallBytes,
-		Transport:  o.Transport,
-		ListenAddr: listenAddr(o.Listen),
+		Store:         &allreduce.FileStore{Dir: o.Store},
+		Timeout:       o.Timeout,
+		ChunkBytes:    o.ChunkBytes,
+		SmallBytes:    o.SmallBytes,
+		TCPSendBuffer: o.TCPSendBuffer,
+		Transport:     o.Transport,
+		ListenAddr:    listenAddr(o.Listen),
 	})
 	if err != nil {
 		return err

@@ -62,6 +62,7 @@ Example: elasticd bench allreduce --np 4 --netns-hosts h1=10.99.0.1,h2=10.99.0.2
 			&cli.IntFlag{Name: "chunk-bytes", Usage: "ring pipelining chunk (0: library default)", EnvVars: []string{"ELASTICD_CHUNK_BYTES"}},
 			&cli.IntFlag{Name: "small-bytes", Usage: "largest message sent by recursive doubling (0: library default)", EnvVars: []string{"ELASTICD_SMALL_BYTES"}},
 			&cli.StringFlag{Name: "transport", Value: "auto", Usage: "ranks on this machine talk over shared memory (auto) or TCP (tcp)", EnvVars: []string{"ELASTICD_TRANSPORT"}},
+			&cli.IntFlag{Name: "tcp-send-buffer", Usage: "send buffer (SO_SNDBUF) of the ranks' TCP connections in bytes: 0 the default (256 KiB where a connection runs over veth, the kernel's autotuning elsewhere), -1 the kernel's autotuning everywhere", EnvVars: []string{"ELASTICD_TCP_SEND_BUFFER"}},
 			&cli.DurationFlag{Name: "timeout", Value: time.Minute, Usage: "how long a rank waits on a silent peer", EnvVars: []string{"ELASTICD_TIMEOUT"}},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write each rank's CPU profile to `DIR`/rank-N.pprof (for go tool pprof)", EnvVars: []string{"ELASTICD_CPUPROFILE"}},
 			&cli.StringFlag{Name: "netns-hosts", Usage: "simulate hosts: `NS=IP,...` network namespaces (ip netns add) with an address each; --np/hosts ranks run in each, in rank order, over TCP between them (default: none, all ranks here); needs root and ip. Example: h1=10.99.0.1,h2=10.99.0.2", EnvVars: []string{"ELASTICD_NETNS_HOSTS"}},
@@ -76,7 +77,7 @@ func benchAllreduce(c *cli.Context) error {
 		return usageError("netns-hosts", "%v", err)
 	}
 	o := bench.AllreduceOptions{NP: c.Int("np"), Hosts: hosts, Iters: c.Int("iters"), ChunkBytes: c.Int("chunk-bytes"), SmallBytes: c.Int("small-bytes"),
-		Transport: c.String("transport"), Timeout: c.Duration("timeout"), ProfileDir: c.String("cpuprofile"), NoBaseline: c.Bool("no-baseline"), JSON: c.Bool("json"),
+		TCPSendBuffer: c.Int("tcp-send-buffer"), Transport: c.String("transport"), Timeout: c.Duration("timeout"), ProfileDir: c.String("cpuprofile"), NoBaseline: c.Bool("no-baseline"), JSON: c.Bool("json"),
 		Out: c.App.Writer, Err: c.App.ErrWriter}
 	if err := o.Validate(); err != nil {
 		return benchExit(err)
@@ -185,7 +186,7 @@ func benchRankCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "rank"}, &cli.IntFlag{Name: "np"}, &cli.StringFlag{Name: "store"},
 			&cli.StringFlag{Name: "sizes"}, &cli.IntFlag{Name: "iters"}, &cli.IntFlag{Name: "chunk-bytes"},
-			&cli.IntFlag{Name: "small-bytes"}, &cli.StringFlag{Name: "transport"}, &cli.DurationFlag{Name: "timeout"}, &cli.StringFlag{Name: "cpuprofile"},
+			&cli.IntFlag{Name: "small-bytes"}, &cli.IntFlag{Name: "tcp-send-buffer"}, &cli.StringFlag{Name: "transport"}, &cli.DurationFlag{Name: "timeout"}, &cli.StringFlag{Name: "cpuprofile"},
 			&cli.StringFlag{Name: "listen"},
 		},
 		Action: func(c *cli.Context) error {
@@ -198,8 +199,8 @@ func benchRankCommand() *cli.Command {
 				sizes = append(sizes, size)
 			}
 			return bench.Rank(c.Context, bench.RankOptions{Rank: c.Int("rank"), NP: c.Int("np"), Store: c.String("store"), Sizes: sizes,
-				Iters: c.Int("iters"), ChunkBytes: c.Int("chunk-bytes"), SmallBytes: c.Int("small-bytes"), Transport: c.String("transport"), Timeout: c.Duration("timeout"),
-				CPUProfile: c.String("cpuprofile"), Listen: c.String("listen"), Out: c.App.Writer})
+				Iters: c.Int("iters"), ChunkBytes: c.Int("chunk-bytes"), SmallBytes: c.Int("small-bytes"), TCPSendBuffer: c.Int("tcp-send-buffer"), Transport: c.String("transport"),
+				Timeout: c.Duration("timeout"), CPUProfile: c.String("cpuprofile"), Listen: c.String("listen"), Out: c.App.Writer})
 		},
 	}
 }
