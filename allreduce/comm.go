@@ -285,11 +285,10 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	return c, nil
 }
 
-// neighbours lists the ranks that rank r exchanges data with: its ring neighbours and its
-// recursive-doubling partners. The relation is symmetric.
 // vethSendBuffer is Config.TCPSendBuffer's default on veth: with it, 2 ranks in network
-// namespaces joined by veth reduced 1 MB in 0.35-0.52 ms instead of 0.85-1.1 ms and 16 MB in
-// 6.6-10.7 ms instead of 12.7-16.2 ms, and retransmitted nothing (docs/benchmarks.md §18).
+// namespaces joined by veth reduced 1 MB in 0.41-0.60 ms instead of 1.07-1.11 ms and 16 MB in
+// 6.9-8.2 ms instead of 15.5-16.1 ms, retransmitting ~1 % as many segments (docs/benchmarks.md
+// §18); 64 and 128 KiB did no better, 512 KiB as badly as the kernel's autotuning.
 // Both ends are one machine, whose round trip is tens of microseconds: the window it allows
 // (twice this, as the kernel counts) exceeds what a veth moves in one.
 const vethSendBuffer = 256 << 10
@@ -316,6 +315,8 @@ func (c *Comm) tuneTCP() {
 	}
 }
 
+// neighbours lists the ranks that rank r exchanges data with: its ring neighbours and its
+// recursive-doubling partners. The relation is symmetric.
 func neighbours(r, n int) []int {
 	if n < 2 {
 		return nil
