@@ -145,9 +145,8 @@ type Comm struct {
 	seq     uint64     // guarded by opMu
 	scratch []byte     // guarded by opMu
 	units   []unit     // unitLists' storage; guarded by opMu
-	tcp     *tcpCall   // tcpStream's, reused (tcpstream_linux.go); held by tcpBusy
-	tcpBusy atomic.Bool
-	cur     opInfo // the running collective phase (nextOp); guarded by opMu
+	tcp     *tcpCall   // tcpStream's, reused (tcpstream_linux.go); guarded by opMu
+	cur     opInfo     // the running collective phase (nextOp); guarded by opMu
 	// do's context watch (ctxDone), guarded by opMu: the Done channel it watches and the
 	// AfterFunc's stop.
 	watchDone <-chan struct{}
@@ -189,7 +188,7 @@ type peer struct {
 	id     string // the member's Config.ID; "" when it has none or this rank has none
 	reused bool   // carried over from the previous generation
 	conn   *net.TCPConn
-	rc     syscall.RawConn // conn's, for tcpStream; nil until it first runs
+	rc     syscall.RawConn // conn's, for tcpStream; nil until it first runs; guarded by opMu
 	shm    *shmLink        // data path when the peer is on this machine; nil: data over conn
 	whdr   [headerLen]byte // used only by the one goroutine writing to this peer
 	wframe [3][]byte       // shmSender's frame (header, payload, padding); that goroutine's too

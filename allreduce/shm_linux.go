@@ -127,7 +127,11 @@ type peeker struct {
 
 func newPeeker(conn *net.TCPConn) *peeker {
 	k := &peeker{}
-	k.rc, k.perr = conn.SyscallConn()
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return k // no RawConn: every look reports news, and the read tells what
+	}
+	k.rc = rc
 	k.fn = func(fd uintptr) bool {
 		// Not unix.Recvfrom: it allocates for the sender's address, which a stream has not.
 		_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&k.b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)

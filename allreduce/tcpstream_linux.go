@@ -28,14 +28,11 @@ func (c *Comm) tcpStream(o *opInfo, next, prev *peer, first int, sends, recvs []
 	if err != nil {
 		return c.goStream(o, next, prev, first, sends, recvs, dt, op)
 	}
-	t, own := c.tcpRun()
-	if own {
-		defer c.tcpBusy.Store(false)
-	}
-	if t.next, err = rawConn(next, own); err != nil {
+	t := c.tcpRun()
+	if t.next, err = rawConn(next); err != nil {
 		return c.lost(next, err)
 	}
-	if t.prev, err = rawConn(prev, own); err != nil {
+	if t.prev, err = rawConn(prev); err != nil {
 		return c.lost(prev, err)
 	}
 	t.s = tcpSender{side: side{c: c, p: next, o: o, first: first}}
@@ -70,44 +67,35 @@ type tcpCall struct {
 	outer, inner func(fd uintptr)
 }
 
-// tcpRun returns the communicator's tcpCall, made on first use, for a call to fill, and
-// own: the caller clears tcpBusy when done. Calls are not expected to overlap (one
-// collective phase at a time, each with one stream); should they, a second one gets a
-// tcpCall of its own (not own).
-func (c *Comm) tcpRun() (t *tcpCall, own bool) {
-	if c.tcpBusy.CompareAndSwap(false, true) {
-		if c.tcp == nil {
-			c.tcp = c.newTCPCall()
+// tcpRun returns the communicator's tcpCall, made on first use. Like scratchBuf's space it
+// is guarded by opMu: streams run one at a time, in the operation's goroutine.
+func (c *Comm) tcpRun() *tcpCall {
+	if c.tcp == nil {
+		t := &tcpCall{}
+		t.outer = func(fd uintptr) {
+			t.s.fd = int(fd)
+			t.prevErr = t.prev.Control(t.inner)
 		}
-		return c.tcp, true
+		t.inner = func(fd uintptr) {
+			t.v.fd = int(fd)
+			t.loopErr = c.tcpLoop(&t.s, &t.v, t.wake, t.sends, t.recvs)
+		}
+		c.tcp = t
 	}
-	return c.newTCPCall(), false
+	return c.tcp
 }
 
-func (c *Comm) newTCPCall() *tcpCall {
-	t := &tcpCall{}
-	t.outer = func(fd uintptr) {
-		t.s.fd = int(fd)
-		t.prevErr = t.prev.Control(t.inner)
-	}
-	t.inner = func(fd uintptr) {
-		t.v.fd = int(fd)
-		t.loopErr = c.tcpLoop(&t.s, &t.v, t.wake, t.sends, t.recvs)
-	}
-	return t
-}
-
-// rawConn is p's socket for RawConn.Control: asked for once (SyscallConn allocates) by the
-// owner of the communicator's tcpCall, afresh by anyone else.
-func rawConn(p *peer, own bool) (syscall.RawConn, error) {
-	if p.rc != nil && own {
-		return p.rc, nil
-	}
-	rc, err := p.conn.SyscallConn()
-	if err == nil && own {
+// rawConn is p's socket for RawConn.Control, asked for once (SyscallConn allocates); under
+// opMu, as tcpRun.
+func rawConn(p *peer) (syscall.RawConn, error) {
+	if p.rc == nil {
+		rc, err := p.conn.SyscallConn()
+		if err != nil {
+			return nil, err
+		}
 		p.rc = rc
 	}
-	return rc, err
+	return p.rc, nil
 }
 
 func (c *Comm) tcpLoop(s *tcpSender, v *tcpReceiver, wake int, sends, recvs []unit) error {
