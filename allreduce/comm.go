@@ -295,13 +295,20 @@ const vethSendBuffer = 256 << 10
 // tuneTCP sets the send buffer of the data connections that stayed on TCP, as
 // Config.TCPSendBuffer says.
 func (c *Comm) tuneTCP() {
+	var veth []net.IP // this namespace's veth addresses, listed once, for the default
+	listed := false
 	for _, p := range c.peers {
 		if p == nil || p.shm != nil {
 			continue
 		}
 		size := c.cfg.TCPSendBuffer
-		if size == 0 && onVeth(p.conn) {
-			size = vethSendBuffer
+		if size == 0 {
+			if !listed {
+				veth, listed = vethAddrs(), true
+			}
+			if la, ok := p.conn.LocalAddr().(*net.TCPAddr); ok && slices.ContainsFunc(veth, la.IP.Equal) {
+				size = vethSendBuffer
+			}
 		}
 		if size <= 0 {
 			continue

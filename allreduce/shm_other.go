@@ -32,5 +32,3 @@ type peeker struct{}
 
 func newPeeker(*net.TCPConn) *peeker { return nil }
 func (*peeker) peek() bool           { return false }
-
-func onVeth(*net.TCPConn) bool { return false }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"syscall"
 	"time"
@@ -322,4 +323,43 @@ func (c *Comm) closeWaker() {
 		unix.Close(c.wakeFd - 1)
 		c.wakeFd = 0
 	}
+}
+
+// vethAddrs lists this network namespace's addresses that belong to veth interfaces (the
+// driver ethtool names), as in a network namespace or a container.
+func vethAddrs() []net.IP {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var ips []net.IP
+	for _, ifc := range ifaces {
+		if ifaceDriver(ifc.Name) != "veth" {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				ips = append(ips, n.IP)
+			}
+		}
+	}
+	return ips
+}
+
+// ifaceDriver is the driver of network interface name (ETHTOOL_GDRVINFO), "" if unknown.
+func ifaceDriver(name string) string {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return ""
+	}
+	defer unix.Close(fd)
+	info, err := unix.IoctlGetEthtoolDrvinfo(fd, name)
+	if err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(info.Driver[:])
 }
