@@ -9,6 +9,16 @@
 #
 # Environment:
 #   BUILD_DIR    where binaries go (default /tmp/elasticd-baselines)
+#   KEEP_MPI_ENV 1: keep the OMPI_*, OPAL_*, ORTE_*, PMIX_* and PRTE_* variables this
+#                script inherits. Default 0: they are removed (and named on stderr), so
+#                that Open MPI runs as the flags below say: a machine's image can set
+#                them (the GPU machines set OMPI_MCA_plm=isolated, which cannot start
+#                the HOSTS mode's daemons, and btl_vader_single_copy_mechanism=none,
+#                which slows mpi-shm's large messages)
+#   PREBUILT     1: install and build nothing; BUILD_DIR already holds
+#                mpi_allreduce (and gloo_allreduce if gloo is in IMPLS), built
+#                elsewhere, and mpirun is on PATH (a machine with no package
+#                index; bench/baselines/bundle.sh packs them). Default 0
 #   NPS          rank counts (default "2 4")
 #   SIZES        buffer sizes in bytes, multiples of 4
 #                (default "4096 65536 1048576 16777216 67108864 268435456")
@@ -89,7 +99,9 @@ MPI_BASE_FLAGS=(
   --mca pml ob1
   -x GLIBC_TUNABLES
 )
-MPI_FLAGS=("${MPI_BASE_FLAGS[@]}" --mca oob_tcp_if_include lo)
+# Same host: the isolated launcher starts local ranks only, and needs no ssh or rsh (which
+# the rsh launcher looks for even then, and a container may lack).
+MPI_FLAGS=("${MPI_BASE_FLAGS[@]}" --mca plm isolated --mca oob_tcp_if_include lo)
 MPI_TCP_FLAGS=(
   --mca btl tcp,self
   --mca btl_tcp_if_include lo
@@ -198,7 +210,7 @@ inner() {
       if [[ -n "${XH_SWITCH:-}" ]]; then
         # HOSTS mode: mpirun in the switch namespace starts one orted per host through the
         # agent (ip netns exec); out-of-band and TCP BTL traffic only on the veth subnet.
-        flags=("${MPI_BASE_FLAGS[@]}" --mca oob_tcp_if_include "$XH_SUBNET.0/24" --mca plm_rsh_agent "$XH_AGENT"
+        flags=("${MPI_BASE_FLAGS[@]}" --mca oob_tcp_if_include "$XH_SUBNET.0/24" --mca plm rsh --mca plm_rsh_agent "$XH_AGENT"
           --mca plm_rsh_no_tree_spawn 1 --host "$XH_MPI_HOSTS"
           --mca btl_tcp_if_include "$XH_SUBNET.0/24" --mca btl_tcp_disable_family 6)
         if [[ "$impl" == mpi ]]; then flags+=(--mca btl tcp,self); else flags+=(--mca btl vader,tcp,self); fi
@@ -220,6 +232,16 @@ fi
 # ---------------------------------------------------------------------------
 # Main mode.
 # ---------------------------------------------------------------------------
+KEEP_MPI_ENV="${KEEP_MPI_ENV:-0}"
+[[ "$KEEP_MPI_ENV" == 0 || "$KEEP_MPI_ENV" == 1 ]] || die "KEEP_MPI_ENV must be 0 or 1"
+if [[ "$KEEP_MPI_ENV" == 0 ]]; then
+  mpi_env=$(compgen -e | grep -E '^(OMPI|OPAL|ORTE|PMIX|PRTE)_' || true)
+  if [[ -n "$mpi_env" ]]; then
+    log "removing inherited Open MPI settings (KEEP_MPI_ENV=1 keeps them):" $mpi_env
+    # shellcheck disable=SC2086 # one name per word
+    unset $mpi_env
+  fi
+fi
 export BUILD_DIR="${BUILD_DIR:-/tmp/elasticd-baselines}"
 export RUN_TIMEOUT="${RUN_TIMEOUT:-300}"
 export GLIBC_TUNABLES="${GLIBC_TUNABLES-glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824}"
@@ -262,33 +284,50 @@ print(torch.__version__)' 2>&1) ||
   esac
 done
 
+PREBUILT="${PREBUILT:-0}"
+[[ "$PREBUILT" == 0 || "$PREBUILT" == 1 ]] || die "PREBUILT must be 0 or 1"
+if [[ "$PREBUILT" == 1 ]]; then
+  for impl in "${impl_list[@]}"; do
+    case "$impl" in
+      gloo) [[ -x "$BUILD_DIR/gloo_allreduce" ]] || die "PREBUILT=1: $BUILD_DIR/gloo_allreduce is missing (build it elsewhere, or leave gloo out of IMPLS)" ;;
+      mpi | mpi-shm)
+        [[ -x "$BUILD_DIR/mpi_allreduce" ]] || die "PREBUILT=1: $BUILD_DIR/mpi_allreduce is missing (build it elsewhere, or leave $impl out of IMPLS)"
+        command -v mpirun >/dev/null || die "PREBUILT=1: mpirun is not on PATH (leave $impl out of IMPLS)"
+        ;;
+    esac
+  done
+  log "PREBUILT=1: using $BUILD_DIR as it is; mpirun: $(command -v mpirun || echo none)"
+fi
+
 # --- install what is missing ------------------------------------------------
 pkg_installed() {
   [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
 }
-missing=()
-for pkg in libgloo-dev openmpi-bin libopenmpi-dev; do
-  pkg_installed "$pkg" || missing+=("$pkg")
-done
-command -v g++ >/dev/null || missing+=(g++)
-command -v timeout >/dev/null || missing+=(coreutils)
-if ((${#missing[@]} > 0)); then
-  log "installing: ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update >&2
-  apt-get install -y --no-install-recommends "${missing[@]}" >&2
-fi
-log "libgloo-dev $(dpkg-query -W -f='${Version}' libgloo-dev)," \
-  "libopenmpi-dev $(dpkg-query -W -f='${Version}' libopenmpi-dev)," \
-  "openmpi-bin $(dpkg-query -W -f='${Version}' openmpi-bin)"
+if [[ "$PREBUILT" == 0 ]]; then
+  missing=()
+  for pkg in libgloo-dev openmpi-bin libopenmpi-dev; do
+    pkg_installed "$pkg" || missing+=("$pkg")
+  done
+  command -v g++ >/dev/null || missing+=(g++)
+  command -v timeout >/dev/null || missing+=(coreutils)
+  if ((${#missing[@]} > 0)); then
+    log "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update >&2
+    apt-get install -y --no-install-recommends "${missing[@]}" >&2
+  fi
+  log "libgloo-dev $(dpkg-query -W -f='${Version}' libgloo-dev)," \
+    "libopenmpi-dev $(dpkg-query -W -f='${Version}' libopenmpi-dev)," \
+    "openmpi-bin $(dpkg-query -W -f='${Version}' openmpi-bin)"
 
-# --- build ------------------------------------------------------------------
-mkdir -p "$BUILD_DIR"
-log "building into $BUILD_DIR"
-g++ -O2 -std=c++17 -Wall -Wextra -o "$BUILD_DIR/gloo_allreduce" \
-  "$HERE/gloo_allreduce.cc" -lgloo -pthread >&2
-mpicc -O2 -std=c11 -Wall -Wextra -o "$BUILD_DIR/mpi_allreduce" \
-  "$HERE/mpi_allreduce.c" >&2
+  # --- build ------------------------------------------------------------------
+  mkdir -p "$BUILD_DIR"
+  log "building into $BUILD_DIR"
+  g++ -O2 -std=c++17 -Wall -Wextra -o "$BUILD_DIR/gloo_allreduce" \
+    "$HERE/gloo_allreduce.cc" -lgloo -pthread >&2
+  mpicc -O2 -std=c11 -Wall -Wextra -o "$BUILD_DIR/mpi_allreduce" \
+    "$HERE/mpi_allreduce.c" >&2
+fi
 
 # --- network isolation ------------------------------------------------------
 netns=0
