@@ -152,7 +152,9 @@ type Comm struct {
 	watchDone <-chan struct{}
 	watchStop func() bool
 
-	stats   Stats // set by New
+	stats   Stats       // set by New
+	ntFrom  int64       // smallest collective whose ring copies use non-temporal stores; -1: none
+	ntOn    atomic.Bool // this collective's choice (nextOp), read by every shmLink.write
 	shmOnce sync.Once
 	hierOps atomic.Uint64 // allreduces that took the hierarchical path
 
@@ -177,6 +179,10 @@ type Stats struct {
 	// TCPSendBuffers counts the TCP peers whose send buffer this rank set
 	// (Config.TCPSendBuffer): on veth, by default.
 	TCPSendBuffers int
+	// NonTemporalFrom is the smallest collective, in bytes per rank, whose copies into
+	// shared memory use non-temporal stores; -1: none (no shared memory, the CPU lacks them,
+	// or ELASTICD_SHM_NONTEMPORAL=0); docs/protocol.md §1.6.
+	NonTemporalFrom int64
 	// Hierarchical counts the allreduces so far that reduced inside each host first and
 	// across hosts second (docs/protocol.md §1.7), rather than over one flat ring.
 	Hierarchical uint64
@@ -275,6 +281,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	}
 	if err == nil {
 		c.tuneTCP()
+		c.chooseNT()
 	}
 	if err != nil {
 		c.closeConns()

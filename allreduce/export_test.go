@@ -20,3 +20,19 @@ func Leaders(c *Comm) (restore func()) {
 	c.topo.leaders = true
 	return func() { c.topo.leaders = false }
 }
+
+// SetNonTemporal makes communicators made from now on read ELASTICD_SHM_NONTEMPORAL as
+// value, until restore is called.
+func SetNonTemporal(value string) (restore func()) {
+	p, ok := ntSetting, ntSettingOK
+	ntSetting, ntSettingOK = parseNonTemporal(value)
+	return func() { ntSetting, ntSettingOK = p, ok }
+}
+
+// NonTemporalFor is Stats.NonTemporalFrom as the current setting makes it for ranks sharing
+// this machine's memory.
+func NonTemporalFor(ranks int) int64 { return ntFrom(ntSetting, ntHardware, machineLLC(), ranks) }
+
+// NonTemporalNow says whether c's last collective copied into its rings with non-temporal
+// stores.
+func NonTemporalNow(c *Comm) bool { return c.ntOn.Load() }

@@ -5,24 +5,10 @@ import (
 	"testing"
 )
 
-func TestNonTemporalSwitch(t *testing.T) {
-	for _, c := range []struct {
-		env       string
-		has, want bool
-	}{
-		{"", true, true}, {"", false, false}, {"1", true, true}, {"0", true, false},
-		{" OFF ", true, false}, {"false", true, false}, {"no", true, false}, {"1", false, false},
-	} {
-		if got := nonTemporal(c.env, c.has); got != c.want {
-			t.Errorf("nonTemporal(%q, %t) = %t, want %t", c.env, c.has, got, c.want)
-		}
-	}
-}
-
 // ringCopy must copy exactly what copy does, whatever the lengths and the alignment of
 // either end: the non-temporal body covers only whole aligned blocks of dst.
 func TestRingCopyMatchesCopy(t *testing.T) {
-	if !useNT {
+	if !ntHardware {
 		t.Skip("no AVX: ringCopy is copy")
 	}
 	src := make([]byte, 3*ntMin+1000)
@@ -34,7 +20,7 @@ func TestRingCopyMatchesCopy(t *testing.T) {
 		for _, do := range []int{0, 1, 8, 31, 32, 33} {
 			for _, so := range []int{0, 3, 32} {
 				clear(dst)
-				got := ringCopy(dst[do:do+n], src[so:so+n])
+				got := ringCopy(dst[do:do+n], src[so:so+n], true)
 				if got != n || !bytes.Equal(dst[do:do+n], src[so:so+n]) {
 					t.Fatalf("n %d, dst offset %d, src offset %d: copied %d, bytes differ: %t", n, do, so, got, !bytes.Equal(dst[do:do+n], src[so:so+n]))
 				}
@@ -45,7 +31,7 @@ func TestRingCopyMatchesCopy(t *testing.T) {
 		}
 	}
 	// Shorter of the two, as copy.
-	if got := ringCopy(dst[:ntMin], src[:2*ntMin]); got != ntMin {
+	if got := ringCopy(dst[:ntMin], src[:2*ntMin], true); got != ntMin {
 		t.Fatalf("copied %d of a %d-byte dst", got, ntMin)
 	}
 }

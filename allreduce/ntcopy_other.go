@@ -2,5 +2,8 @@
 
 package allreduce
 
+// ntHardware: ringCopy has no non-temporal path on this architecture.
+var ntHardware = false
+
 // ringCopy is copy(dst, src) for bytes going into a shared-memory ring (ntcopy_amd64.go).
-func ringCopy(dst, src []byte) int { return copy(dst, src) }
+func ringCopy(dst, src []byte, _ bool) int { return copy(dst, src) }

@@ -51,6 +51,9 @@ type opInfo struct {
 func (c *Comm) nextOp(code uint8, dt dtype, total int) *opInfo {
 	c.seq++
 	c.cur = opInfo{code: code, dtype: dt, seq: c.seq, total: uint64(total)}
+	if c.ntFrom >= 0 {
+		c.ntOn.Store(int64(total) >= c.ntFrom)
+	}
 	return &c.cur
 }
 

@@ -90,6 +90,7 @@ type shmLink struct {
 	unmap  func([]byte) error
 	closed *atomic.Uint32
 	tx, rx ring
+	nt     *atomic.Bool // whether write uses non-temporal stores (Comm.ntOn); nil: never
 
 	// check is called before every sleep: a non-nil error ends the wait (peer gone, this
 	// rank interrupted, Timeout passed). start is when the wait began.
@@ -236,6 +237,7 @@ func awaitCheck(links []*shmLink, ready func() bool, start time.Time) (int, erro
 func (l *shmLink) write(bufs [][]byte, block bool) (int, error) {
 	r := &l.tx
 	size := uint64(len(r.data))
+	nt := l.nt != nil && l.nt.Load()
 	done := 0
 	var tail uint64 = r.tail.Load()
 	for _, b := range bufs {
@@ -256,8 +258,8 @@ func (l *shmLink) write(bufs [][]byte, block bool) (int, error) {
 			}
 			n := min(uint64(len(b)), space, shmPiece)
 			off := r.pos & r.mask
-			k := ringCopy(r.data[off:], b[:n])
-			ringCopy(r.data, b[k:n])
+			k := ringCopy(r.data[off:], b[:n], nt)
+			ringCopy(r.data, b[k:n], nt)
 			r.pos += n
 			r.head.Store(r.pos)
 			wake(r.dataSeq, r.dataWait)

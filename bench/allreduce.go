@@ -44,6 +44,9 @@ type AllreduceResult struct {
 	// property of the whole world, not of rank 0 alone.
 	RankShmPeers []int `json:"rank_shm_peers,omitempty"`
 	RankTCPPeers []int `json:"rank_tcp_peers,omitempty"`
+	// NonTemporal says whether rank 0 copied this size into shared memory with non-temporal
+	// stores (allreduce.Stats.NonTemporalFrom; ELASTICD_SHM_NONTEMPORAL).
+	NonTemporal bool `json:"non_temporal,omitempty"`
 	// Hosts and PerHost describe a cross-host run (AllreduceOptions.Hosts): Hosts network
 	// namespaces with PerHost ranks each; 0 when every rank ran in this one.
 	Hosts   int `json:"hosts,omitempty"`
@@ -196,8 +199,8 @@ func autoIters(size int64) int {
 	return int(min(500, max(5, (1<<30)/size)))
 }
 
-// Allreduce starts NP rank processes (`Exe bench allreduce-rank`) connected over loopback
-// TCP, times a float32 sum allreduce of each size, and, unless NoBaseline, measures this
+// Allreduce starts NP rank processes (`Exe bench allreduce-rank`) connected over shared
+// memory (or loopback TCP, with Transport "tcp"; TCP between hosts with Hosts), times a float32 sum allreduce of each size, and, unless NoBaseline, measures this
 // machine's memcpy, loopback TCP stream and round trip in the same run. It prints the results
 // to Out as a table or JSON lines and returns them.
 func Allreduce(ctx context.Context, o AllreduceOptions) ([]AllreduceResult, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/bench"
+	"golang.org/x/sys/cpu"
 )
 
 // A real run: rank processes over loopback, JSON out, with the fields users track.
@@ -166,5 +168,29 @@ func TestBadOptionsAreUsageErrors(t *testing.T) {
 	_, err = bench.Notice(bounded(t), bench.NoticeOptions{Exe: binary, Trainer: "/nonexistent/train", Runs: 1})
 	if ue := (*bench.UsageError)(nil); !errors.As(err, &ue) || !strings.Contains(err.Error(), "--trainer: ") {
 		t.Errorf("Notice without a trainer: %v", err)
+	}
+}
+
+// non_temporal says how each size was copied into shared memory, as ELASTICD_SHM_NONTEMPORAL
+// (inherited by the rank processes) asks: never with 0, at every size with 1 where the CPU
+// has the stores.
+func TestAllreduceReportsNonTemporal(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("shared memory between ranks is Linux's")
+	}
+	for _, setting := range []string{"0", "1"} {
+		t.Setenv("ELASTICD_SHM_NONTEMPORAL", setting)
+		var stderr syncBuffer
+		res, err := bench.Allreduce(bounded(t), bench.AllreduceOptions{Exe: binary, NP: 2, Sizes: []int64{4 << 10, 1 << 20}, Iters: 2,
+			Timeout: time.Minute, NoBaseline: true, JSON: true, Out: io.Discard, Err: &stderr})
+		if err != nil {
+			t.Fatalf("%v: %s", err, stderr.String())
+		}
+		want := setting == "1" && runtime.GOARCH == "amd64" && cpu.X86.HasAVX
+		for _, r := range res {
+			if r.ShmPeers != 1 || r.NonTemporal != want {
+				t.Errorf("ELASTICD_SHM_NONTEMPORAL=%s, %d bytes: shm peers %d, non_temporal %t; want 1 and %t", setting, r.SizeBytes, r.ShmPeers, r.NonTemporal, want)
+			}
+		}
 	}
 }

@@ -1,0 +1,77 @@
+package allreduce
+
+import (
+	"os"
+	"strings"
+	"sync"
+)
+
+// envNonTemporal chooses how ranks copy into shared-memory rings (docs/protocol.md §1.6):
+// unset, empty or "auto" lets the communicator decide from the machine's caches (ntFrom);
+// 1 (true, on, yes) always uses non-temporal stores where the CPU has them; 0 (false, off,
+// no) never does. Read once, when the package loads.
+const envNonTemporal = "ELASTICD_SHM_NONTEMPORAL"
+
+// ntPolicy is envNonTemporal's setting.
+type ntPolicy uint8
+
+const (
+	ntAuto ntPolicy = iota
+	ntAlways
+	ntNever
+)
+
+func (p ntPolicy) String() string {
+	return [...]string{"auto", "always", "never"}[p]
+}
+
+// parseNonTemporal reads envNonTemporal's value; ok is false for a value it does not know,
+// which counts as auto (New logs it).
+func parseNonTemporal(env string) (p ntPolicy, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(env)) {
+	case "", "auto":
+		return ntAuto, true
+	case "1", "true", "on", "yes":
+		return ntAlways, true
+	case "0", "false", "off", "no":
+		return ntNever, true
+	}
+	return ntAuto, false
+}
+
+var envNT = os.Getenv(envNonTemporal)
+
+// ntSetting is envNonTemporal's policy for this process; a variable so tests can change it.
+var ntSetting, ntSettingOK = parseNonTemporal(envNT)
+
+// cacheInfo describes the last-level cache of the CPUs this process may run on.
+type cacheInfo struct {
+	size   int64 // bytes; 0: unknown
+	shared bool  // one instance of it serves every one of those CPUs
+}
+
+// machineLLC is lastLevelCache's answer, read once per process.
+var machineLLC = sync.OnceValue(lastLevelCache)
+
+// ntFrom returns the smallest collective (bytes per rank) whose ring copies use non-temporal
+// stores, or -1 for none, given the policy, whether the CPU has such stores, the last-level
+// cache, and how many ranks share this machine's memory (this one included).
+//
+// A non-temporal store skips the cache: the line goes to memory, and the reader fetches it
+// from there. That wins where taking the line back from the reader's core costs more than
+// memory does — cores with caches of their own (an AMD EPYC's CCXs, the 2-vCPU VM of
+// docs/benchmarks.md §17: 256 KB–64 MB 1.4–2.5× faster) — and where the ranks' buffers
+// together overflow the cache anyway. Where one cache serves every core the process may run
+// on, ordinary stores hand lines over inside it: on a 16-core Xeon they were 1.1–1.5× faster
+// from 64 KB to 16 MB, and non-temporal ones only won with 8 ranks at 64 MB, 512 MB of
+// buffers against a 300 MiB cache (docs/benchmarks.md §19). So: with one shared cache,
+// non-temporal stores once the ranks' buffers exceed it; with split or unknown caches, always.
+func ntFrom(p ntPolicy, hw bool, llc cacheInfo, ranksOnHost int) int64 {
+	switch {
+	case !hw || p == ntNever:
+		return -1
+	case p == ntAlways || !llc.shared || llc.size <= 0:
+		return 0
+	}
+	return llc.size / int64(max(ranksOnHost, 1))
+}
