@@ -3,7 +3,7 @@
 //
 // What it measures (docs/benchmarks.md shows results and how to read them):
 //
-//   - Allreduce: a float32 sum allreduce across NP rank processes over loopback TCP, per
+//   - Allreduce: a float32 sum allreduce across NP rank processes (shared memory, or TCP), per
 //     message size (median of iterations, each timed by its slowest rank), as algbw and busbw,
 //     beside the machine's own limits measured in the same run: single-core memcpy, one
 //     loopback TCP stream and the loopback round trip.

@@ -32,10 +32,13 @@ func benchCommand() *cli.Command {
 func benchAllreduceCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "allreduce",
-		Usage: "time float32 sum allreduce across N local processes over loopback TCP",
-		Description: `Starts --np rank processes on this machine, connected over loopback TCP as they
-would be across hosts, and times a float32 sum Allreduce of each size (median of
---iters iterations; each iteration's time is the slowest rank's). In the same run it
+		Usage: "time float32 sum allreduce across N local processes (shared memory, or TCP)",
+		Description: `Starts --np rank processes on this machine and times a float32 sum Allreduce of
+each size (median of --iters iterations; each iteration's time is the slowest rank's).
+Ranks on one machine exchange data through shared memory, as elasticd's workers on one
+host do (--transport tcp: over loopback TCP instead, as they would across hosts); copies
+into shared memory use non-temporal stores as the machine's caches suggest
+(ELASTICD_SHM_NONTEMPORAL=auto, 1 or 0; JSON: non_temporal). In the same run it
 measures the machine's own limits: single-core memcpy bandwidth, one loopback TCP
 stream between two processes, and the loopback round trip, and reports the
 allreduce as fractions of them, so results compare across machines.
