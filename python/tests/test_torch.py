@@ -4,12 +4,15 @@ Needs torch: run under Debian's /usr/bin/python3 (python3-torch)."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import unittest
 from typing import Any
 
@@ -24,7 +27,10 @@ except ImportError:  # pragma: no cover - said plainly, not skipped silently und
         raise SystemExit(f"{sys.executable} has no torch: run these tests under Debian's /usr/bin/python3 with python3-torch")
     raise unittest.SkipTest(f"{sys.executable} has no torch: use /usr/bin/python3 with python3-torch")
 
+import torch.distributed as dist  # noqa: E402
+
 import elasticd.torch as hvd  # noqa: E402
+from elasticd.torch._runtime import await_members  # noqa: E402
 from elasticd.torch.elastic import ElasticSampler, TorchState  # noqa: E402
 
 for k in ("ELASTICD_RENDEZVOUS", "RANK", "WORLD_SIZE", "MASTER_ADDR"):
@@ -305,6 +311,41 @@ CHILD = textwrap.dedent("""
     print("RESULT " + json.dumps(out), flush=True)
     hvd.shutdown()
 """)
+
+
+class AwaitMembersTest(unittest.TestCase):
+    """Before torch 2.3 a group forms under the collectives' timeout, so the runtime first
+    waits, under the formation timeout, until every member has reached the generation's store."""
+
+    def setUp(self) -> None:
+        timeout = datetime.timedelta(seconds=10)
+        self.master = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=timeout, wait_for_workers=False)
+        self.client = dist.TCPStore("127.0.0.1", self.master.port, 2, False, timeout=timeout)
+
+    def test_waits_for_a_late_member(self) -> None:
+        late = threading.Thread(target=lambda: (time.sleep(1.5), await_members(self.client, "k", 2, time.time() + 30, lambda: False)))
+        start = time.time()
+        late.start()
+        await_members(self.master, "k", 2, time.time() + 30, lambda: False)
+        waited = time.time() - start
+        late.join(10)
+        self.assertFalse(late.is_alive())
+        self.assertGreaterEqual(waited, 1.4, "returned before the late member arrived")
+
+    def test_gives_up_when_superseded_or_at_the_deadline(self) -> None:
+        asked: list[float] = []
+
+        def superseded() -> bool:
+            asked.append(time.time())
+            return len(asked) >= 2  # the driver moves on while this member waits
+
+        with self.assertRaisesRegex(RuntimeError, "later generation"):
+            await_members(self.master, "s", 2, time.time() + 30, superseded)
+        self.assertEqual(len(asked), 2)
+        start = time.time()
+        with self.assertRaisesRegex(RuntimeError, "1 of 2 members"):
+            await_members(self.master, "d", 2, time.time() + 0.5, lambda: False)
+        self.assertLess(time.time() - start, 5)
 
 
 class FourProcessesTest(unittest.TestCase):

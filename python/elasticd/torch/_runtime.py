@@ -31,6 +31,28 @@ _STORE_KEY = "torch/store"
 FORMATION_TIMEOUT = datetime.timedelta(seconds=60)
 
 
+def await_members(store: Any, key: str, size: int, deadline: float, superseded: Callable[[], bool],
+                  poll: float = 0.05) -> None:
+    """Counts this member in at `key` on the generation's store and returns once all `size`
+    members have; raises RuntimeError at `deadline` (seconds since the epoch), or as soon as
+    `superseded()` (asked about once a second) says the driver has published a later
+    generation, so that a member never waits for a group that will not form."""
+    store.add(key, 1)
+    next_check = 0.0
+    while True:
+        arrived = int(store.add(key, 0))
+        if arrived >= size:
+            return
+        now = time.time()
+        if now >= deadline:
+            raise RuntimeError(f"{arrived} of {size} members reached the group before its formation timeout")
+        if now >= next_check:
+            if superseded():
+                raise RuntimeError("a later generation was published while this one formed")
+            next_check = now + 1.0
+        time.sleep(poll)
+
+
 def parse_duration(text: str) -> float:
     """A Go duration as elasticd writes it (`30s`, `1.5s`, `500ms`, `1m0s`, `1h2m3s`) in seconds."""
     units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -143,6 +165,10 @@ class Runtime:
         # reach late: a livelock, seen with torch 2.11. Where torch can lower a group's timeout,
         # the group forms under a longer one, and takes the collectives' timeout once every
         # member has reached the state sync of elastic.run (formed()).
+        # Older torch (before 2.3) cannot lower a group's timeout: there the group forms under
+        # the collectives' timeout, so first every member waits, under the formation timeout,
+        # until all have reached the generation's store (await_members); then forming takes
+        # moments. Seen livelocking with torch 1.13 under load without it.
         set_pg_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
         form = timeout if set_pg_timeout is None else max(timeout, FORMATION_TIMEOUT)
         if rank == 0:
@@ -155,6 +181,10 @@ class Runtime:
             host, port = addr.decode().rsplit(":", 1)
             store = dist.TCPStore(host.strip("[]"), int(port), size, False, timeout=form)
         self._store = store
+        if set_pg_timeout is None and size > 1:
+            await_members(store, f"elasticd/g{gen}/arrived", size,
+                          time.time() + max(FORMATION_TIMEOUT.total_seconds(), self.timeout),
+                          lambda: self.client.assignment(gen, deadline=time.time()) is not None)
         dist.init_process_group(self.backend, store=dist.PrefixStore(f"elasticd/g{gen}", store), rank=rank, world_size=size, timeout=form)
         self._lower_timeout = None
         if form != timeout:
