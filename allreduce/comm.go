@@ -153,8 +153,7 @@ type Comm struct {
 	watchStop func() bool
 
 	stats   Stats       // set by New
-	ntFrom  int64       // smallest collective whose ring copies use non-temporal stores; -1: none
-	ntOn    atomic.Bool // this collective's choice (nextOp), read by every shmLink.write
+	ntOn    atomic.Bool // this collective's Stats.NonTemporal (nextOp), read by every shmLink.write
 	shmOnce sync.Once
 	hierOps atomic.Uint64 // allreduces that took the hierarchical path
 
@@ -179,13 +178,19 @@ type Stats struct {
 	// TCPSendBuffers counts the TCP peers whose send buffer this rank set
 	// (Config.TCPSendBuffer): on veth, by default.
 	TCPSendBuffers int
-	// NonTemporalFrom is the smallest collective, in bytes per rank, whose copies into
-	// shared memory use non-temporal stores; -1: none (no shared memory, the CPU lacks them,
-	// or ELASTICD_SHM_NONTEMPORAL=0); docs/protocol.md §1.6.
+	// NonTemporalFrom is the smallest collective whose copies into shared memory use
+	// non-temporal stores (NonTemporal); -1: none (no shared memory, the CPU lacks them, or
+	// ELASTICD_SHM_NONTEMPORAL=0); docs/protocol.md §1.6.
 	NonTemporalFrom int64
 	// Hierarchical counts the allreduces so far that reduced inside each host first and
 	// across hosts second (docs/protocol.md §1.7), rather than over one flat ring.
 	Hierarchical uint64
+}
+
+// NonTemporal says whether a collective phase of size bytes (an allreduce's or broadcast's
+// buffer, an allgather's whole result) copies into shared memory with non-temporal stores.
+func (s Stats) NonTemporal(size int64) bool {
+	return s.NonTemporalFrom >= 0 && size >= s.NonTemporalFrom
 }
 
 type peer struct {

@@ -53,16 +53,16 @@ type cacheInfo struct {
 // machineLLC is lastLevelCache's answer, read once per process.
 var machineLLC = sync.OnceValue(lastLevelCache)
 
-// ntFrom returns the smallest collective (bytes per rank) whose ring copies use non-temporal
-// stores, or -1 for none, given the policy, whether the CPU has such stores, the last-level
-// cache, and how many ranks share this machine's memory (this one included).
+// ntFrom returns the smallest collective (Stats.NonTemporal) whose ring copies use
+// non-temporal stores, or -1 for none, given the policy, whether the CPU has such stores, the
+// last-level cache, and how many ranks share this machine's memory (this one included).
 //
 // A non-temporal store skips the cache: the line goes to memory, and the reader fetches it
 // from there. That wins where taking the line back from the reader's core costs more than
 // memory does — cores with caches of their own (an AMD EPYC's CCXs, the 2-vCPU VM of
 // docs/benchmarks.md §17: 256 KB–64 MB 1.4–2.5× faster) — and where the ranks' buffers
 // together overflow the cache anyway. Where one cache serves every core the process may run
-// on, ordinary stores hand lines over inside it: on a 16-core Xeon they were 1.1–1.5× faster
+// on, ordinary stores hand lines over inside it: on a 16-core Xeon they were 1.1–1.6× faster
 // from 64 KB to 16 MB, and non-temporal ones only won with 8 ranks at 64 MB, 512 MB of
 // buffers against a 300 MiB cache (docs/benchmarks.md §19). So: with one shared cache,
 // non-temporal stores once the ranks' buffers exceed it; with split or unknown caches, always.

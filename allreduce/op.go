@@ -51,9 +51,7 @@ type opInfo struct {
 func (c *Comm) nextOp(code uint8, dt dtype, total int) *opInfo {
 	c.seq++
 	c.cur = opInfo{code: code, dtype: dt, seq: c.seq, total: uint64(total)}
-	if c.ntFrom >= 0 {
-		c.ntOn.Store(int64(total) >= c.ntFrom)
-	}
+	c.ntOn.Store(c.stats.NonTemporal(int64(total)))
 	return &c.cur
 }
 

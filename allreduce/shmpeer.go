@@ -48,21 +48,20 @@ func (c *Comm) setupShm(ctx context.Context) error {
 // chooseNT decides, once the links are made, from which collective size their copies use
 // non-temporal stores (ntFrom), and lends them the switch that nextOp sets per collective.
 func (c *Comm) chooseNT() {
-	c.ntFrom = -1
+	c.stats.NonTemporalFrom = -1
 	if c.stats.SharedMemory > 0 {
 		if !ntSettingOK {
 			c.log.Warn(envNonTemporal+" not understood: want auto, 1 or 0; using auto", "value", envNT)
 		}
 		llc := machineLLC()
-		c.ntFrom = ntFrom(ntSetting, ntHardware, llc, c.stats.SharedMemory+1)
-		c.log.Debug("shared-memory copies", "non_temporal_from", c.ntFrom, "policy", ntSetting.String(), "llc_bytes", llc.size, "llc_shared", llc.shared)
+		c.stats.NonTemporalFrom = ntFrom(ntSetting, ntHardware, llc, c.stats.SharedMemory+1)
+		c.log.Debug("shared-memory copies", "non_temporal_from", c.stats.NonTemporalFrom, "policy", ntSetting.String(), "llc_bytes", llc.size, "llc_shared", llc.shared)
 		for _, p := range c.peers {
 			if p != nil && p.shm != nil {
 				p.shm.nt = &c.ntOn
 			}
 		}
 	}
-	c.stats.NonTemporalFrom = c.ntFrom
 }
 
 func (c *Comm) shmPair(ctx context.Context, p *peer) error {

@@ -200,9 +200,10 @@ func autoIters(size int64) int {
 }
 
 // Allreduce starts NP rank processes (`Exe bench allreduce-rank`) connected over shared
-// memory (or loopback TCP, with Transport "tcp"; TCP between hosts with Hosts), times a float32 sum allreduce of each size, and, unless NoBaseline, measures this
-// machine's memcpy, loopback TCP stream and round trip in the same run. It prints the results
-// to Out as a table or JSON lines and returns them.
+// memory (or loopback TCP, with Transport "tcp"; TCP between hosts, with Hosts), times a
+// float32 sum allreduce of each size, and, unless NoBaseline, measures this machine's memcpy,
+// loopback TCP stream and round trip in the same run. It prints the results to Out as a table
+// or JSON lines and returns them.
 func Allreduce(ctx context.Context, o AllreduceOptions) ([]AllreduceResult, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err

@@ -83,7 +83,7 @@ func Rank(ctx context.Context, o RankOptions) error {
 		}
 		st := comm.Stats()
 		res.ShmPeers, res.TCPPeers = st.SharedMemory, st.Fresh+st.Reused-st.SharedMemory
-		res.NonTemporal = st.SharedMemory > 0 && st.NonTemporalFrom >= 0 && size >= st.NonTemporalFrom
+		res.NonTemporal = st.NonTemporal(size)
 		if err := enc.Encode(res); err != nil {
 			return err
 		}

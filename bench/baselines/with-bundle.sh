@@ -29,9 +29,9 @@ for d in usr/lib/x86_64-linux-gnu/openmpi usr/lib/x86_64-linux-gnu/pmix2 usr/sha
   mkdir -p "/$d"
   mount --bind "$root/$d" "/$d"
 done
-(cd "$root" && find usr etc opt -type f -o -type l) | while read -r f; do
+(cd "$root" && find usr etc -type f -o -type l) | while read -r f; do
   case "$f" in
-    usr/lib/x86_64-linux-gnu/openmpi/* | usr/lib/x86_64-linux-gnu/pmix2/* | usr/share/openmpi/* | etc/openmpi/* | opt/*) continue ;;
+    usr/lib/x86_64-linux-gnu/openmpi/* | usr/lib/x86_64-linux-gnu/pmix2/* | usr/share/openmpi/* | etc/openmpi/*) continue ;;
   esac
   src=$(readlink -f "$root/$f")
   [[ -f "$src" ]] || continue
