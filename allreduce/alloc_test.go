@@ -15,22 +15,35 @@ import (
 // garbage collector no work (a collection every ~60 ms stole a core from small messages on 2
 // vCPUs). Waits that sleep look at the peer's connection first, and that look allocates
 // nothing either. Each size takes another algorithm: recursive doubling, the ring (2 ranks),
-// recursive halving and doubling (4 ranks).
+// recursive halving and doubling (4 ranks), reading the peers' buffers (2 to 4 ranks).
 func TestAllreduceAllocatesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		transport string
 		n, elems  int
+		direct    bool // reading the peers' buffers (Config.DirectBytes) from 256 KiB
 	}{
-		{allreduce.TransportAuto, 2, 1 << 10}, {allreduce.TransportAuto, 2, 1 << 18},
-		{allreduce.TransportAuto, 4, 1 << 10}, {allreduce.TransportAuto, 4, 1 << 16},
-		{allreduce.TransportTCP, 2, 1 << 10}, {allreduce.TransportTCP, 2, 1 << 18},
-		{allreduce.TransportTCP, 4, 1 << 10}, {allreduce.TransportTCP, 4, 1 << 16},
+		{allreduce.TransportAuto, 2, 1 << 18, true}, {allreduce.TransportAuto, 3, 1 << 18, true},
+		{allreduce.TransportAuto, 4, 1<<18 + 1, true},
+		{allreduce.TransportAuto, 2, 1 << 10, false}, {allreduce.TransportAuto, 2, 1 << 18, false},
+		{allreduce.TransportAuto, 4, 1 << 10, false}, {allreduce.TransportAuto, 4, 1 << 16, false},
+		{allreduce.TransportTCP, 2, 1 << 10, false}, {allreduce.TransportTCP, 2, 1 << 18, false},
+		{allreduce.TransportTCP, 4, 1 << 10, false}, {allreduce.TransportTCP, 4, 1 << 16, false},
 	} {
-		t.Run(fmt.Sprintf("%s/n=%d/%dKB", tc.transport, tc.n, tc.elems*4>>10), func(t *testing.T) {
+		name := fmt.Sprintf("%s/n=%d/%dKB", tc.transport, tc.n, tc.elems*4>>10)
+		if tc.direct {
+			name += "/direct"
+		}
+		t.Run(name, func(t *testing.T) {
 			if tc.transport == allreduce.TransportTCP && runtime.GOOS != "linux" {
 				t.Skipf("TCP exchanges run through goroutines on %s", runtime.GOOS)
 			}
-			comms := newWorld(t, tc.n, 1, nil, func(c *allreduce.Config) { c.Transport = tc.transport })
+			comms := newWorld(t, tc.n, 1, nil, func(c *allreduce.Config) {
+				c.Transport = tc.transport
+				c.DirectBytes = -1
+				if tc.direct {
+					c.DirectBytes = 256 << 10
+				}
+			})
 			if tc.transport == allreduce.TransportAuto && comms[0].Stats().SharedMemory == 0 {
 				t.Skipf("no shared memory between ranks on %s", runtime.GOOS)
 			}
@@ -74,6 +87,9 @@ func TestAllreduceAllocatesNothing(t *testing.T) {
 			}
 			if allocs != 0 {
 				t.Errorf("%v allocations per allreduce of %d ranks, want 0", allocs, tc.n)
+			}
+			if got := comms[0].Stats().DirectAllreduces > 0; got != tc.direct {
+				t.Errorf("read the peers' buffers directly: %t, want %t", got, tc.direct)
 			}
 		})
 	}

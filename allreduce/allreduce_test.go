@@ -165,6 +165,22 @@ var allreducePaths = []struct {
 	{"chunk64", func(c *allreduce.Config) { c.SmallBytes = 1; c.ChunkBytes = 64 }, []int{0, 1, 7, 1000, 10007}, func(int, string, allreduce.Op) bool {
 		return true
 	}},
+	// Ranks reading each other's buffers (process_vm_readv, here within one process: the
+	// kernel's path is the same), from just above SmallBytes; then from 8 bytes per rank on,
+	// so that segments of one element and empty ones are read too; then a world where rank 1
+	// will not, which keeps every rank on the rings. From n=5 on no world reads directly.
+	{"direct", func(c *allreduce.Config) { c.DirectBytes = 1 }, []int{0, 7, 1000, 16385, 100003, large}, func(n int, dt string, op allreduce.Op) bool {
+		return n <= 4 && (op == allreduce.Sum || dt == "int64")
+	}},
+	{"direct-small", func(c *allreduce.Config) { c.DirectBytes = 1; c.SmallBytes = 1 }, []int{0, 1, 2, 3, 4, 5, 7, 1000, 10007}, func(int, string, allreduce.Op) bool {
+		return false
+	}},
+	{"direct-refused", func(c *allreduce.Config) {
+		c.DirectBytes = 1
+		if c.Rank == 1 {
+			c.DirectBytes = -1
+		}
+	}, []int{0, 7, 100003}, func(int, string, allreduce.Op) bool { return false }},
 	// Ranks made to look like ranks of separate hosts (Config.HostID): alternate ranks on
 	// two hosts, and hosts of three consecutive ranks; from n=3 on the world is uneven and
 	// large messages take the hierarchical allreduce (hier_test.go covers it in depth).

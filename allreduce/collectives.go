@@ -35,6 +35,8 @@ func (c *Comm) allreduce(o *opInfo, b []byte, dt dtype, op Op) error {
 		return nil
 	case len(b) <= c.cfg.SmallBytes || len(b)/dt.size() < c.cfg.Size:
 		return c.doublingAllreduce(o, b, dt, op)
+	case c.stats.Direct(int64(len(b))):
+		return c.directAllreduce(o, b, dt, op)
 	case c.topo.hierarchical():
 		return c.hierAllreduce(o, b, dt, op)
 	case c.cfg.Size >= 4 && c.cfg.Size&(c.cfg.Size-1) == 0:

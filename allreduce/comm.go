@@ -36,6 +36,16 @@ type Config struct {
 	// SmallBytes is the largest message reduced by recursive doubling instead of the ring;
 	// default 64 KiB.
 	SmallBytes int
+	// DirectBytes is the smallest allreduce that ranks which all share one host reduce by
+	// reading each other's buffers (process_vm_readv, docs/protocol.md §1.8): one copy per
+	// byte instead of two through the shared-memory rings. 0: decided per machine (from
+	// 2 MiB where the kernel's copies between processes measure fast enough; see
+	// ELASTICD_SHM_DIRECT); -1: never. Worlds of 2 to 4 ranks only (every rank connected to
+	// every other); ranks that differ take the largest, and any rank that cannot read its
+	// peers' memory (Yama ptrace_scope, a seccomp filter such as Docker's default, another
+	// PID namespace), or will not, keeps the whole world on the rings. Stats.DirectFrom says
+	// what was agreed.
+	DirectBytes int
 	// Secret, when set, authenticates connections between ranks (HMAC-SHA256 of the hello).
 	Secret []byte
 	// Transport is TransportAuto ("" too): shared memory with peers on the same machine,
@@ -98,6 +108,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("allreduce config: TCPSendBuffer %d: must be at most 64 MiB (0: the default, negative: the kernel's)", c.TCPSendBuffer)
 	case c.SmallBytes < 0:
 		return fmt.Errorf("allreduce config: SmallBytes %d: must not be negative", c.SmallBytes)
+	case c.DirectBytes < -1:
+		return fmt.Errorf("allreduce config: DirectBytes %d: must be at least 0, or -1 for never", c.DirectBytes)
 	case c.Transport != "" && c.Transport != TransportAuto && c.Transport != TransportTCP:
 		return fmt.Errorf("allreduce config: Transport %q: must be %q or %q", c.Transport, TransportAuto, TransportTCP)
 	case len(c.HostID) > maxHostID:
@@ -155,7 +167,12 @@ type Comm struct {
 	stats   Stats       // set by New
 	ntOn    atomic.Bool // this collective's Stats.NonTemporal (nextOp), read by every shmLink.write
 	shmOnce sync.Once
-	hierOps atomic.Uint64 // allreduces that took the hierarchical path
+	// directOnce logs why a peer's memory cannot be read; direct is directAllreduce's
+	// storage (guarded by opMu), directOps how many allreduces took that path.
+	directOnce sync.Once
+	direct     directState
+	directOps  atomic.Uint64
+	hierOps    atomic.Uint64 // allreduces that took the hierarchical path
 
 	mu      sync.Mutex // guards the fields below, and peers once New has returned
 	cause   error      // why the running operation was interrupted (ctx, Close)
@@ -185,6 +202,19 @@ type Stats struct {
 	// Hierarchical counts the allreduces so far that reduced inside each host first and
 	// across hosts second (docs/protocol.md §1.7), rather than over one flat ring.
 	Hierarchical uint64
+	// DirectFrom is the smallest allreduce that reads the peers' buffers directly instead of
+	// passing them through the shared-memory rings (Direct; Config.DirectBytes,
+	// ELASTICD_SHM_DIRECT, docs/protocol.md §1.8); -1: none (ranks on more than one host or
+	// more than 4, a peer's memory this process may not read, or the machine's measure says
+	// the rings are faster). Every rank of the world has the same.
+	DirectFrom int64
+	// DirectAllreduces counts the allreduces so far that read the peers' buffers directly.
+	DirectAllreduces uint64
+}
+
+// Direct says whether an allreduce of size bytes reads the peers' buffers directly.
+func (s Stats) Direct(size int64) bool {
+	return s.DirectFrom >= 0 && size >= s.DirectFrom
 }
 
 // NonTemporal says whether a collective phase of size bytes (an allreduce's or broadcast's
@@ -205,6 +235,11 @@ type peer struct {
 	wframe [3][]byte       // shmSender's frame (header, payload, padding); that goroutine's too
 	rhdr   [headerLen]byte // used only by the one goroutine reading from this peer
 	broken bool            // a write stopped mid-frame: no further frame may be sent
+	// pid is the peer's process, and direct whether this rank may read its memory (the
+	// lower rank of a pair knows both ways): directAllreduce's condition.
+	pid    int
+	direct bool
+	probe  []byte // what the peer reads of this process in the handshake: kept alive here
 }
 
 func addrKey(gen uint64, rank int) string {
@@ -804,6 +839,7 @@ func (c *Comm) Addr() string { return c.addr }
 func (c *Comm) Stats() Stats {
 	s := c.stats
 	s.Hierarchical = c.hierOps.Load()
+	s.DirectAllreduces = c.directOps.Load()
 	return s
 }
 

@@ -21,6 +21,9 @@ func TestConfigValidate(t *testing.T) {
 		{"send buffer set", func(c *allreduce.Config) { c.TCPSendBuffer = 1 << 20 }, ""},
 		{"send buffer left to the kernel", func(c *allreduce.Config) { c.TCPSendBuffer = -1 }, ""},
 		{"send buffer too large", func(c *allreduce.Config) { c.TCPSendBuffer = 65 << 20 }, "TCPSendBuffer 68157440: must be at most 64 MiB"},
+		{"direct reads never", func(c *allreduce.Config) { c.DirectBytes = -1 }, ""},
+		{"direct reads from a size", func(c *allreduce.Config) { c.DirectBytes = 8 << 20 }, ""},
+		{"direct reads below never", func(c *allreduce.Config) { c.DirectBytes = -2 }, "DirectBytes -2: must be at least 0, or -1 for never"},
 		{"chunk too small", func(c *allreduce.Config) { c.ChunkBytes = 8 }, "ChunkBytes 8"},
 		{"transport", func(c *allreduce.Config) { c.Transport = "udp" }, `Transport "udp"`},
 	} {

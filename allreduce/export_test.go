@@ -25,7 +25,7 @@ func Leaders(c *Comm) (restore func()) {
 // value, until restore is called.
 func SetNonTemporal(value string) (restore func()) {
 	p, ok := ntSetting, ntSettingOK
-	ntSetting, ntSettingOK = parseNonTemporal(value)
+	ntSetting, ntSettingOK = parsePolicy(value)
 	return func() { ntSetting, ntSettingOK = p, ok }
 }
 
@@ -36,3 +36,35 @@ func NonTemporalFor(ranks int) int64 { return ntFrom(ntSetting, ntHardware, mach
 // NonTemporalNow says whether c's last collective copied into its rings with non-temporal
 // stores.
 func NonTemporalNow(c *Comm) bool { return c.ntOn.Load() }
+
+// SetDirect makes communicators made from now on read ELASTICD_SHM_DIRECT as value, until
+// restore is called.
+func SetDirect(value string) (restore func()) {
+	p, ok := directSetting, directSettingOK
+	directSetting, directSettingOK = parsePolicy(value)
+	return func() { directSetting, directSettingOK = p, ok }
+}
+
+// DirectAutoBytes is the smallest allreduce that reads directly when the machine decides.
+const DirectAutoBytes = directAutoBytes
+
+// DirectAuto is Stats.DirectFrom as auto makes it, on this machine, for a world that can read
+// directly: directAutoBytes where the kernel's copies measure fast enough, else -1.
+func DirectAuto() int64 { return directAgree([]int64{directAuto}, machineReadRatio()) }
+
+// SetMachineRules sets s.NonTemporalFrom and s.DirectFrom to what this machine's rules, and
+// the current settings, give a communicator of a ranks-rank world with default Config whose
+// other fields are s's: both depend on the machine, so tests that compare whole Stats take
+// them from here.
+func SetMachineRules(s *Stats, ranks int) {
+	s.NonTemporalFrom = -1
+	if s.SharedMemory > 0 {
+		s.NonTemporalFrom = ntFrom(ntSetting, ntHardware, machineLLC(), s.SharedMemory+1)
+	}
+	s.DirectFrom = -1
+	if ranks >= 2 && ranks <= directMaxRanks && s.Hosts == 1 && s.SharedMemory == ranks-1 {
+		if from := directAgree([]int64{directWish(directSetting, 0)}, machineReadRatio()); from >= 0 {
+			s.DirectFrom = max(from, defaultSmallBytes+1, 8*int64(ranks))
+		}
+	}
+}

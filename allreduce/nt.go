@@ -12,37 +12,38 @@ import (
 // no) never does. Read once, when the package loads.
 const envNonTemporal = "ELASTICD_SHM_NONTEMPORAL"
 
-// ntPolicy is envNonTemporal's setting.
-type ntPolicy uint8
+// policy is the setting of envNonTemporal or envDirect: let the communicator decide, always
+// (where it can), or never.
+type policy uint8
 
 const (
-	ntAuto ntPolicy = iota
-	ntAlways
-	ntNever
+	policyAuto policy = iota
+	policyAlways
+	policyNever
 )
 
-func (p ntPolicy) String() string {
+func (p policy) String() string {
 	return [...]string{"auto", "always", "never"}[p]
 }
 
-// parseNonTemporal reads envNonTemporal's value; ok is false for a value it does not know,
-// which counts as auto (New logs it).
-func parseNonTemporal(env string) (p ntPolicy, ok bool) {
+// parsePolicy reads envNonTemporal's or envDirect's value; ok is false for a value it does
+// not know, which counts as auto (New logs it).
+func parsePolicy(env string) (p policy, ok bool) {
 	switch strings.ToLower(strings.TrimSpace(env)) {
 	case "", "auto":
-		return ntAuto, true
+		return policyAuto, true
 	case "1", "true", "on", "yes":
-		return ntAlways, true
+		return policyAlways, true
 	case "0", "false", "off", "no":
-		return ntNever, true
+		return policyNever, true
 	}
-	return ntAuto, false
+	return policyAuto, false
 }
 
 var envNT = os.Getenv(envNonTemporal)
 
 // ntSetting is envNonTemporal's policy for this process; a variable so tests can change it.
-var ntSetting, ntSettingOK = parseNonTemporal(envNT)
+var ntSetting, ntSettingOK = parsePolicy(envNT)
 
 // cacheInfo describes the last-level cache of the CPUs this process may run on.
 type cacheInfo struct {
@@ -66,11 +67,11 @@ var machineLLC = sync.OnceValue(lastLevelCache)
 // from 64 KB to 16 MB, and non-temporal ones only won with 8 ranks at 64 MB, 512 MB of
 // buffers against a 300 MiB cache (docs/benchmarks.md §19). So: with one shared cache,
 // non-temporal stores once the ranks' buffers exceed it; with split or unknown caches, always.
-func ntFrom(p ntPolicy, hw bool, llc cacheInfo, ranksOnHost int) int64 {
+func ntFrom(p policy, hw bool, llc cacheInfo, ranksOnHost int) int64 {
 	switch {
-	case !hw || p == ntNever:
+	case !hw || p == policyNever:
 		return -1
-	case p == ntAlways || !llc.shared || llc.size <= 0:
+	case p == policyAlways || !llc.shared || llc.size <= 0:
 		return 0
 	}
 	return llc.size / int64(max(ranksOnHost, 1))

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,8 @@ const (
 	childTransp  = "ELASTICD_TEST_TRANSPORT"
 	childHosts   = "ELASTICD_TEST_HOSTS"
 	childListen  = "ELASTICD_TEST_LISTEN"
+	childDirect  = "ELASTICD_TEST_DIRECT_BYTES"
+	childDeny    = "ELASTICD_TEST_DENY_READS" // "1": a seccomp filter denies process_vm_readv
 )
 
 // transports are the two data paths between rank processes on one machine.
@@ -42,26 +45,39 @@ var transports = []string{allreduce.TransportAuto, allreduce.TransportTCP}
 // two ranks), which makes large allreduces hierarchical. The hosts are simulated with
 // Config.HostID (onHosts), or, with netns, are network namespaces that the test makes and
 // joins with a veth pair: the ranks then find their hosts by themselves.
+//
+// With direct, allreduces above SmallBytes read the peers' buffers (Config.DirectBytes 1)
+// where the world allows it; deny names ranks (by index, "1" or "02") that a seccomp filter
+// forbids to read any other process's memory, which keeps the whole world on the rings.
 type procMode struct {
 	transport, hosts string
 	netns            bool
 	rate             string // with netns: the link's rate each way (tc tbf), "" unlimited
+	direct           bool
+	deny             string
 }
 
 func (m procMode) String() string {
+	s := m.transport
 	switch {
 	case m.netns:
-		return m.transport + "/netns=" + m.hosts
+		s += "/netns=" + m.hosts
 	case m.hosts != "":
-		return m.transport + "/hosts=" + m.hosts
+		s += "/hosts=" + m.hosts
 	}
-	return m.transport
+	if m.direct {
+		s += "/direct"
+	}
+	if m.deny != "" {
+		s += "/deny=" + m.deny
+	}
+	return s
 }
 
 // faultModes are the worlds the fault tests kill or stop a rank of: 4 ranks on one machine
 // over each transport, and 2+2 ranks on two hosts, simulated or network namespaces.
 var faultModes = []procMode{
-	{transport: allreduce.TransportAuto}, {transport: allreduce.TransportTCP},
+	{transport: allreduce.TransportAuto}, {transport: allreduce.TransportTCP}, {transport: allreduce.TransportAuto, direct: true},
 	{transport: allreduce.TransportAuto, hosts: "AABB"}, {transport: allreduce.TransportAuto, hosts: "AABB", netns: true},
 }
 
@@ -97,13 +113,20 @@ func childMain(scenario string) int {
 	if addr := os.Getenv(childListen); addr != "" {
 		cfg.ListenAddr = addr
 	}
+	cfg.DirectBytes, _ = strconv.Atoi(os.Getenv(childDirect))
+	if os.Getenv(childDeny) == "1" {
+		if err := denyMemoryReads(); err != nil {
+			fmt.Printf("FAIL deny reads: %v\n", err)
+			return 1
+		}
+	}
 	c, err := allreduce.New(ctx, cfg)
 	if err != nil {
 		fmt.Printf("FAIL New: %v\n", err)
 		return 1
 	}
 	defer c.Close()
-	fmt.Printf("ready shm=%d hosts=%d sndbuf=%d\n", c.Stats().SharedMemory, c.Stats().Hosts, c.Stats().TCPSendBuffers)
+	fmt.Printf("ready shm=%d hosts=%d sndbuf=%d direct=%d\n", c.Stats().SharedMemory, c.Stats().Hosts, c.Stats().TCPSendBuffers, c.Stats().DirectFrom)
 	switch scenario {
 	case "correct":
 		if err := childCorrect(ctx, c); err != nil {
@@ -182,7 +205,7 @@ func childCorrect(ctx context.Context, c *allreduce.Comm) error {
 
 // childLoop runs 4 MiB float32 sums until one fails, printing "iter N" after each; the
 // failure is reported as "lost peerlost=<bool> rank=<culprit> via=<rank> silent=<bool>
-// err=<quoted> hier=<hierarchical allreduces so far>".
+// err=<quoted> direct=<direct allreduces so far> hier=<hierarchical ones>".
 func childLoop(ctx context.Context, c *allreduce.Comm) int {
 	buf := make([]float32, 1<<20)
 	for i := range 100000 {
@@ -194,7 +217,8 @@ func childLoop(ctx context.Context, c *allreduce.Comm) int {
 			if pe, ok := errors.AsType[*allreduce.PeerError](err); ok {
 				culprit, via = pe.Rank, pe.Via
 			}
-			fmt.Printf("lost peerlost=%t rank=%d via=%d silent=%t err=%q hier=%d\n", errors.Is(err, allreduce.ErrPeerLost), culprit, via, errors.Is(err, allreduce.ErrPeerSilent), err.Error(), c.Stats().Hierarchical)
+			st := c.Stats()
+			fmt.Printf("lost peerlost=%t rank=%d via=%d silent=%t err=%q direct=%d hier=%d\n", errors.Is(err, allreduce.ErrPeerLost), culprit, via, errors.Is(err, allreduce.ErrPeerSilent), err.Error(), st.DirectAllreduces, st.Hierarchical)
 			return 0
 		}
 		fmt.Printf("iter %d\n", i)
@@ -281,6 +305,12 @@ func startProcs(t *testing.T, scenario string, mode procMode, n int, timeout tim
 			childTimeout+"="+timeout.String(),
 			childTransp+"="+mode.transport,
 		)
+		if mode.direct {
+			env = append(env, childDirect+"=1")
+		}
+		if strings.Contains(mode.deny, strconv.Itoa(r)) {
+			env = append(env, childDeny+"=1")
+		}
 		cmd := exec.Command(exe)
 		if mode.netns {
 			// ip netns exec enters the namespace and execs the rank: its PID is the rank's.
@@ -420,8 +450,17 @@ func (w *procWorld) checkTransport(mode procMode) {
 			w.t.Fatalf("rank %d never said ready", r)
 		}
 		var shm, hosts, sndbuf int
-		if _, err := fmt.Sscanf(l.text, "ready shm=%d hosts=%d sndbuf=%d", &shm, &hosts, &sndbuf); err != nil {
+		var direct int64
+		if _, err := fmt.Sscanf(l.text, "ready shm=%d hosts=%d sndbuf=%d direct=%d", &shm, &hosts, &sndbuf, &direct); err != nil {
 			w.t.Fatalf("rank %d: %q: %v", r, l.text, err)
+		}
+		// Direct reads where asked for, in worlds of 2 to 4 ranks on one machine over shared
+		// memory, unless a rank may not read: then on no rank. Otherwise, the machine decides.
+		if mode.direct || mode.deny != "" {
+			can := mode.direct && mode.deny == "" && mode.hosts == "" && mode.transport == allreduce.TransportAuto && allreduce.ShmSupported && len(w.kids) <= 4
+			if can != (direct >= 0) {
+				w.t.Fatalf("rank %d, %v: %q: want direct reads %t", r, mode, l.text, can)
+			}
 		}
 		if veth := mode.netns && hostCount(mode.hosts) > 1; veth != (sndbuf > 0) {
 			w.t.Fatalf("rank %d, %v: %q: send buffers set on %d TCP connections, want some only across veth", r, mode, l.text, sndbuf)
@@ -456,6 +495,18 @@ func TestProcessesCorrect(t *testing.T) {
 	for _, m := range []procMode{{transport: allreduce.TransportAuto, hosts: "AABBA"}, {transport: allreduce.TransportAuto, hosts: "AABBA", netns: true}} {
 		t.Run(m.String(), func(t *testing.T) { processesCorrect(t, m, len(m.hosts)) })
 	}
+	// Reading the peers' buffers, with 2, 3 and 4 ranks; and with one rank that may not
+	// read the others' memory (seccomp), which keeps all of them on the rings.
+	for _, n := range []int{2, 3, 4} {
+		m := procMode{transport: allreduce.TransportAuto, direct: true}
+		t.Run(fmt.Sprintf("%v/n=%d", m, n), func(t *testing.T) { processesCorrect(t, m, n) })
+	}
+	t.Run("denied", func(t *testing.T) {
+		if runtime.GOOS != "linux" || (runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64") {
+			t.Skipf("the test's seccomp filter is for Linux on amd64 and arm64, not %s/%s", runtime.GOOS, runtime.GOARCH)
+		}
+		processesCorrect(t, procMode{transport: allreduce.TransportAuto, direct: true, deny: "1"}, 3)
+	})
 }
 
 func processesCorrect(t *testing.T, mode procMode, n int) {
@@ -543,6 +594,23 @@ func awaitSurvivors(t *testing.T, w *procWorld, victim int, since time.Time, d t
 	return reports
 }
 
+// checkDirect checks, where the ranks read each other's buffers, that the survivors'
+// allreduces before the failure did (faultWorld waited for three on every rank), so that
+// the failure hit that path.
+func checkDirect(t *testing.T, mode procMode, reports map[int]line) {
+	t.Helper()
+	if !mode.direct {
+		return
+	}
+	for r, l := range reports {
+		var n int
+		i := strings.LastIndex(l.text, " direct=")
+		if _, err := fmt.Sscanf(l.text[max(i, 0):], " direct=%d", &n); i < 0 || err != nil || n < 3 {
+			t.Errorf("rank %d: %s; want at least 3 direct allreduces before the failure", r, l.text)
+		}
+	}
+}
+
 // checkHierarchical checks, on simulated hosts, that the survivors' allreduces before the
 // failure took the hierarchical path (faultWorld waited for three on every rank), so that
 // the failure hit that path and not the flat ring.
@@ -568,6 +636,7 @@ func TestProcessKilled(t *testing.T) {
 		t.Run(m.String(), func(t *testing.T) { processKilled(t, m, 4, 2) })
 	}
 	t.Run("auto/n=2", func(t *testing.T) { processKilled(t, procMode{transport: allreduce.TransportAuto}, 2, 1) })
+	t.Run("auto/direct/n=2", func(t *testing.T) { processKilled(t, procMode{transport: allreduce.TransportAuto, direct: true}, 2, 1) })
 }
 
 func processKilled(t *testing.T, mode procMode, n, victim int) {
@@ -588,6 +657,7 @@ func processKilled(t *testing.T, mode procMode, n, victim int) {
 	}
 	reports := awaitSurvivors(t, w, victim, killed, 10*time.Second)
 	checkHierarchical(t, mode, reports)
+	checkDirect(t, mode, reports)
 	for r, l := range reports {
 		if d := l.at.Sub(killed); d > 2*time.Second {
 			t.Errorf("rank %d reported the loss %v after the kill", r, d)
@@ -627,6 +697,7 @@ func processStopped(t *testing.T, mode procMode) {
 	}
 	reports := awaitSurvivors(t, w, victim, stopped, 20*time.Second)
 	checkHierarchical(t, mode, reports)
+	checkDirect(t, mode, reports)
 	for r, l := range reports {
 		if d := l.at.Sub(stopped); d > timeout+3*time.Second {
 			t.Errorf("rank %d reported the loss %v after the stop (timeout %v)", r, d, timeout)

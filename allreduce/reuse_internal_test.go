@@ -56,6 +56,7 @@ func TestHandOverSkipsBrokenConnection(t *testing.T) {
 	for r, c := range g2 {
 		want[r].SharedMemory = 3 * shmOn
 		want[r].Hosts, want[r].HostRanks = 1, 4
+		SetMachineRules(&want[r], 4)
 		if got := c.Stats(); got != want[r] {
 			t.Errorf("rank %d: %+v, want %+v", r, got, want[r])
 		}

@@ -90,6 +90,7 @@ func checkStats(t *testing.T, comms []*allreduce.Comm, want []allreduce.Stats) (
 	for r, c := range comms {
 		want[r].SharedMemory = sameHostShm(want[r].Reused + want[r].Fresh)
 		want[r].Hosts, want[r].HostRanks = 1, len(comms) // one machine, no HostID set
+		allreduce.SetMachineRules(&want[r], len(comms))
 		if got := c.Stats(); got != want[r] {
 			t.Errorf("rank %d: %+v, want %+v", r, got, want[r])
 		}
@@ -142,7 +143,9 @@ func TestReuseSameWorld(t *testing.T) {
 				c.ID, c.Previous = ms[c.Rank].id, g1[c.Rank]
 			})
 			for r, c := range g2 {
-				if got := c.Stats(); got != (allreduce.Stats{Reused: 3, SharedMemory: sameHostShm(3), Hosts: 1, HostRanks: 4}) {
+				want := allreduce.Stats{Reused: 3, SharedMemory: sameHostShm(3), Hosts: 1, HostRanks: 4}
+				allreduce.SetMachineRules(&want, 4)
+				if got := c.Stats(); got != want {
 					t.Errorf("generation 2, rank %d: %+v, want all 3 connections reused", r, got)
 				}
 			}

@@ -21,8 +21,8 @@ const (
 	TransportTCP = "tcp"
 )
 
-// maxShmOffer bounds an shm offer's payload: 32 bytes of numbers and token, and a host ID.
-const maxShmOffer = 32 + 128
+// maxShmOffer bounds an shm offer's payload: 24 bytes of numbers, the token, and a host ID.
+const maxShmOffer = 24 + tokenLen + maxHostID
 
 // setupShm agrees with every peer on whether their data goes through shared memory: the
 // lower rank of each pair offers a segment, the higher one maps it or declines. Declining
@@ -42,7 +42,10 @@ func (c *Comm) setupShm(ctx context.Context) error {
 			c.stats.SharedMemory++
 		}
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return c.agreeDirect(ctx)
 }
 
 // chooseNT decides, once the links are made, from which collective size their copies use
@@ -123,15 +126,18 @@ func (c *Comm) readShmFrame(p *peer, limit int) ([]byte, error) {
 }
 
 // offerShm creates a segment and offers it (an empty offer: TCP), then reads the answer.
+// The offer also says where the token lies in this process, and the answer where a nonce
+// lies in the peer's: each side tries to read the other's (directProbe), so that both know
+// whether directAllreduce may read the other's buffers.
 func (c *Comm) offerShm(p *peer) error {
 	var seg *segment
 	var offer []byte
 	if c.cfg.Transport != TransportTCP && shmSupported {
 		ringSize := shmRingSize(c.cfg.ChunkBytes)
-		token := make([]byte, tokenLen)
-		rand.Read(token)
+		p.probe = make([]byte, tokenLen)
+		rand.Read(p.probe)
 		var err error
-		seg, err = createSegment(ringSize, token)
+		seg, err = createSegment(ringSize, p.probe)
 		if err != nil {
 			c.noShm(p, err)
 		} else {
@@ -139,7 +145,8 @@ func (c *Comm) offerShm(p *peer) error {
 			offer = binary.LittleEndian.AppendUint32(offer, uint32(os.Getpid()))
 			offer = binary.LittleEndian.AppendUint32(offer, uint32(seg.file.Fd()))
 			offer = binary.LittleEndian.AppendUint64(offer, uint64(ringSize))
-			offer = append(offer, token...)
+			offer = binary.LittleEndian.AppendUint64(offer, addrOf(p.probe))
+			offer = append(offer, p.probe...)
 			offer = append(offer, c.cfg.HostID...)
 		}
 	}
@@ -152,17 +159,38 @@ func (c *Comm) offerShm(p *peer) error {
 	if seg == nil {
 		return nil
 	}
-	answer, err := c.readShmFrame(p, 1)
-	if err != nil || len(answer) != 1 || answer[0] != 1 {
+	answer, err := c.readShmFrame(p, shmAnswerLen)
+	if err != nil || len(answer) == 0 || answer[0] != 1 {
 		unmapSegment(seg.mem)
-		if err == nil && len(answer) != 1 {
+		if err == nil && len(answer) == 0 {
 			err = &protocolError{rank: p.rank, msg: "transport answer without a status"}
 		}
 		return err
 	}
 	p.shm = newLink(seg.mem, true, unmapSegment)
 	c.watch(p)
+	if len(answer) == shmAnswerLen && answer[1] == 1 {
+		p.pid = int(binary.LittleEndian.Uint32(answer[2:]))
+		addr := binary.LittleEndian.Uint64(answer[6:])
+		if err := directProbe(p.pid, addr, answer[14:]); err != nil {
+			c.noDirect(p, err)
+		} else {
+			p.direct = true
+		}
+	}
 	return nil
+}
+
+// shmAnswerLen is a full answer: status 1, whether the answering rank could read the
+// offering one's token, its PID, and the address and bytes of a nonce for the offering
+// rank to read.
+const shmAnswerLen = 2 + 4 + 8 + tokenLen
+
+// noDirect logs, once per communicator, why a peer's memory could not be read directly.
+func (c *Comm) noDirect(p *peer, err error) {
+	c.directOnce.Do(func() {
+		c.log.Info("cannot read a peer's memory (process_vm_readv): its data goes through the shared-memory rings", "peer", p.rank, "err", err)
+	})
 }
 
 // answerShm reads the lower rank's offer and maps its segment when it can.
@@ -175,6 +203,20 @@ func (c *Comm) answerShm(p *peer) error {
 	status := []byte{0}
 	if why == nil {
 		status[0] = 1
+		p.pid = int(binary.LittleEndian.Uint32(offer[0:]))
+		addr := binary.LittleEndian.Uint64(offer[16:])
+		if err := directProbe(p.pid, addr, offer[24:24+tokenLen]); err != nil {
+			c.noDirect(p, err)
+			status = append(status, 0)
+		} else {
+			p.direct = true
+			status = append(status, 1)
+		}
+		p.probe = make([]byte, tokenLen)
+		rand.Read(p.probe)
+		status = binary.LittleEndian.AppendUint32(status, uint32(os.Getpid()))
+		status = binary.LittleEndian.AppendUint64(status, addrOf(p.probe))
+		status = append(status, p.probe...)
 	} else if c.cfg.Transport != TransportTCP {
 		c.noShm(p, why)
 	}
@@ -195,14 +237,14 @@ func (c *Comm) acceptOffer(offer []byte) ([]byte, error) {
 	if c.cfg.Transport == TransportTCP {
 		return nil, errors.New("TCP forced")
 	}
-	if len(offer) < 16+tokenLen {
+	if len(offer) < 24+tokenLen {
 		return nil, fmt.Errorf("offer of %d bytes", len(offer))
 	}
 	pid := int(binary.LittleEndian.Uint32(offer[0:]))
 	fd := int(binary.LittleEndian.Uint32(offer[4:]))
 	ringSize := binary.LittleEndian.Uint64(offer[8:])
-	token := offer[16 : 16+tokenLen]
-	host := string(offer[16+tokenLen:])
+	token := offer[24 : 24+tokenLen]
+	host := string(offer[24+tokenLen:])
 	switch {
 	case !shmSupported:
 		return nil, errNoShm

@@ -47,6 +47,10 @@ type AllreduceResult struct {
 	// NonTemporal says whether rank 0 copied this size into shared memory with non-temporal
 	// stores (allreduce.Stats.NonTemporalFrom; ELASTICD_SHM_NONTEMPORAL).
 	NonTemporal bool `json:"non_temporal,omitempty"`
+	// Direct says whether the ranks reduced this size by reading each other's buffers
+	// (allreduce.Stats.DirectFrom; --direct-bytes, ELASTICD_SHM_DIRECT) rather than through
+	// the shared-memory rings.
+	Direct bool `json:"direct,omitempty"`
 	// Hosts and PerHost describe a cross-host run (AllreduceOptions.Hosts): Hosts network
 	// namespaces with PerHost ranks each; 0 when every rank ran in this one.
 	Hosts   int `json:"hosts,omitempty"`
@@ -68,10 +72,13 @@ type AllreduceOptions struct {
 	// TCPSendBuffer is allreduce.Config.TCPSendBuffer: 0 the library's default (256 KiB on
 	// veth), negative the kernel's autotuning, positive this size.
 	TCPSendBuffer int
-	Transport     string        // allreduce.Config.Transport: "auto" (""), or "tcp" to keep ranks off shared memory
-	Timeout       time.Duration // how long a rank waits on a silent peer
-	ProfileDir    string        // each rank's CPU profile goes to ProfileDir/rank-N.pprof ("": none)
-	NoBaseline    bool          // skip measuring memcpy, loopback TCP and round trip
+	// DirectBytes is allreduce.Config.DirectBytes: the smallest message that ranks on one
+	// host reduce by reading each other's buffers (0: as the machine suggests, -1: never).
+	DirectBytes int
+	Transport   string        // allreduce.Config.Transport: "auto" (""), or "tcp" to keep ranks off shared memory
+	Timeout     time.Duration // how long a rank waits on a silent peer
+	ProfileDir  string        // each rank's CPU profile goes to ProfileDir/rank-N.pprof ("": none)
+	NoBaseline  bool          // skip measuring memcpy, loopback TCP and round trip
 	// Hosts, when set, simulates that many hosts: NP/len(Hosts) ranks run in each host's
 	// network namespace (ranks 0 to NP/len(Hosts)-1 in the first, and so on), started through
 	// `ip netns exec` and listening on the host's address, so that ranks of different hosts
@@ -121,6 +128,8 @@ func (o *AllreduceOptions) Validate() error {
 		return usageError("small-bytes", "%d: must not be negative", o.SmallBytes)
 	case o.TCPSendBuffer > 64<<20:
 		return usageError("tcp-send-buffer", "%d: must be at most %d (0: the default, -1: the kernel's autotuning)", o.TCPSendBuffer, 64<<20)
+	case o.DirectBytes < -1:
+		return usageError("direct-bytes", "%d: must be 0 (as the machine suggests), a size in bytes, or -1 (never)", o.DirectBytes)
 	case o.Transport != "" && o.Transport != allreduce.TransportAuto && o.Transport != allreduce.TransportTCP:
 		return usageError("transport", "%q: must be %s or %s", o.Transport, allreduce.TransportAuto, allreduce.TransportTCP)
 	case o.Timeout <= 0:
@@ -289,7 +298,7 @@ func runRanks(ctx context.Context, self string, stderr io.Writer, o AllreduceOpt
 	for r := range o.NP {
 		args := []string{"bench", RankCommand, "--rank", strconv.Itoa(r), "--np", strconv.Itoa(o.NP),
 			"--store", dir, "--sizes", strings.Join(sizes, ","), "--iters", strconv.Itoa(o.Iters),
-			"--chunk-bytes", strconv.Itoa(o.ChunkBytes), "--small-bytes", strconv.Itoa(o.SmallBytes), "--tcp-send-buffer", strconv.Itoa(o.TCPSendBuffer), "--timeout", o.Timeout.String(),
+			"--chunk-bytes", strconv.Itoa(o.ChunkBytes), "--small-bytes", strconv.Itoa(o.SmallBytes), "--tcp-send-buffer", strconv.Itoa(o.TCPSendBuffer), "--direct-bytes", strconv.Itoa(o.DirectBytes), "--timeout", o.Timeout.String(),
 			"--transport", cmp.Or(o.Transport, allreduce.TransportAuto)}
 		if o.ProfileDir != "" {
 			args = append(args, "--cpuprofile", filepath.Join(o.ProfileDir, fmt.Sprintf("rank-%d.pprof", r)))

@@ -120,6 +120,7 @@ func TestBadOptionsAreUsageErrors(t *testing.T) {
 		{"transport", func(o *bench.AllreduceOptions) { o.Transport = "udp" }, "--transport: \"udp\""},
 		{"small", func(o *bench.AllreduceOptions) { o.SmallBytes = -1 }, "--small-bytes: -1"},
 		{"send buffer", func(o *bench.AllreduceOptions) { o.TCPSendBuffer = 65 << 20 }, "--tcp-send-buffer: 68157440: must be at most"},
+		{"direct bytes", func(o *bench.AllreduceOptions) { o.DirectBytes = -2 }, "--direct-bytes: -2: must be 0 (as the machine suggests), a size in bytes, or -1 (never)"},
 		{"timeout", func(o *bench.AllreduceOptions) { o.Timeout = -time.Second }, "--timeout: "},
 		{"no sizes", func(o *bench.AllreduceOptions) { o.Sizes = nil }, "--sizes: "},
 		{"odd size", func(o *bench.AllreduceOptions) { o.Sizes = []int64{1001} }, "--sizes: 1001 bytes"},
@@ -190,6 +191,30 @@ func TestAllreduceReportsNonTemporal(t *testing.T) {
 		for _, r := range res {
 			if r.ShmPeers != 1 || r.NonTemporal != want {
 				t.Errorf("ELASTICD_SHM_NONTEMPORAL=%s, %d bytes: shm peers %d, non_temporal %t; want 1 and %t", setting, r.SizeBytes, r.ShmPeers, r.NonTemporal, want)
+			}
+		}
+	}
+}
+
+// direct says which sizes the ranks reduced by reading each other's buffers: with
+// --direct-bytes 1, every size above recursive doubling's; with -1, none.
+func TestAllreduceReportsDirect(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("shared memory between ranks is Linux's")
+	}
+	for _, direct := range []int{1, -1} {
+		var stderr syncBuffer
+		res, err := bench.Allreduce(bounded(t), bench.AllreduceOptions{Exe: binary, NP: 3, Sizes: []int64{4 << 10, 1 << 20}, Iters: 2,
+			DirectBytes: direct, Timeout: time.Minute, NoBaseline: true, JSON: true, Out: io.Discard, Err: &stderr})
+		if err != nil {
+			t.Fatalf("%v: %s", err, stderr.String())
+		}
+		if len(res) != 2 {
+			t.Fatalf("--direct-bytes %d: %d results, want 2", direct, len(res))
+		}
+		for _, r := range res {
+			if want := direct == 1 && r.SizeBytes > 64<<10; r.Direct != want {
+				t.Errorf("--direct-bytes %d, %d bytes: direct %t, want %t", direct, r.SizeBytes, r.Direct, want)
 			}
 		}
 	}

@@ -15,7 +15,7 @@ import (
 
 // RankCommand is the hidden subcommand of `elasticd bench` that runs Rank; Allreduce starts
 // it with the flags --rank, --np, --store, --sizes (bytes, comma-separated), --iters,
-// --chunk-bytes, --small-bytes, --tcp-send-buffer, --transport, --timeout, --cpuprofile and --listen, one per
+// --chunk-bytes, --small-bytes, --tcp-send-buffer, --direct-bytes, --transport, --timeout, --cpuprofile and --listen, one per
 // field of RankOptions.
 const RankCommand = "allreduce-rank"
 
@@ -28,6 +28,7 @@ type RankOptions struct {
 	ChunkBytes    int
 	SmallBytes    int
 	TCPSendBuffer int    // allreduce.Config.TCPSendBuffer
+	DirectBytes   int    // allreduce.Config.DirectBytes
 	Transport     string // allreduce.Config.Transport
 	Listen        string // the IP address to listen on and advertise ("": loopback)
 	Timeout       time.Duration
@@ -63,6 +64,7 @@ func Rank(ctx context.Context, o RankOptions) error {
 		ChunkBytes:    o.ChunkBytes,
 		SmallBytes:    o.SmallBytes,
 		TCPSendBuffer: o.TCPSendBuffer,
+		DirectBytes:   o.DirectBytes,
 		Transport:     o.Transport,
 		ListenAddr:    listenAddr(o.Listen),
 	})
@@ -84,6 +86,7 @@ func Rank(ctx context.Context, o RankOptions) error {
 		st := comm.Stats()
 		res.ShmPeers, res.TCPPeers = st.SharedMemory, st.Fresh+st.Reused-st.SharedMemory
 		res.NonTemporal = st.NonTemporal(size)
+		res.Direct = st.Direct(size)
 		if err := enc.Encode(res); err != nil {
 			return err
 		}

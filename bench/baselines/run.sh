@@ -22,9 +22,13 @@
 #   NPS          rank counts (default "2 4")
 #   SIZES        buffer sizes in bytes, multiples of 4
 #                (default "4096 65536 1048576 16777216 67108864 268435456")
-#   IMPLS        which to run (default "elasticd gloo torch-gloo mpi mpi-shm");
-#                elasticd is ELASTICD_BIN (default bin/elasticd, built by make
-#                bench-compare); torch-gloo runs torch_allreduce.py under
+#   IMPLS        which to run (default "elasticd elasticd-tcp gloo torch-gloo mpi
+#                mpi-shm"); elasticd is ELASTICD_BIN (default bin/elasticd, built by
+#                make bench-compare) as it runs by default, elasticd-tcp with
+#                --transport tcp, elasticd-rings with --direct-bytes -1 (the
+#                shared-memory rings at every size), elasticd-direct with
+#                --direct-bytes 1 (reading the peers' buffers above 64 KiB, where
+#                2-4 ranks share a host); torch-gloo runs torch_allreduce.py under
 #                TORCH_PYTHON (default /usr/bin/python3, Debian's, with
 #                python3-torch); mpi is Open MPI over TCP, mpi-shm over shared
 #                memory (the vader BTL)
@@ -191,16 +195,20 @@ inner() {
       done
       trap - TERM INT HUP
       ;;
-    elasticd | elasticd-tcp)
+    elasticd | elasticd-tcp | elasticd-rings | elasticd-direct)
       # elasticd: as it runs by default, ranks on one host over shared memory; elasticd-tcp:
-      # with shared memory off, over loopback TCP like the TCP baselines.
-      local csv transport=auto
+      # with shared memory off, over loopback TCP like the TCP baselines; elasticd-rings and
+      # elasticd-direct: on one host, every size through the shared-memory rings, or every
+      # size above recursive doubling's by reading the peers' buffers (--direct-bytes).
+      local csv transport=auto direct=0
       csv=$(IFS=,; echo "$*")
       [[ "$impl" == elasticd-tcp ]] && transport=tcp
+      [[ "$impl" == elasticd-rings ]] && direct=-1
+      [[ "$impl" == elasticd-direct ]] && direct=1
       local -a hosts=()
       [[ -n "${XH_NETNS_HOSTS:-}" ]] && hosts=(--netns-hosts "$XH_NETNS_HOSTS")
       timeout -k 10 "$RUN_TIMEOUT" "$ELASTICD_BIN" bench allreduce --np "$np" --sizes "$csv" \
-        --transport "$transport" --json --no-baseline "${hosts[@]}" | sed "s/^{/{\"impl\":\"$impl\",/"
+        --transport "$transport" --direct-bytes "$direct" --json --no-baseline "${hosts[@]}" | sed "s/^{/{\"impl\":\"$impl\",/"
       ;;
     mpi | mpi-shm)
       # mpirun forwards rank 0's stdout to ours and forwards TERM to ranks.
@@ -268,7 +276,7 @@ done
 for impl in "${impl_list[@]}"; do
   case "$impl" in
     gloo | mpi | mpi-shm) ;;
-    elasticd | elasticd-tcp) [[ -x "$ELASTICD_BIN" ]] || die "$ELASTICD_BIN is not built (make build)" ;;
+    elasticd | elasticd-tcp | elasticd-rings | elasticd-direct) [[ -x "$ELASTICD_BIN" ]] || die "$ELASTICD_BIN is not built (make build)" ;;
     torch-gloo)
       # Not installed here: python3-torch is large, and another interpreter may be meant.
       torch_err=$("$TORCH_PYTHON" -c 'import torch, torch.distributed as d

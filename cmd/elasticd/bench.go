@@ -38,7 +38,9 @@ each size (median of --iters iterations; each iteration's time is the slowest ra
 Ranks on one machine exchange data through shared memory, as elasticd's workers on one
 host do (--transport tcp: over loopback TCP instead, as they would across hosts); copies
 into shared memory use non-temporal stores as the machine's caches suggest
-(ELASTICD_SHM_NONTEMPORAL=auto, 1 or 0; JSON: non_temporal). In the same run it
+(ELASTICD_SHM_NONTEMPORAL=auto, 1 or 0; JSON: non_temporal), and 2 to 4 ranks
+reduce large messages by reading each other's buffers where the machine's
+kernel copies fast enough (--direct-bytes; JSON: direct). In the same run it
 measures the machine's own limits: single-core memcpy bandwidth, one loopback TCP
 stream between two processes, and the loopback round trip, and reports the
 allreduce as fractions of them, so results compare across machines.
@@ -64,6 +66,7 @@ Example: elasticd bench allreduce --np 4 --netns-hosts h1=10.99.0.1,h2=10.99.0.2
 			&cli.BoolFlag{Name: "no-baseline", Usage: "skip measuring memcpy, loopback TCP and round trip", EnvVars: []string{"ELASTICD_NO_BASELINE"}},
 			&cli.IntFlag{Name: "chunk-bytes", Usage: "ring pipelining chunk (0: library default)", EnvVars: []string{"ELASTICD_CHUNK_BYTES"}},
 			&cli.IntFlag{Name: "small-bytes", Usage: "largest message sent by recursive doubling (0: library default)", EnvVars: []string{"ELASTICD_SMALL_BYTES"}},
+			&cli.IntFlag{Name: "direct-bytes", Usage: "smallest message that ranks on one machine (2 to 4 of them) reduce by reading each other's buffers, one copy by the kernel (process_vm_readv), instead of two through the shared-memory rings: 0 as the machine suggests (ELASTICD_SHM_DIRECT=auto, 1 or 0), -1 never, or a size in bytes (JSON: direct)", EnvVars: []string{"ELASTICD_DIRECT_BYTES"}},
 			&cli.StringFlag{Name: "transport", Value: "auto", Usage: "ranks on this machine talk over shared memory (auto) or TCP (tcp)", EnvVars: []string{"ELASTICD_TRANSPORT"}},
 			&cli.IntFlag{Name: "tcp-send-buffer", Usage: "send buffer (SO_SNDBUF) of the ranks' TCP connections in bytes: 0 the default (256 KiB where a connection runs over veth, the kernel's autotuning elsewhere), -1 the kernel's autotuning everywhere", EnvVars: []string{"ELASTICD_TCP_SEND_BUFFER"}},
 			&cli.DurationFlag{Name: "timeout", Value: time.Minute, Usage: "how long a rank waits on a silent peer", EnvVars: []string{"ELASTICD_TIMEOUT"}},
@@ -80,7 +83,7 @@ func benchAllreduce(c *cli.Context) error {
 		return usageError("netns-hosts", "%v", err)
 	}
 	o := bench.AllreduceOptions{NP: c.Int("np"), Hosts: hosts, Iters: c.Int("iters"), ChunkBytes: c.Int("chunk-bytes"), SmallBytes: c.Int("small-bytes"),
-		TCPSendBuffer: c.Int("tcp-send-buffer"), Transport: c.String("transport"), Timeout: c.Duration("timeout"), ProfileDir: c.String("cpuprofile"), NoBaseline: c.Bool("no-baseline"), JSON: c.Bool("json"),
+		TCPSendBuffer: c.Int("tcp-send-buffer"), DirectBytes: c.Int("direct-bytes"), Transport: c.String("transport"), Timeout: c.Duration("timeout"), ProfileDir: c.String("cpuprofile"), NoBaseline: c.Bool("no-baseline"), JSON: c.Bool("json"),
 		Out: c.App.Writer, Err: c.App.ErrWriter}
 	if err := o.Validate(); err != nil {
 		return benchExit(err)
@@ -189,7 +192,7 @@ func benchRankCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "rank"}, &cli.IntFlag{Name: "np"}, &cli.StringFlag{Name: "store"},
 			&cli.StringFlag{Name: "sizes"}, &cli.IntFlag{Name: "iters"}, &cli.IntFlag{Name: "chunk-bytes"},
-			&cli.IntFlag{Name: "small-bytes"}, &cli.IntFlag{Name: "tcp-send-buffer"}, &cli.StringFlag{Name: "transport"}, &cli.DurationFlag{Name: "timeout"}, &cli.StringFlag{Name: "cpuprofile"},
+			&cli.IntFlag{Name: "small-bytes"}, &cli.IntFlag{Name: "tcp-send-buffer"}, &cli.IntFlag{Name: "direct-bytes"}, &cli.StringFlag{Name: "transport"}, &cli.DurationFlag{Name: "timeout"}, &cli.StringFlag{Name: "cpuprofile"},
 			&cli.StringFlag{Name: "listen"},
 		},
 		Action: func(c *cli.Context) error {
@@ -202,7 +205,7 @@ func benchRankCommand() *cli.Command {
 				sizes = append(sizes, size)
 			}
 			return bench.Rank(c.Context, bench.RankOptions{Rank: c.Int("rank"), NP: c.Int("np"), Store: c.String("store"), Sizes: sizes,
-				Iters: c.Int("iters"), ChunkBytes: c.Int("chunk-bytes"), SmallBytes: c.Int("small-bytes"), TCPSendBuffer: c.Int("tcp-send-buffer"), Transport: c.String("transport"),
+				Iters: c.Int("iters"), ChunkBytes: c.Int("chunk-bytes"), SmallBytes: c.Int("small-bytes"), TCPSendBuffer: c.Int("tcp-send-buffer"), DirectBytes: c.Int("direct-bytes"), Transport: c.String("transport"),
 				Timeout: c.Duration("timeout"), CPUProfile: c.String("cpuprofile"), Listen: c.String("listen"), Out: c.App.Writer})
 		},
 	}
