@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"sync"
 	"time"
 	"unsafe"
 )
@@ -21,6 +22,10 @@ var envDirectValue = os.Getenv(envDirect)
 
 // directSetting is envDirect's policy for this process; a variable so tests can change it.
 var directSetting, directSettingOK = parsePolicy(envDirectValue)
+
+// directWarnOnce says once per process, not at every generation's New, that envDirect's
+// value was not understood.
+var directWarnOnce sync.Once
 
 // directMaxRanks is the largest world that reads directly: every rank must be connected to
 // every other (fullMesh), and New connects the ring's neighbours and the doubling partners,
@@ -241,7 +246,9 @@ func (c *Comm) agreeDirect(ctx context.Context) error {
 		return nil
 	}
 	if !directSettingOK {
-		c.log.Warn(envDirect+" not understood: want auto, 1 or 0; using auto", "value", envDirectValue)
+		directWarnOnce.Do(func() {
+			c.log.Warn(envDirect+" not understood: want auto, 1 or 0; using auto", "value", envDirectValue)
+		})
 	}
 	var wishes [directMaxRanks]int64
 	r := c.cfg.Rank

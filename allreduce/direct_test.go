@@ -1,7 +1,11 @@
 package allreduce_test
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/elasticd/elasticd/allreduce"
@@ -70,4 +74,49 @@ func TestDirectAgreement(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An ELASTICD_SHM_NONTEMPORAL or ELASTICD_SHM_DIRECT value that is not understood is read as
+// auto and said once per process, not once per generation.
+func TestUnknownSettingsWarnOnce(t *testing.T) {
+	if !allreduce.ShmSupported {
+		t.Skip("no shared memory between ranks here: neither variable is read")
+	}
+	defer allreduce.SetDirect("sometimes")()
+	defer allreduce.SetNonTemporal("often")()
+	allreduce.ForgetEnvWarnings()
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	store := allreduce.NewMemStore()
+	for gen := uint64(1); gen <= 2; gen++ {
+		comms := newWorld(t, 2, gen, store, func(c *allreduce.Config) { c.Logger = logger })
+		for r, c := range comms {
+			if got, want := c.Stats().DirectFrom, allreduce.DirectAuto(); got != want {
+				t.Errorf("generation %d, rank %d: DirectFrom %d, want auto's %d", gen, r, got, want)
+			}
+		}
+	}
+	for _, v := range []string{"ELASTICD_SHM_DIRECT", "ELASTICD_SHM_NONTEMPORAL"} {
+		if n := strings.Count(logs.String(), v+" not understood"); n != 1 {
+			t.Errorf("%s warned %d times in two generations of two ranks, want once:\n%s", v, n, logs.String())
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the ranks' goroutines may log to at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

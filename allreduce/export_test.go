@@ -1,5 +1,7 @@
 package allreduce
 
+import "sync"
+
 // Neighbours exposes, to the black-box tests, which ranks connect to which.
 var Neighbours = neighbours
 
@@ -68,3 +70,7 @@ func SetMachineRules(s *Stats, ranks int) {
 		}
 	}
 }
+
+// ForgetEnvWarnings lets the next communicator warn again about ELASTICD_SHM_NONTEMPORAL and
+// ELASTICD_SHM_DIRECT values it does not understand.
+func ForgetEnvWarnings() { ntWarnOnce, directWarnOnce = sync.Once{}, sync.Once{} }

@@ -45,6 +45,10 @@ var envNT = os.Getenv(envNonTemporal)
 // ntSetting is envNonTemporal's policy for this process; a variable so tests can change it.
 var ntSetting, ntSettingOK = parsePolicy(envNT)
 
+// ntWarnOnce says once per process, not at every generation's New, that envNonTemporal's
+// value was not understood.
+var ntWarnOnce sync.Once
+
 // cacheInfo describes the last-level cache of the CPUs this process may run on.
 type cacheInfo struct {
 	size   int64 // bytes; 0: unknown

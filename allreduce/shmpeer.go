@@ -54,7 +54,9 @@ func (c *Comm) chooseNT() {
 	c.stats.NonTemporalFrom = -1
 	if c.stats.SharedMemory > 0 {
 		if !ntSettingOK {
-			c.log.Warn(envNonTemporal+" not understood: want auto, 1 or 0; using auto", "value", envNT)
+			ntWarnOnce.Do(func() {
+				c.log.Warn(envNonTemporal+" not understood: want auto, 1 or 0; using auto", "value", envNT)
+			})
 		}
 		llc := machineLLC()
 		c.stats.NonTemporalFrom = ntFrom(ntSetting, ntHardware, llc, c.stats.SharedMemory+1)
