@@ -126,7 +126,7 @@ func (c *Comm) directAllreduce(o *opInfo, data []byte, dt dtype, op Op) error {
 	es := dt.size()
 	elems := len(data) / es
 	segment := func(j int) (int, int) { return partStart(elems, n, j) * es, partStart(elems, n, j+1) * es }
-	// others' k-th peer, for k from 0 to n-2.
+	// other(k) is the k-th peer after this rank, k from 0 to n-2.
 	other := func(k int) *peer { return c.peers[(r+1+k)%n] }
 	notify := func(unit int, payload []byte) error {
 		for k := range n - 1 {
