@@ -348,21 +348,61 @@ class AwaitMembersTest(unittest.TestCase):
         self.assertLess(time.time() - start, 5)
 
 
+# Two survivors that recorded indices one by one (record_indices) and two ranks that have just
+# joined and recorded none sync, then commit after each has recorded one more: every rank must
+# take part in the same collectives, and end with every rank's indices.
+CHILD_SAMPLER = textwrap.dedent("""
+    import json, sys, torch
+    sys.path.insert(0, sys.argv[1])
+    import elasticd.torch as hvd
+    from elasticd.torch.elastic import ElasticSampler, TorchState
+    hvd.init()
+    r = hvd.rank()
+    s = ElasticSampler(list(range(40)), shuffle=False)
+    state = TorchState(model=torch.nn.Linear(2, 1), sampler=s)
+    if r < 2:
+        s.record_indices([10 * r + 1, 10 * r + 2])
+    state.sync()
+    after_sync = sorted(s.processed_indices)
+    s.record_indices([10 * r + 3])
+    state.commit()
+    print("RESULT " + json.dumps({"sync": after_sync, "commit": sorted(s.processed_indices)}), flush=True)
+    hvd.shutdown()
+""")
+
+
+def run_four(test: unittest.TestCase, child: str, timeout: float) -> list[Any]:
+    """Runs child in four processes with torchrun's environment (gloo on loopback) and returns
+    what each printed after "RESULT "; a process still running at timeout is killed by PID."""
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    procs = []
+    for r in range(4):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE="4", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="4",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, "-c", child, PKG], env=env, stdout=subprocess.PIPE, text=True))
+        test.addCleanup(lambda p=procs[-1]: (p.kill(), p.wait()) if p.poll() is None else None)
+    results = []
+    deadline = time.time() + timeout
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            test.fail(f"a rank (pid {p.pid}) was still running after {timeout:.0f}s: the ranks did not run the same collectives")
+        test.assertEqual(p.returncode, 0, out)
+        results.append(json.loads(next(l for l in out.splitlines() if l.startswith("RESULT "))[7:]))
+    return results
+
+
 class FourProcessesTest(unittest.TestCase):
+    def test_sampler_pools_indices_on_every_rank_after_joiners(self) -> None:
+        for res in run_four(self, CHILD_SAMPLER, 60):
+            self.assertEqual(res["sync"], [1, 2, 11, 12])
+            self.assertEqual(res["commit"], [1, 2, 3, 11, 12, 13, 23, 33])
+
     def test_collectives_and_gradient_averaging(self) -> None:
-        with socket.socket() as sk:
-            sk.bind(("127.0.0.1", 0))
-            port = sk.getsockname()[1]
-        procs = []
-        for r in range(4):
-            env = dict(os.environ, RANK=str(r), WORLD_SIZE="4", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="4",
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-            procs.append(subprocess.Popen([sys.executable, "-c", CHILD, PKG], env=env, stdout=subprocess.PIPE, text=True))
-        results = []
-        for p in procs:
-            out, _ = p.communicate(timeout=120)
-            self.assertEqual(p.returncode, 0, out)
-            results.append(json.loads(next(l for l in out.splitlines() if l.startswith("RESULT "))[7:]))
+        results = run_four(self, CHILD, 120)
         for res in results:
             self.assertEqual((res["sum"], res["avg"], res["max"], res["bcast"]), (6.0, 1.5, 3.0, 2.0))
             self.assertEqual(res["gather"], [0.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0])

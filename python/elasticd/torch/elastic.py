@@ -198,13 +198,18 @@ class ObjectState:
         self._resume()
         if hvd.size() == 1:
             return
-        for v in self._values().values():
-            if isinstance(v, ElasticSampler):
-                v._pool_processed()
-        counts = hvd.allgather_object((self._commits, self._steps))
+        # Whether a sampler's indices recorded one by one are allgathered must be the same on
+        # every rank: a joiner's fresh sampler has recorded none yet, while the survivors' may
+        # have. So the ranks agree on it here, in the allgather they make anyway.
+        samplers = [v for v in self._values().values() if isinstance(v, ElasticSampler)]
+        counts = hvd.allgather_object((self._commits, self._steps, [sp._raw for sp in samplers]))
         rt = _runtime.runtime()
         if rt is not None:
             rt.formed()  # every member got here: collectives now take --comm-timeout
+        for i, sp in enumerate(samplers):
+            sp._raw = any(c[2][i] for c in counts)
+            sp._pool_processed()
+        counts = [c[:2] for c in counts]
         if all(c == counts[0] for c in counts):
             self._after_sync()
             return
@@ -321,6 +326,10 @@ class ElasticSampler(torch.utils.data.Sampler):
         self._upto = max(self._upto, min((batch_idx + 1) * batch_size, len(self.indices)))
 
     def record_indices(self, indices: Any) -> None:
+        """Marks indices as processed on this rank. Once any rank has used it, every commit
+        allgathers the indices recorded since the last one: call it on every rank alike (each
+        batch, as Horovod's examples do); the ranks agree again at every sync, so ranks that
+        have just joined take part."""
         new = [int(i) for i in indices]
         self.processed_indices.update(new)
         self._fresh.extend(new)
