@@ -28,7 +28,8 @@ reconnecting when the driver restarts. It:
    - registers this host with its GPUs (NVML): the driver runs one worker per GPU,
      each with its own GPU at position LOCAL_RANK of CUDA_VISIBLE_DEVICES, where
      torch.cuda.set_device(LOCAL_RANK) finds it (--slots overrides the count; an agent
-     started with CUDA_VISIBLE_DEVICES set but empty offers no GPUs: a CPU job on GPU hosts);
+     started with CUDA_VISIBLE_DEVICES=2,3 offers those GPUs alone, by nvidia-smi's index
+     or UUID, and with it set but empty, or -1, offers none: a CPU job on GPU hosts);
    - starts and stops the workers the driver asks for, and sends back their output and
      exit codes: no ssh is needed. A worker never outlives the agent;
    - watches GPU health (critical XIDs, uncorrectable ECC errors, lost GPUs): the driver
@@ -153,6 +154,15 @@ func runAgent(c *cli.Context) error {
 	} else {
 		defer mon.Close()
 		cfg.GPUs = mon
+		if ok && len(mon.GPUs()) > 0 {
+			// NVML lists every GPU: the operator's list narrows what the agent offers.
+			vis, err := agent.VisibleGPUs(mon, v)
+			if err != nil {
+				return cli.Exit("agent: "+err.Error()+" (unset it to offer every GPU of this host, or set it empty to offer none)", 2)
+			}
+			log.Info("CUDA_VISIBLE_DEVICES narrows the GPUs offered", "value", v, "gpus", len(vis.GPUs()), "of", len(mon.GPUs()))
+			cfg.GPUs = vis
+		}
 	}
 	log.Info("agent starting", "driver", cfg.DriverURL, "host", cfg.HostID, "addr", cfg.Addr, "metadata", kind, "version", version)
 	if err := agent.Run(c.Context, cfg); err != nil {
