@@ -28,8 +28,8 @@ var directSetting, directSettingOK = parsePolicy(envDirectValue)
 var directWarnOnce sync.Once
 
 // directMaxRanks is the largest world that reads directly: every rank must be connected to
-// every other (fullMesh), and New connects the ring's neighbours and the doubling partners,
-// which are all of them up to 4 ranks.
+// every other, and New connects the ring's neighbours and the doubling partners, which are
+// all of them up to 4 ranks (TestDirectWorldsAreFullMesh).
 const directMaxRanks = 4
 
 // directAutoBytes is the smallest allreduce that reads directly where the machine's copies
@@ -90,6 +90,16 @@ func directAgree(wishes []int64, ratio float64) int64 {
 		from = max(from, directAutoBytes)
 	}
 	return from
+}
+
+// directFloor raises an agreed size (not -1) to at least what recursive doubling serves and
+// one element of the widest type per rank: the collective then takes the direct path at every
+// size from there.
+func directFloor(agreed int64, smallBytes, n int) int64 {
+	if agreed < 0 {
+		return agreed
+	}
+	return max(agreed, int64(smallBytes)+1, 8*int64(n))
 }
 
 // directChunk is how much of a peer's segment directAllreduce reads into scratch before it
@@ -219,17 +229,6 @@ func (c *Comm) readPeer(p *peer, addr uint64, dst []byte) error {
 // addrOf is where b starts in this process's memory.
 func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
 
-// fullMesh reports whether every rank of an n-rank world connects to every other (New
-// connects the ring's neighbours and the doubling partners: all of them up to 4 ranks).
-func fullMesh(n int) bool {
-	for r := range n {
-		if len(neighbours(r, n)) != n-1 {
-			return false
-		}
-	}
-	return true
-}
-
 // agreeDirect decides, the same on every rank, whether allreduce reads the peers' buffers
 // directly (Stats.DirectFrom), and from which size: where all ranks share one host and
 // connect to each other, each one tells every other what it asks for (directWish), or that
@@ -242,7 +241,7 @@ func fullMesh(n int) bool {
 func (c *Comm) agreeDirect(ctx context.Context) error {
 	c.stats.DirectFrom = -1
 	n := c.cfg.Size
-	if !shmSupported || n < 2 || n > directMaxRanks || len(c.topo.hosts) != 1 || !fullMesh(n) {
+	if !shmSupported || n < 2 || n > directMaxRanks || len(c.topo.hosts) != 1 {
 		return nil
 	}
 	if !directSettingOK {
@@ -297,12 +296,7 @@ func (c *Comm) agreeDirect(ctx context.Context) error {
 			ratio = math.Float64frombits(binary.LittleEndian.Uint64(theirs[8:]))
 		}
 	}
-	agreed := directAgree(wishes[:n], ratio)
-	if agreed >= 0 {
-		// Never below what recursive doubling serves, nor below one element of the widest
-		// type per rank: the collective then takes this path at every size from here.
-		agreed = max(agreed, int64(c.cfg.SmallBytes)+1, 8*int64(n))
-	}
+	agreed := directFloor(directAgree(wishes[:n], ratio), c.cfg.SmallBytes, n)
 	c.stats.DirectFrom = agreed
 	c.log.Debug("direct reads", "from", agreed, "wishes", wishes[:n], "ratio", ratio, "policy", directSetting.String(), "config", c.cfg.DirectBytes)
 	return nil

@@ -76,6 +76,21 @@ func TestDirectAgreement(t *testing.T) {
 	}
 }
 
+// Direct reads need every rank connected to every other; New connects the ring's neighbours
+// and the doubling partners, and in worlds up to DirectMaxRanks those are all the others (the
+// reason for the limit, which New then need not check), while the next world size is not.
+func TestDirectWorldsAreFullMesh(t *testing.T) {
+	for n := 2; n <= allreduce.DirectMaxRanks+1; n++ {
+		full := true
+		for r := range n {
+			full = full && len(allreduce.Neighbours(r, n)) == n-1
+		}
+		if want := n <= allreduce.DirectMaxRanks; full != want {
+			t.Errorf("%d ranks: every rank connected to every other: %t, want %t", n, full, want)
+		}
+	}
+}
+
 // An ELASTICD_SHM_NONTEMPORAL or ELASTICD_SHM_DIRECT value that is not understood is read as
 // auto and said once per process, not once per generation.
 func TestUnknownSettingsWarnOnce(t *testing.T) {

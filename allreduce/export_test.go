@@ -47,6 +47,9 @@ func SetDirect(value string) (restore func()) {
 	return func() { directSetting, directSettingOK = p, ok }
 }
 
+// DirectMaxRanks is the largest world that reads directly.
+const DirectMaxRanks = directMaxRanks
+
 // DirectAutoBytes is the smallest allreduce that reads directly when the machine decides.
 const DirectAutoBytes = directAutoBytes
 
@@ -65,9 +68,7 @@ func SetMachineRules(s *Stats, ranks int) {
 	}
 	s.DirectFrom = -1
 	if ranks >= 2 && ranks <= directMaxRanks && s.Hosts == 1 && s.SharedMemory == ranks-1 {
-		if from := directAgree([]int64{directWish(directSetting, 0)}, machineReadRatio()); from >= 0 {
-			s.DirectFrom = max(from, defaultSmallBytes+1, 8*int64(ranks))
-		}
+		s.DirectFrom = directFloor(directAgree([]int64{directWish(directSetting, 0)}, machineReadRatio()), defaultSmallBytes, ranks)
 	}
 }
 
