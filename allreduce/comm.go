@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -53,11 +54,14 @@ type Config struct {
 	Transport string
 	// TCPSendBuffer is the send buffer (SO_SNDBUF) of the TCP connections that carry data.
 	// 0, the default: vethSendBuffer where a connection runs over a veth interface (network
-	// namespaces, containers, pods on one node), where a flow's segments leave from several
-	// CPUs and arrive out of order, and BBR or CUBIC then retransmit thousands that were not
-	// lost (docs/benchmarks.md §18); the kernel's autotuning elsewhere, whose larger windows
-	// a real link's round trip needs. Negative: the kernel's autotuning everywhere. Positive:
-	// this size on every TCP data connection (the kernel doubles it for its bookkeeping).
+	// namespaces, containers, pods on one node) and its congestion control is BBR: there a
+	// flow's segments leave from several CPUs and arrive out of order, and BBR then keeps
+	// far more in flight than the veth moves and retransmits thousands of segments that were
+	// not lost (docs/benchmarks.md §18); the kernel's autotuning elsewhere, under CUBIC or
+	// Reno on veth too, where the bound made allreduces slower (§21.2), and on real links,
+	// whose round trip needs larger windows. Negative: the kernel's autotuning everywhere.
+	// Positive: this size on every TCP data connection (the kernel doubles it for its
+	// bookkeeping).
 	TCPSendBuffer int
 	// HostID names the host this rank runs on; it defaults to the kernel's boot ID and the
 	// network namespace. Ranks with equal HostID may use shared memory with each other, and
@@ -193,7 +197,7 @@ type Stats struct {
 	// HostRanks how many ranks share this rank's host, itself included.
 	Hosts, HostRanks int
 	// TCPSendBuffers counts the TCP peers whose send buffer this rank set
-	// (Config.TCPSendBuffer): on veth, by default.
+	// (Config.TCPSendBuffer): on veth under BBR, by default.
 	TCPSendBuffers int
 	// NonTemporalFrom is the smallest collective whose copies into shared memory use
 	// non-temporal stores (NonTemporal); -1: none (no shared memory, the CPU lacks them, or
@@ -331,13 +335,20 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	return c, nil
 }
 
-// vethSendBuffer is Config.TCPSendBuffer's default on veth: with it, 2 ranks in network
-// namespaces joined by veth reduced 1 MB in 0.41-0.60 ms instead of 1.07-1.11 ms and 16 MB in
-// 6.9-8.2 ms instead of 15.5-16.1 ms, retransmitting ~1 % as many segments (docs/benchmarks.md
-// §18); 64 and 128 KiB did no better, 512 KiB as badly as the kernel's autotuning.
-// Both ends are one machine, whose round trip is tens of microseconds: the window it allows
-// (twice this, as the kernel counts) exceeds what a veth moves in one.
+// vethSendBuffer is Config.TCPSendBuffer's default on veth under BBR: with it, 2 ranks in
+// network namespaces joined by veth reduced 1 MB in 0.41-0.60 ms instead of 1.07-1.11 ms and
+// 16 MB in 6.9-8.2 ms instead of 15.5-16.1 ms, retransmitting ~1 % as many segments
+// (docs/benchmarks.md §18); 64 and 128 KiB did no better, 512 KiB as badly as the kernel's
+// autotuning. Both ends are one machine, whose round trip is tens of microseconds: the
+// window it allows (twice this, as the kernel counts) exceeds what a veth moves in one.
 const vethSendBuffer = 256 << 10
+
+// boundOnVeth reports whether a connection over veth whose congestion control is cc (as
+// TCP_CONGESTION names it) gets vethSendBuffer by default: BBR and its successors, which
+// pace by a bandwidth model that the veth's reordering misleads. Under CUBIC and Reno the
+// kernel's autotuning was faster, side by side: 1 MB 1.07-1.17x, 16 MB 1.13x, 4 KB the same
+// (docs/benchmarks.md §21.2).
+func boundOnVeth(cc string) bool { return strings.HasPrefix(cc, "bbr") }
 
 // tuneTCP sets the send buffer of the data connections that stayed on TCP, as
 // Config.TCPSendBuffer says.
@@ -354,7 +365,11 @@ func (c *Comm) tuneTCP() {
 				veth, listed = vethAddrs(), true
 			}
 			if la, ok := p.conn.LocalAddr().(*net.TCPAddr); ok && slices.ContainsFunc(veth, la.IP.Equal) {
-				size = vethSendBuffer
+				if cc := congestionControl(p); boundOnVeth(cc) {
+					size = vethSendBuffer
+				} else {
+					c.log.Debug("send buffer left to the kernel on veth", "peer", p.rank, "congestion_control", cc)
+				}
 			}
 		}
 		if size <= 0 {

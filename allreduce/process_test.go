@@ -53,6 +53,7 @@ type procMode struct {
 	transport, hosts string
 	netns            bool
 	rate             string // with netns: the link's rate each way (tc tbf), "" unlimited
+	cc               string // with netns: both namespaces' TCP congestion control, "" the machine's
 	direct           bool
 	deny             string
 }
@@ -62,6 +63,9 @@ func (m procMode) String() string {
 	switch {
 	case m.netns:
 		s += "/netns=" + m.hosts
+		if m.cc != "" {
+			s += "/" + m.cc
+		}
 	case m.hosts != "":
 		s += "/hosts=" + m.hosts
 	}
@@ -280,6 +284,7 @@ type procWorld struct {
 	t       *testing.T
 	kids    []*child
 	changed chan struct{}
+	cc      string // with netns: the namespaces' TCP congestion control
 }
 
 // startProcs starts n rank processes of scenario; every one is killed by PID and reaped
@@ -294,7 +299,7 @@ func startProcs(t *testing.T, scenario string, mode procMode, n int, timeout tim
 	dir := t.TempDir()
 	var hosts map[byte]netnsHost
 	if mode.netns {
-		hosts = makeNetnsHosts(t, mode.hosts, mode.rate)
+		hosts, w.cc = makeNetnsHosts(t, mode.hosts, mode.rate, mode.cc)
 	}
 	for r := range n {
 		env := append(os.Environ(),
@@ -462,8 +467,10 @@ func (w *procWorld) checkTransport(mode procMode) {
 				w.t.Fatalf("rank %d, %v: %q: want direct reads %t", r, mode, l.text, can)
 			}
 		}
-		if veth := mode.netns && hostCount(mode.hosts) > 1; veth != (sndbuf > 0) {
-			w.t.Fatalf("rank %d, %v: %q: send buffers set on %d TCP connections, want some only across veth", r, mode, l.text, sndbuf)
+		// Bounded by default only across veth, and there only under BBR.
+		bbr := strings.HasPrefix(w.cc, "bbr")
+		if bound := mode.netns && hostCount(mode.hosts) > 1 && bbr; bound != (sndbuf > 0) {
+			w.t.Fatalf("rank %d, %v: %q: send buffers set on %d TCP connections, want some only across veth under BBR (here %q)", r, mode, l.text, sndbuf, w.cc)
 		}
 		// On one machine: every connection over shared memory, or none. On hosts: exactly
 		// the rank's host peers, all of which it connects to.
@@ -493,6 +500,12 @@ func TestProcessesCorrect(t *testing.T) {
 		}
 	}
 	for _, m := range []procMode{{transport: allreduce.TransportAuto, hosts: "AABBA"}, {transport: allreduce.TransportAuto, hosts: "AABBA", netns: true}} {
+		t.Run(m.String(), func(t *testing.T) { processesCorrect(t, m, len(m.hosts)) })
+	}
+	// Across veth, whichever congestion control the machine has: the send buffers are
+	// bounded under BBR only (Reno is always there; BBR where the kernel has it).
+	for _, cc := range []string{"reno", "bbr"} {
+		m := procMode{transport: allreduce.TransportAuto, hosts: "AB", netns: true, cc: cc}
 		t.Run(m.String(), func(t *testing.T) { processesCorrect(t, m, len(m.hosts)) })
 	}
 	// Reading the peers' buffers, with 2, 3 and 4 ranks; and with one rank that may not
@@ -729,10 +742,11 @@ func processStopped(t *testing.T, mode procMode) {
 type netnsHost struct{ name, addr string }
 
 // makeNetnsHosts makes one network namespace per host letter of spec (two of them), joined
-// by a veth pair limited to rate (tc's syntax, "" for none), and deletes them when the
-// test ends. It skips the test where
-// namespaces cannot be made (not root, no ip(8), not Linux).
-func makeNetnsHosts(t *testing.T, spec, rate string) map[byte]netnsHost {
+// by a veth pair limited to rate (tc's syntax, "" for none), with TCP congestion control cc
+// in both ("" leaves the machine's), and deletes them when the test ends. It returns the
+// hosts and the congestion control their connections get. It skips the test where
+// namespaces cannot be made (not root, no ip(8), not Linux), or cc cannot be set.
+func makeNetnsHosts(t *testing.T, spec, rate, cc string) (map[byte]netnsHost, string) {
 	t.Helper()
 	var letters []byte
 	for i := range len(spec) {
@@ -790,7 +804,37 @@ func makeNetnsHosts(t *testing.T, spec, rate string) map[byte]netnsHost {
 			t.Skipf("cannot limit the link's rate: tc: %v: %s", err, bytes.TrimSpace(out))
 		}
 	}
-	return hosts
+	// The namespaces' sockets get their namespace's default, which a new one copies from
+	// the machine's; set where asked for, then read back.
+	const ccFile = "/proc/sys/net/ipv4/tcp_congestion_control"
+	got := ""
+	for _, h := range []netnsHost{a, b} {
+		if cc != "" {
+			out, err := exec.Command("ip", "netns", "exec", h.name, "sh", "-c", "echo "+cc+" > "+ccFile).CombinedOutput()
+			if err != nil {
+				t.Skipf("cannot set TCP congestion control %s in a namespace: %v: %s (available: %s)", cc, err, bytes.TrimSpace(out), readTrim(t, "/proc/sys/net/ipv4/tcp_available_congestion_control"))
+			}
+		}
+		out, err := exec.Command("ip", "netns", "exec", h.name, "cat", ccFile).Output()
+		if err != nil {
+			t.Fatalf("ip netns exec %s cat %s: %v", h.name, ccFile, err)
+		}
+		got = string(bytes.TrimSpace(out))
+		if cc != "" && got != cc {
+			t.Fatalf("namespace %s: congestion control %q after setting %q", h.name, got, cc)
+		}
+	}
+	return hosts, got
+}
+
+// readTrim is a file's text without surrounding space, or the error reading it.
+func readTrim(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return string(bytes.TrimSpace(b))
 }
 
 // TestHierarchicalNetnsTimings logs how long a 16 MiB sum takes on 2+2 ranks in two network

@@ -325,6 +325,20 @@ func (c *Comm) closeWaker() {
 	}
 }
 
+// congestionControl is the congestion control algorithm of p's connection (TCP_CONGESTION:
+// the network namespace's default unless a program chose), "" if it cannot be read.
+func congestionControl(p *peer) string {
+	rc, err := rawConn(p)
+	if err != nil {
+		return ""
+	}
+	var cc string
+	rc.Control(func(fd uintptr) {
+		cc, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+	})
+	return cc
+}
+
 // vethAddrs lists this network namespace's addresses that belong to veth interfaces (the
 // driver ethtool names), as in a network namespace or a container.
 func vethAddrs() []net.IP {

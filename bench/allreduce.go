@@ -70,7 +70,7 @@ type AllreduceOptions struct {
 	ChunkBytes int     // ring pipelining chunk (0: library default)
 	SmallBytes int     // largest message sent by recursive doubling (0: library default)
 	// TCPSendBuffer is allreduce.Config.TCPSendBuffer: 0 the library's default (256 KiB on
-	// veth), negative the kernel's autotuning, positive this size.
+	// veth under BBR), negative the kernel's autotuning, positive this size.
 	TCPSendBuffer int
 	// DirectBytes is allreduce.Config.DirectBytes: the smallest message that ranks on one
 	// host reduce by reading each other's buffers (0: as the machine suggests, -1: never).
