@@ -67,7 +67,11 @@
 #                the namespaces inherit this machine's. On veth, segments of
 #                one flow can arrive out of order (sent from two CPUs), and
 #                BBR and CUBIC then retransmit many that were not lost
-#                (docs/benchmarks.md §17.1, §18); Reno did not
+#                (docs/benchmarks.md §17.1, §18); Reno did not. elasticd bounds
+#                its send buffers on veth under BBR only (§21). A namespace may
+#                set only the algorithms the machine allows
+#                (net.ipv4.tcp_allowed_congestion_control; root may add one
+#                there, e.g. cubic where the machine's default is BBR)
 #
 # In HOSTS mode: elasticd runs its ranks through `elasticd bench allreduce
 # --netns-hosts`; elasticd-tcp adds --transport tcp (TCP inside a host too);
@@ -437,7 +441,7 @@ xh_up() {
     ip -n "$ns" link set eth0 up
     if [[ -n "$HOSTS_TCP_CC" ]]; then
       ip netns exec "$ns" sysctl -qw "net.ipv4.tcp_congestion_control=$HOSTS_TCP_CC" ||
-        die "HOSTS_TCP_CC: cannot set $HOSTS_TCP_CC in $ns (available: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null))"
+        die "HOSTS_TCP_CC: cannot set $HOSTS_TCP_CC in $ns (available: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null); allowed in namespaces: $(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control 2>/dev/null), which net.ipv4.tcp_allowed_congestion_control sets)"
     fi
     if [[ -n "$LINK_QDISC" ]]; then
       # shellcheck disable=SC2086 # LINK_QDISC is a list of tc arguments
