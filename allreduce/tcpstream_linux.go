@@ -11,6 +11,7 @@ import (
 	"os"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -178,6 +179,7 @@ type tcpSender struct {
 	frame   [][]byte // what is left of unit i; nil: not started
 	started bool     // some of unit i is written
 	iov     [2][]byte
+	vec     [2]unix.Iovec // writevNow's iovecs, kept here so that a call allocates nothing
 }
 
 // step writes as much of unit i (payload b) as the socket takes now; it reports whether it
@@ -194,7 +196,7 @@ func (s *tcpSender) step(b []byte) (bool, error) {
 		}
 		s.started = false
 	}
-	w, err := unix.Writev(s.fd, s.frame)
+	w, err := writevNow(s.fd, s.frame, &s.vec)
 	switch {
 	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
 		return false, nil
@@ -275,17 +277,51 @@ func (v *tcpReceiver) step(u unit) (bool, error) {
 
 // readNow reads what the socket holds of len(b) bytes without waiting; the end of the
 // stream is io.EOF.
+//
+// readNow and writevNow are raw system calls, as osYield is. The sockets are non-blocking
+// (Go's net package makes them so), so neither call ever waits; but a Syscall tells the Go
+// scheduler the thread may block, and a writev of a 1 MiB chunk copies for hundreds of
+// microseconds. Meanwhile the runtime's monitor thread (sysmon) finds the processor in a
+// system call, takes it back and hands it off, and so keeps waking every 20 µs: on 2 vCPUs
+// those wake-ups pre-empted the ranks (in a 4 MB run across veth, 1,756 of the ranks' 5,620
+// context switches were sysmon's sleeps); raw calls made 1-64 MB allreduces of 2 ranks
+// there 1.15-1.5x faster under BBR and CUBIC (docs/benchmarks.md §22).
 func readNow(fd int, b []byte) (int, error) {
-	n, err := unix.Read(fd, b)
-	switch {
-	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
+	if len(b) == 0 {
 		return 0, nil
-	case err != nil:
-		return 0, err
-	case n == 0 && len(b) > 0:
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	switch {
+	case e == unix.EAGAIN || e == unix.EINTR:
+		return 0, nil
+	case e != 0:
+		return 0, e
+	case n == 0:
 		return 0, io.EOF
 	}
-	return n, nil
+	return int(n), nil
+}
+
+// writevNow writes as much of frame's pieces (at most two) as the socket takes now, with vec
+// as the iovecs; see readNow.
+func writevNow(fd int, frame [][]byte, vec *[2]unix.Iovec) (int, error) {
+	n := 0
+	for _, b := range frame {
+		if len(b) > 0 {
+			vec[n].Base = &b[0]
+			vec[n].SetLen(len(b))
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	r, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&vec[0])), uintptr(n))
+	*vec = [2]unix.Iovec{} // holds no user buffer past the call
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
 }
 
 // waker returns the communicator's eventfd, which interrupt writes to so that a tcpStream
