@@ -169,6 +169,10 @@ type waitWord struct{ seq, flag *atomic.Uint32 }
 // scheduler costs tens of microseconds), then sleeps on every word at once (at most two),
 // with their flags raised. A wait on links ends early when one of them is closed or its
 // check fails; the index of that link comes with the error.
+//
+// A peer that is done writes its last frame and then closes (its process exits), so a
+// close may be seen after a ready that did not yet see the frame: every wait that a close or
+// a failed check ends looks at ready once more, and takes the frame if it is there.
 func awaitLinks(links []*shmLink, words []waitWord, ready func() bool) (int, error) {
 	closed := func() int {
 		for i, l := range links {
@@ -183,7 +187,7 @@ func awaitLinks(links []*shmLink, words []waitWord, ready func() bool) (int, err
 			return 0, nil
 		}
 		if i := closed(); i >= 0 {
-			return i, shmClosed{}
+			return lastLook(i, shmClosed{}, ready)
 		}
 	}
 	start := time.Now()
@@ -193,7 +197,7 @@ func awaitLinks(links []*shmLink, words []waitWord, ready func() bool) (int, err
 			return 0, nil
 		}
 		if i := closed(); i >= 0 {
-			return i, shmClosed{}
+			return lastLook(i, shmClosed{}, ready)
 		}
 	}
 	var vals [2]uint32
@@ -223,13 +227,21 @@ func awaitCheck(links []*shmLink, ready func() bool, start time.Time) (int, erro
 	}
 	for i, l := range links {
 		if l.closed.Load() != 0 {
-			return i, shmClosed{}
+			return lastLook(i, shmClosed{}, ready)
 		}
 		if err := l.check(start); err != nil {
-			return i, err
+			return lastLook(i, err, ready)
 		}
 	}
 	return -1, nil
+}
+
+// lastLook ends a wait on link i with err, unless ready holds now (see awaitLinks).
+func lastLook(i int, err error, ready func() bool) (int, error) {
+	if ready() {
+		return 0, nil
+	}
+	return i, err
 }
 
 // write copies bufs into tx as one frame's worth of bytes, padding the frame to 8 bytes when
