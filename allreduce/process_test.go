@@ -812,7 +812,8 @@ func makeNetnsHosts(t *testing.T, spec, rate, cc string) (map[byte]netnsHost, st
 		if cc != "" {
 			out, err := exec.Command("ip", "netns", "exec", h.name, "sh", "-c", "echo "+cc+" > "+ccFile).CombinedOutput()
 			if err != nil {
-				t.Skipf("cannot set TCP congestion control %s in a namespace: %v: %s (available: %s)", cc, err, bytes.TrimSpace(out), readTrim(t, "/proc/sys/net/ipv4/tcp_available_congestion_control"))
+				avail, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+				t.Skipf("cannot set TCP congestion control %s in a namespace: %v: %s (available: %s)", cc, err, bytes.TrimSpace(out), bytes.TrimSpace(avail))
 			}
 		}
 		out, err := exec.Command("ip", "netns", "exec", h.name, "cat", ccFile).Output()
@@ -825,16 +826,6 @@ func makeNetnsHosts(t *testing.T, spec, rate, cc string) (map[byte]netnsHost, st
 		}
 	}
 	return hosts, got
-}
-
-// readTrim is a file's text without surrounding space, or the error reading it.
-func readTrim(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	return string(bytes.TrimSpace(b))
 }
 
 // TestHierarchicalNetnsTimings logs how long a 16 MiB sum takes on 2+2 ranks in two network

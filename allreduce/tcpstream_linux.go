@@ -313,9 +313,6 @@ func writevNow(fd int, frame [][]byte, vec *[2]unix.Iovec) (int, error) {
 			n++
 		}
 	}
-	if n == 0 {
-		return 0, nil
-	}
 	r, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&vec[0])), uintptr(n))
 	*vec = [2]unix.Iovec{} // holds no user buffer past the call
 	if e != 0 {
