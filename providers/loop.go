@@ -407,3 +407,12 @@ var (
 	_ Noticer         = (*Loop)(nil)
 	_ NoticeCompleter = (*Loop)(nil)
 )
+
+// Do makes one request of a call other than a poll (a capacity call) to endpoint ep, as Call
+// does, and prefixes its error as a poll's: "name: where: …".
+func (l *Loop) Do(ctx context.Context, ep string, op func(context.Context) error) error {
+	if err := l.Call(ctx, ep, op); err != nil {
+		return l.wrap(withCtx(ctx, err))
+	}
+	return nil
+}
