@@ -434,7 +434,72 @@ func (m *Machine) Step(ev Event) []Action {
 	case Tick:
 		acts = m.tick(now)
 	}
+	acts = append(acts, m.loseGone(now)...)
 	return append(acts, m.advance(now)...)
+}
+
+// loseGone counts lost, at once, the workers that a reset or a restart waits for on hosts the
+// cloud no longer lists or is taking away (Leaving): such a worker will never reach the
+// barrier nor report its exit, and waiting for its agent's lease or the barrier timeout would
+// stall the whole job while the survivors wait. A worker still training on a leaving host is
+// not touched while the job runs: it leaves at its next commit, as on a notice.
+func (m *Machine) loseGone(now time.Time) []Action {
+	if m.adopting() || m.raw == nil || (m.phase != phaseResetting && m.phase != phaseRestarting) {
+		return nil
+	}
+	listed, leaving := map[string]bool{}, map[string]bool{}
+	for _, h := range m.raw {
+		listed[h.ID] = true
+		leaving[h.ID] = h.Leaving
+	}
+	var acts []Action
+	lost := 0
+	for _, id := range sortedIDs(m.workers) {
+		w := m.workers[id]
+		if w.exited || (listed[id.Host] && !leaving[id.Host]) {
+			continue
+		}
+		why := "its host left the group"
+		if listed[id.Host] {
+			why = "its host is being taken away by the cloud"
+		}
+		if m.phase == phaseRestarting {
+			// A restart-mode script may be writing its checkpoint on SIGTERM on a host that is
+			// only being taken away: wait for it there. From a host that left the group its
+			// exit may never be reported (its agent went with it): the restart stops it as
+			// it stops every worker, but does not wait, and a late report finds no worker.
+			if listed[id.Host] {
+				continue
+			}
+			if !w.stopping {
+				acts = append(acts, Stop{Worker: id, Reason: "lost: " + why})
+			}
+			delete(m.workers, id)
+			m.j.event(now, EventLeave, "%s lost: %s; the restart goes on without it", id, why)
+			acts = append(acts, Note{"worker lost with its host; the restart does not wait for it", []any{"worker", id.String(), "host", id.Host}})
+			continue
+		}
+		if _, member := m.plan[id]; !member || w.stopping || w.ready != m.gen {
+			continue // not waited for: not a member, going already, or at the barrier
+		}
+		m.lastFailure = fmt.Sprintf("%s lost: %s", id, why)
+		m.j.event(now, EventFailure, "%s lost: %s; the reset goes on without it", id, why)
+		m.j.failed(now, id, "lost: "+why)
+		acts = append(acts, Stop{Worker: id, Reason: "lost: " + why, Deadline: now},
+			Note{"worker lost with its host; the reset does not wait for it", []any{"worker", id.String(), "host", id.Host, "reason", why}})
+		w.stopping, w.stopBy = true, now
+		lost++
+	}
+	if lost == 0 {
+		return acts
+	}
+	if m.phase == phaseResetting && m.j.hostsCause == "" {
+		m.failed = true // a planned reset (a notice, a removal) stays planned
+	}
+	if m.phase == phaseResetting && m.allFailed() && m.cfg.CheckpointDir != "" {
+		return append(acts, m.restartFromCheckpoint(now)...)
+	}
+	return acts
 }
 
 // launchDone takes the report of a launch. A process launched for a worker that was stopped
@@ -601,14 +666,7 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 		if m.cfg.CheckpointDir == "" {
 			return append(acts, m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed; last failure: %s (with --checkpoint-dir the job would start over from its last checkpoint)", len(m.order), m.gen, m.lastFailure))...)
 		}
-		// Total loss: the state in the workers is gone, but rank 0 wrote it to the
-		// checkpoint directory. Start over on the slots that come back; the new rank 0 has no
-		// commit of its own and resumes from the newest valid checkpoint.
-		msg := fmt.Sprintf("all %d workers of generation %d are lost: the job starts over from the newest checkpoint in %s on the slots that come back (within --elastic-timeout %v)", len(m.order), m.gen, m.cfg.CheckpointDir, m.cfg.ElasticTimeout)
-		m.j.event(now, EventReset, "%s", msg)
-		acts = append(acts, Note{msg, nil})
-		m.failed, m.counted = true, true
-		return append(acts, m.completeReset(now, "resets")...)
+		return append(acts, m.restartFromCheckpoint(now)...)
 	}
 	if m.phase == phaseRunning && !m.inProcess() {
 		return append(acts, m.awaitPeers(now, failedByItself(e) && now.Sub(m.started) < startupWindow)...)
@@ -617,6 +675,16 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 		acts = append(acts, m.beginReset(now, true, m.lastFailure)...)
 	}
 	return acts
+}
+
+// restartFromCheckpoint starts over after a total loss: the state in the workers is gone, but
+// rank 0 wrote it to the checkpoint directory. The job starts again on the slots that come
+// back; the new rank 0 has no commit of its own and resumes from the newest valid checkpoint.
+func (m *Machine) restartFromCheckpoint(now time.Time) []Action {
+	msg := fmt.Sprintf("all %d workers of generation %d are lost: the job starts over from the newest checkpoint in %s on the slots that come back (within --elastic-timeout %v)", len(m.order), m.gen, m.cfg.CheckpointDir, m.cfg.ElasticTimeout)
+	m.j.event(now, EventReset, "%s", msg)
+	m.failed, m.counted = true, true
+	return append([]Action{Note{msg, nil}}, m.completeReset(now, "resets")...)
 }
 
 // beginReset starts the reset barrier of the current generation.

@@ -771,3 +771,97 @@ func eventsText(s Status) string {
 	}
 	return b.String()
 }
+
+// A host that vanishes (killed with its agent, no notice) does not stall the job: once a
+// survivor asks for a reset, the worker on a host that discovery no longer lists, or lists as
+// being taken away, is counted lost at once, and the next generation starts without it,
+// whichever of the two (the survivor's request, the discovery) comes first.
+func TestVanishedHostsWorkerIsLostAtOnce(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		discoverFirst bool
+		leaving       bool
+	}{
+		{"ResetThenGone", false, false},
+		{"GoneThenReset", true, false},
+		{"ResetThenTerminating", false, true},
+		{"TerminatingThenReset", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSim(t, Config{NP: 3, MinNP: 2})
+			s.start(3)
+			discover := func() []Action {
+				hs := []providers.Host{{ID: "h0", Addr: "127.0.0.1", Slots: 1}, {ID: "h1", Addr: "127.0.0.1", Slots: 1}}
+				if c.leaving {
+					hs = append(hs, providers.Host{ID: "h2", Addr: "127.0.0.1", Slots: 1, Leaving: true})
+				}
+				return s.m.Step(HostsDiscovered{Now: s.now, Hosts: hs})
+			}
+			var acts []Action
+			if c.discoverFirst {
+				s.after(time.Second)
+				acts = append(acts, discover()...)
+			}
+			// The survivors lose their peer and ask for a reset.
+			acts = append(acts, s.after(10*time.Millisecond).m.Step(WorkerReported{Now: s.now, Worker: wid("h0"), Generation: 1, State: protocol.Ready, Message: "peer lost"})...)
+			acts = append(acts, s.ready(1, "h1")...)
+			if !c.discoverFirst {
+				if _, order := plan(acts); order != nil {
+					t.Fatalf("planned %v before anything said h2 was gone", order)
+				}
+				acts = append(acts, s.after(time.Second).m.Step(HostsDiscovered{})...)
+				acts = append(acts, discover()...)
+			}
+			s.expectPlan(acts, 2, "h0", "h1")
+			var stop *Stop
+			for _, a := range acts {
+				if st, ok := a.(Stop); ok && st.Worker.Host == "h2" {
+					stop = &st
+				}
+			}
+			if stop == nil || stop.Deadline.IsZero() {
+				t.Fatalf("the lost worker was not stopped at once (no grace): %v", acts)
+			}
+			if !strings.Contains(stop.Reason, "lost") {
+				t.Errorf("stop reason %q does not say the worker was lost", stop.Reason)
+			}
+			// Not the job's fault: never counted toward --reset-limit. Seen first as a failure
+			// it is a failure reset; seen first as the group shrinking, a planned one.
+			if r := s.m.Resets(); r.Counted != 0 || r.Failures != map[bool]int{true: 0, false: 1}[c.discoverFirst] {
+				t.Errorf("resets %+v", r)
+			}
+			// Its exit, reported at last when the agent's lease ran out, changes nothing.
+			if acts := s.after(30 * time.Second).m.Step(WorkerExited{Now: s.now, Worker: wid("h2"), Code: -1}); has[Publish](acts) || has[Abandon](acts) {
+				t.Fatalf("the lost worker's late exit reset the job again: %v", acts)
+			}
+		})
+	}
+}
+
+// A worker that is only slow to reach the barrier on a host discovery still lists is waited
+// for, as before.
+func TestListedHostsWorkerIsWaitedFor(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2})
+	s.start(3)
+	acts := s.ready(1, "h0", "h1")
+	acts = append(acts, s.after(time.Second).hosts("h0", "h1", "h2")...)
+	if has[Publish](acts) || slices.Contains(stopped(acts), "h2") {
+		t.Fatalf("a worker on a listed host was not waited for: %v", acts)
+	}
+	s.expectPlan(s.ready(1, "h2"), 2, "h0", "h1", "h2")
+}
+
+// In restart mode, a worker whose host left the group is stopped with the others, but the
+// restart does not wait for an exit that may never be reported.
+func TestRestartDoesNotWaitForAVanishedHost(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, Mode: ModeRestart})
+	s.startRestart(3)
+	acts := s.after(time.Second).exit("h0", 1) // a survivor's collective failed
+	acts = append(acts, s.after(time.Second).hosts("h0", "h1")...)
+	acts = append(acts, s.after(time.Minute).tick()...) // the collateral window ends: stop the rest
+	acts = append(acts, s.exit("h1", 143)...)
+	s.expectPlan(acts, 2, "h0", "h1")
+	if !slices.Contains(stopped(acts), "h2") {
+		t.Fatalf("the vanished host's worker was never stopped: %v", acts)
+	}
+}
