@@ -35,6 +35,10 @@ type Config struct {
 	// Lease is how long an agent may go unheard before it counts as lost, its processes as
 	// failed and its host as gone (default 30s).
 	Lease time.Duration
+	// DropGrace is how long an agent whose commands long-poll connection closed under it (the
+	// agent, or its host, died) has to come back before it counts as lost, without waiting
+	// for the lease (default 1s). An agent that is only slow keeps its connection open.
+	DropGrace time.Duration
 	// MaxBody bounds a request body (default 8 MiB: an events batch carries output).
 	MaxBody int64
 	// Logger receives the registry's log; nil discards it.
@@ -44,6 +48,7 @@ type Config struct {
 const (
 	defaultPollWait = 10 * time.Second
 	defaultLease    = 30 * time.Second
+	defaultDrop     = time.Second
 	defaultMaxBody  = 8 << 20
 	// queueLen bounds the notices and faults not yet read by the driver; beyond it an events
 	// request gets 503 and the agent sends them again.
@@ -59,8 +64,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("agent secret of %d bytes: must be at least %d", len(c.Secret), protocol.MinAgentSecret)
 	case c.JobID == "":
 		return errors.New("agents: no job ID")
-	case c.PollWait < 0 || c.Lease < 0 || c.MaxBody < 0:
-		return errors.New("agents: PollWait, Lease and MaxBody must not be negative")
+	case c.PollWait < 0 || c.Lease < 0 || c.MaxBody < 0 || c.DropGrace < 0:
+		return errors.New("agents: PollWait, Lease, DropGrace and MaxBody must not be negative")
 	case cmp.Or(c.Lease, defaultLease) <= cmp.Or(c.PollWait, defaultPollWait):
 		return fmt.Errorf("agents: Lease %v must be longer than PollWait %v", cmp.Or(c.Lease, defaultLease), cmp.Or(c.PollWait, defaultPollWait))
 	}
@@ -107,12 +112,15 @@ type session struct {
 	registered time.Time
 	lastSeen   time.Time
 	polling    int
-	lostCh     chan struct{}           // closed when the session is lost
-	cmds       []protocol.AgentCommand // queued and not yet acknowledged
-	nextCmd    uint64
-	cmdCh      chan struct{} // closed and replaced when a command is queued
-	lastEvent  uint64
-	procs      map[uint64]*process
+	// dropped is when a commands long-poll ended because its connection closed; it counts
+	// until the agent's next request (lastSeen after it).
+	dropped   time.Time
+	lostCh    chan struct{}           // closed when the session is lost
+	cmds      []protocol.AgentCommand // queued and not yet acknowledged
+	nextCmd   uint64
+	cmdCh     chan struct{} // closed and replaced when a command is queued
+	lastEvent uint64
+	procs     map[uint64]*process
 	// hostID and hostAddr are the provider's host this agent serves (see Wrap); the agent's
 	// own until a discovery matches it.
 	hostID, hostAddr string
@@ -127,6 +135,7 @@ func New(cfg Config) (*Registry, error) {
 	}
 	cfg.PollWait = cmp.Or(cfg.PollWait, defaultPollWait)
 	cfg.Lease = cmp.Or(cfg.Lease, defaultLease)
+	cfg.DropGrace = cmp.Or(cfg.DropGrace, defaultDrop)
 	cfg.MaxBody = cmp.Or(cfg.MaxBody, defaultMaxBody)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -236,9 +245,10 @@ func (s *session) slots(fallback int) int {
 	return fallback
 }
 
-// expire counts agents lost when they have not been heard from for a lease.
+// expire counts agents lost when they have not been heard from for a lease, or when their
+// connection closed and they did not come back within DropGrace.
 func (r *Registry) expire() {
-	t := time.NewTicker(max(min(r.cfg.Lease/4, time.Second), time.Millisecond))
+	t := time.NewTicker(max(min(r.cfg.Lease/4, r.cfg.DropGrace/2, time.Second), time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
@@ -247,8 +257,12 @@ func (r *Registry) expire() {
 		case now := <-t.C:
 			r.mu.Lock()
 			for _, s := range r.sessions {
-				if s.polling == 0 && now.Sub(s.lastSeen) > r.cfg.Lease {
+				switch {
+				case s.polling > 0:
+				case now.Sub(s.lastSeen) > r.cfg.Lease:
 					r.loseLocked(s, fmt.Sprintf("no word from the agent for %v", r.cfg.Lease))
+				case !s.dropped.IsZero() && !s.lastSeen.After(s.dropped) && now.Sub(s.dropped) > r.cfg.DropGrace:
+					r.loseLocked(s, fmt.Sprintf("its connection closed and it did not come back within %v (the agent or its host is gone)", r.cfg.DropGrace))
 				}
 			}
 			for id, p := range r.expected {
@@ -421,6 +435,9 @@ func (r *Registry) commands(a protocol.Answer, req *http.Request, id string) {
 		r.mu.Lock()
 		s.polling--
 		s.lastSeen = time.Now()
+		if req.Context().Err() != nil {
+			s.dropped = s.lastSeen
+		}
 		r.mu.Unlock()
 	}()
 	for {

@@ -1159,3 +1159,67 @@ func TestAdopt(t *testing.T) {
 		t.Errorf("never listed: %+v %v", x.st, x.err)
 	}
 }
+
+// An agent whose commands poll's connection closes under it (the agent, or its host, died) is
+// lost within DropGrace, not after its lease: the job does not wait 30 s for a host that is
+// gone. One that comes back within the grace keeps its session and its processes.
+func TestDroppedConnectionLosesTheAgentAtOnce(t *testing.T) {
+	e := newEnv(t, func(c *agents.Config) {
+		c.PollWait, c.Lease, c.DropGrace = 5*time.Second, 20*time.Second, 300*time.Millisecond
+	})
+	c := e.client(t, secret)
+	a := c.register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := a.next(t, 0)
+
+	// drop starts a long poll and closes its connection after a moment, as a killed agent's
+	// kernel does.
+	drop := func() {
+		t.Helper()
+		ctx, cancel := context.WithCancel(t.Context())
+		req, _, err := c.newRequest(http.MethodGet, a.commandsTarget(start.Seq, 5000), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			resp, err := c.hc.Do(req.WithContext(ctx))
+			if err == nil {
+				resp.Body.Close()
+			}
+			done <- err
+		}()
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+		if err := <-done; err == nil {
+			t.Fatal("the poll was answered before its connection closed")
+		}
+	}
+
+	// Dropped, then back within the grace: nothing is lost.
+	drop()
+	time.Sleep(100 * time.Millisecond)
+	a.poll(t, start.Seq, 10)
+	time.Sleep(600 * time.Millisecond)
+	notExited(t, p)
+	if got := e.reg.Agents(); len(got) != 1 {
+		t.Fatalf("Agents() = %+v after a dropped poll the agent came back from, want it", got)
+	}
+
+	// Dropped for good: lost within the grace (and the janitor's tick), long before the lease.
+	drop()
+	dropped := time.Now()
+	x := waitExit(t, p, 3*time.Second)
+	if d := time.Since(dropped); d < 250*time.Millisecond {
+		t.Errorf("lost %v after the drop, before its grace of 300ms", d)
+	}
+	if x.err == nil || !strings.Contains(x.err.Error(), "connection closed") {
+		t.Errorf("Wait() = %+v, %v; want an error saying the agent's connection closed", x.st, x.err)
+	}
+	if got := e.reg.Agents(); len(got) != 0 {
+		t.Errorf("Agents() = %+v after the drop, want none", got)
+	}
+}
