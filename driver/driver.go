@@ -389,6 +389,7 @@ func (d *runner) loop(ctx context.Context) Result {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	interrupted := ctx.Done()
+	discovered := false // a discovery result was stepped since the last snapshot
 	for !d.m.Done() {
 		now := time.Now()
 		if dl := d.m.NextDeadline(now); !dl.IsZero() {
@@ -399,6 +400,8 @@ func (d *runner) loop(ctx context.Context) Result {
 		var acts []Action
 		select {
 		case ev := <-d.events:
+			_, isHosts := ev.(HostsDiscovered)
+			discovered = discovered || isHosts
 			acts = d.step(ev)
 		case <-timer.C:
 			acts = d.m.Step(Tick{Now: time.Now()})
@@ -420,6 +423,10 @@ func (d *runner) loop(ctx context.Context) Result {
 		// worked off: whenever the loop waits, the board holds the machine's current state.
 		if len(d.events) == 0 || d.m.Done() {
 			d.board.store(d.m.Snapshot())
+			if discovered { // the board knows the new hosts' types now: price them at once
+				d.o.Prices.Wake()
+				discovered = false
+			}
 			if !d.m.Done() {
 				d.save(d.srv.HostsVersion(), false)
 			}

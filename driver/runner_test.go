@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver"
+	"github.com/elasticd/elasticd/driver/cost"
 	"github.com/elasticd/elasticd/proc"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
@@ -196,5 +198,66 @@ esac`
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("%s (pid %d) outlived the job: kill = %v", key, pid, err)
 		}
+	}
+}
+
+// spotCalls is a SpotPricer that records the types it was asked about.
+type spotCalls struct {
+	mu    sync.Mutex
+	asked []string
+}
+
+func (s *spotCalls) SpotPrices(_ context.Context, types []string) (map[string]map[string]float64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked = append(s.asked, types...)
+	out := map[string]map[string]float64{}
+	for _, t := range types {
+		out[t] = map[string]float64{"z1": 0.5}
+	}
+	return out, nil
+}
+
+// slowFirst answers no poll before at, as a cloud's first answer comes after the price loop's
+// first look.
+type slowFirst struct {
+	providers.Provider
+	at time.Time
+}
+
+func (p slowFirst) Hosts(ctx context.Context) ([]providers.Host, error) {
+	select {
+	case <-time.After(time.Until(p.at)):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return p.Provider.Hosts(ctx)
+}
+
+// A job shorter than a minute is priced: the spot prices of its hosts' types are asked as
+// soon as discovery finds them, not at the price loop's next look a minute later.
+func TestShortJobIsPriced(t *testing.T) {
+	spot := &spotCalls{}
+	o := driver.Options{
+		Config: driver.Config{
+			NP: 1, MinNP: 1, Mode: driver.ModeRestart,
+			ElasticTimeout: time.Minute, StartTimeout: time.Minute, BarrierTimeout: time.Minute,
+		},
+		Provider:          slowFirst{providers.NewFixed([]providers.Host{{ID: "a", Addr: "127.0.0.1", Slots: 1, Type: "g4", Zone: "z1", Spot: true}}), time.Now().Add(300 * time.Millisecond)},
+		DiscoveryInterval: 100 * time.Millisecond,
+		Launcher:          proc.NewLocal(),
+		Command:           []string{"/bin/sh", "-c", "sleep 1"},
+		StopGrace:         2 * time.Second,
+		Prices:            cost.NewCatalog(nil, spot, nil),
+		Logger:            slog.New(slog.NewTextHandler(tWriter{t}, nil)),
+	}
+	res, err := driver.Run(t.Context(), o)
+	if err != nil || res.Code != driver.ExitOK {
+		t.Fatalf("job: %+v, %v", res, err)
+	}
+	spot.mu.Lock()
+	defer spot.mu.Unlock()
+	if !slices.Contains(spot.asked, "g4") {
+		t.Fatalf("the spot price of the job's only type was never asked for (asked %v)", spot.asked)
 	}
 }

@@ -108,6 +108,7 @@ type Catalog struct {
 	last         time.Time             // the last refresh
 	now          func() time.Time      // time.Now; tests set it
 	newTypeEvery time.Duration         // how often Run looks for new types: newTypeEvery; tests shorten it
+	wake         chan struct{}         // Wake's: the hosts changed, look for new types now
 }
 
 // NewCatalog returns a catalog over file and spot, either of which may be nil.
@@ -115,7 +116,7 @@ func NewCatalog(file *File, spot providers.SpotPricer, log *slog.Logger) *Catalo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Catalog{file: file, spot: spot, log: log, api: map[[2]string][]point{}, asked: map[string]bool{}, now: time.Now, newTypeEvery: newTypeEvery}
+	return &Catalog{file: file, spot: spot, log: log, api: map[[2]string][]point{}, asked: map[string]bool{}, now: time.Now, newTypeEvery: newTypeEvery, wake: make(chan struct{}, 1)}
 }
 
 // point is a spot price in effect from a time on.
@@ -238,10 +239,21 @@ const RefreshEvery = time.Hour
 // newTypeEvery, which its tests shorten).
 const newTypeEvery = time.Minute
 
-// Run keeps the spot prices of the types in use (types is called at once, then each minute)
-// up to date: every type is asked about within a minute of its first appearing (the first
-// hosts' types too, as discovery usually answers after the first call), then all hourly. It
-// returns when ctx ends. A failed refresh is logged and the previous prices stay; it is
+// Wake tells Run that the hosts changed: it looks for types it has not asked about at once,
+// so that a job's first hosts are priced from the start, not a minute later. It never blocks.
+func (c *Catalog) Wake() {
+	if c == nil || c.wake == nil {
+		return
+	}
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run keeps the spot prices of the types in use (types is called at once, on each Wake, and
+// each minute) up to date: every type is asked about as soon as Wake says the hosts changed
+// (else within a minute of its first appearing), then all hourly. It returns when ctx ends. A failed refresh is logged and the previous prices stay; it is
 // tried again at the next hourly refresh, or with the next new type.
 func (c *Catalog) Run(ctx context.Context, types func() []string) {
 	if c == nil || c.spot == nil {
@@ -270,6 +282,7 @@ func (c *Catalog) Run(ctx context.Context, types func() []string) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-c.wake:
 		}
 	}
 }

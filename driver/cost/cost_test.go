@@ -274,3 +274,31 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A job's first hosts are discovered after Run's first look, when no type is known yet: Wake
+// makes Run ask for them at once, not at the next minute's look, so that a short job is
+// priced.
+func TestRunAsksAtOnceWhenWoken(t *testing.T) {
+	spot := &fakeSpot{prices: map[string]map[string]float64{"a": {"z": 0.1}}}
+	c := NewCatalog(nil, spot, nil)
+	c.newTypeEvery = time.Hour
+	var mu sync.Mutex
+	var types []string
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx, func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(types) })
+	}()
+	defer func() { cancel(); <-done }()
+	time.Sleep(20 * time.Millisecond) // Run's first look finds no type
+	if n := spot.callCount(); n != 0 {
+		t.Fatalf("%d calls with no type known", n)
+	}
+	mu.Lock()
+	types = []string{"a"}
+	mu.Unlock()
+	c.Wake()
+	c.Wake() // never blocks, however often
+	waitFor(t, "the refresh Wake asked for", func() bool { _, _, ok := c.Price("a", "z", true); return ok })
+}
