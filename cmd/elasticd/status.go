@@ -163,9 +163,12 @@ func costLine(s *driver.Status) string {
 	}
 	f := func(v float64) string { return cost.Format(c.Currency, v) }
 	var line string
-	if !priced {
+	switch {
+	case len(c.Lines) == 0:
+		line = "cost: nothing to price: no host was in the job"
+	case !priced:
 		line = fmt.Sprintf("cost: unpriced, %.2f instance-hours with no price (%s): give --prices FILE, each instance type's spot and on-demand price per hour (examples/prices.yaml); on AWS the spot prices come by themselves", hours, strings.Join(c.Unpriced, ", "))
-	} else {
+	default:
 		line = fmt.Sprintf("cost %s for %.2f instance-hours (%s on spot instances, %s on on-demand instances)", f(c.Total), hours, f(c.Spot), f(c.OnDemand))
 		if c.OnDemandEquivalent > 0 {
 			line += fmt.Sprintf("; saved %s (%.0f%%) against %s for the same hours at on-demand prices", f(c.Savings), c.SavingsPercent, f(c.OnDemandEquivalent))

@@ -24,6 +24,14 @@ func TestCostLine(t *testing.T) {
 			not:  []string{"0.0000", "USD"},
 		},
 		{
+			// A job that never had a host (its first poll failed) has nothing to price,
+			// which is not the same as time without a price.
+			name: "no hosts",
+			sum:  cost.Summary{Currency: "USD", Lines: []cost.Line{}, Unpriced: []string{}},
+			want: []string{"cost: nothing to price: no host was in the job"},
+			not:  []string{"()", "no price", "USD"},
+		},
+		{
 			name: "priced",
 			sum: cost.Summary{Currency: "USD", Total: 1, Spot: 1, OnDemandEquivalent: 2.5, Savings: 1.5, SavingsPercent: 60,
 				Lines: []cost.Line{{Lifecycle: "spot", Type: "g5.xlarge", Seconds: 7200, Cost: &price}}, Unpriced: []string{}},
