@@ -373,3 +373,59 @@ func TestAgentsWithOneHostIDDoNotSpin(t *testing.T) {
 		a.stop(t)
 	}
 }
+
+// TestAgentHostVanishes: a host dies at once, without a notice (a spot instance reclaimed
+// with no warning, a kernel panic): its agent and workers are SIGKILLed together. The
+// survivors must go on as soon as the agent's connection closes, not after the agent's 30 s
+// lease, and the job completes on the other host.
+func TestAgentHostVanishes(t *testing.T) {
+	secret := writeSecret(t)
+	drv := startJob(t, append([]string{"run", "-np", "4", "--min-np", "2", "--launcher", "agent",
+		"--agent-secret-file", secret, "--listen", "127.0.0.1:0"},
+		trainArgs("--steps", "1500", "--step-delay", "5ms", "--events")...)...)
+	url := driverURL(drv)
+	agentsByAddr := map[string]agentProc{}
+	for _, addr := range []string{"127.0.0.2", "127.0.0.3"} {
+		agentsByAddr[addr] = startAgent(t, "--driver", url, "--agent-secret-file", secret, "--addr", addr, "--slots", "2",
+			"--metadata", "none", "--host-id", "host-"+addr)
+	}
+	drv.waitFor(`generation 1: world size 4`, 60*time.Second)
+	rank0 := drv.waitFor(`launched worker" worker=(host-\S+)/\d+ rank=0 `, 10*time.Second)[1]
+	doomed := "127.0.0.2"
+	if rank0 == "host-127.0.0.2" {
+		doomed = "127.0.0.3"
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for s := steps(drv.output()); len(s) == 0 || s[len(s)-1] < 50; s = steps(drv.output()) {
+		if time.Now().After(deadline) {
+			t.Fatal("rank 0 did not reach step 50")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	a := agentsByAddr[doomed]
+	pids := a.workerPIDs()
+	killed := time.Now()
+	a.cmd.Process.Kill()
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	a.wait(10 * time.Second)
+	waitGone(t, pids, 5*time.Second)
+	m := drv.waitFor(`generation (\d+): world size 2, resuming at step (\d+)`, 60*time.Second)
+	took := time.Since(killed)
+	t.Logf("host %s vanished: training went on with 2 workers after %v (generation %s, step %s)", doomed, took.Round(time.Millisecond), m[1], m[2])
+	if took > 15*time.Second {
+		t.Errorf("the job took %v to go on without a vanished host; its agent's connection closed at once", took)
+	}
+	if code := drv.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("job exit %d, want 0", code)
+	}
+	if !strings.Contains(drv.output(), "its connection closed") {
+		t.Error("the driver did not say the vanished agent's connection closed")
+	}
+	for addr, a := range agentsByAddr {
+		if addr != doomed {
+			a.stop(t)
+		}
+	}
+}
