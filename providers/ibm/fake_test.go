@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,10 +25,12 @@ import (
 	"github.com/elasticd/elasticd/providers/ibm"
 )
 
-// The fake speaks the VPC API's wire format for the three calls the provider makes: JSON
-// bodies rendered from the templates in testdata/ (shaped like real replies, every field the
-// SDK knows about filled), pages with first/next hrefs and opaque start tokens, the API's
-// error bodies, its query parameters (version, generation=2, limit 1…100) checked.
+// The fake speaks the VPC API's wire format for the calls the provider makes: JSON bodies
+// rendered from the templates in testdata/ (shaped like real replies, every field the SDK
+// knows about filled), pages with first/next hrefs and opaque start tokens, the API's error
+// bodies, its query parameters (version, generation=2, limit 1…100) checked. Beside the
+// three listings of a poll, it serves the capacity calls on the group groupID (capacity
+// fake below): GET and PATCH of the group and of its managers, DELETE of a membership.
 
 const (
 	groupID   = "r006-ig-gpu-spot"
@@ -40,6 +44,12 @@ const (
 	epGroups      = "groups"
 	epMemberships = "memberships"
 	epInstances   = "instances"
+	// The capacity calls.
+	epGroup            = "group"             // GET /instance_groups/{id}
+	epUpdateGroup      = "update_group"      // PATCH /instance_groups/{id}
+	epManagers         = "managers"          // GET /instance_groups/{id}/managers
+	epUpdateManager    = "update_manager"    // PATCH /instance_groups/{id}/managers/{id}
+	epDeleteMembership = "delete_membership" // DELETE /instance_groups/{id}/memberships/{id}
 )
 
 var (
@@ -82,8 +92,10 @@ type reply struct {
 type request struct {
 	endpoint string
 	at       time.Time
+	method   string
 	path     string
 	query    string
+	body     string // as sent, for PATCH
 }
 
 type fakeVPC struct {
@@ -107,20 +119,28 @@ type fakeVPC struct {
 	calls    map[string]int
 	reqs     []request
 	rendered map[fakeInstance][2][]byte // instance JSON, membership JSON
+
+	// The capacity state of the group groupID.
+	memberCount int    // membership_count; -1: the memberships listed, as before any PATCH
+	status      string // the group's status; "" is healthy
+	managers    []fakeManager
+	deleted     []deletion // the memberships deleted, in order
+	denied      bool       // every change is refused for want of a permission (403)
 }
 
 func newFake(t testing.TB, instances ...fakeInstance) *fakeVPC {
 	t.Helper()
 	f := &fakeVPC{
-		t:         t,
-		done:      make(chan struct{}),
-		groups:    []fakeGroup{{"r006-ig-other", "cpu-pool"}, {groupID, groupName}},
-		instances: instances,
-		pageMax:   apiMaxPage,
-		queued:    make(map[string][]reply),
-		sticky:    make(map[string]*reply),
-		calls:     make(map[string]int),
-		rendered:  make(map[fakeInstance][2][]byte),
+		t:           t,
+		done:        make(chan struct{}),
+		groups:      []fakeGroup{{"r006-ig-other", "cpu-pool"}, {groupID, groupName}},
+		instances:   instances,
+		pageMax:     apiMaxPage,
+		queued:      make(map[string][]reply),
+		sticky:      make(map[string]*reply),
+		calls:       make(map[string]int),
+		rendered:    make(map[fakeInstance][2][]byte),
+		memberCount: -1,
 	}
 	f.srv = httptest.NewServer(f)
 	f.base = f.srv.URL + "/v1"
@@ -217,24 +237,50 @@ func (f *fakeVPC) requests(endpoint string) []request {
 	return out
 }
 
-var membershipsPath = regexp.MustCompile(`^/v1/instance_groups/([^/]+)/memberships$`)
+var (
+	membershipsPath = regexp.MustCompile(`^/v1/instance_groups/([^/]+)/memberships$`)
+	// The capacity calls' paths, by endpoint, and the method each takes.
+	capacityPaths = []struct {
+		endpoint, method string
+		path             *regexp.Regexp
+	}{
+		{epGroup, http.MethodGet, regexp.MustCompile(`^/v1/instance_groups/([^/]+)$`)},
+		{epUpdateGroup, http.MethodPatch, regexp.MustCompile(`^/v1/instance_groups/([^/]+)$`)},
+		{epManagers, http.MethodGet, regexp.MustCompile(`^/v1/instance_groups/([^/]+)/managers$`)},
+		{epUpdateManager, http.MethodPatch, regexp.MustCompile(`^/v1/instance_groups/([^/]+)/managers/([^/]+)$`)},
+		{epDeleteMembership, http.MethodDelete, regexp.MustCompile(`^/v1/instance_groups/([^/]+)/memberships/([^/]+)$`)},
+	}
+)
 
 func (f *fakeVPC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var endpoint, group string
+	var ids []string // a capacity call's path IDs: the group's, then the manager's or membership's
 	switch m := membershipsPath.FindStringSubmatch(r.URL.Path); {
 	case r.URL.Path == "/v1/instance_groups":
 		endpoint = epGroups
-	case m != nil:
+	case m != nil && r.Method == http.MethodGet:
 		endpoint, group = epMemberships, m[1]
 	case r.URL.Path == "/v1/instances":
 		endpoint = epInstances
 	default:
-		f.write(w, reply{status: http.StatusNotFound, file: "error_not_found.json"})
-		return
+		for _, c := range capacityPaths {
+			if m := c.path.FindStringSubmatch(r.URL.Path); m != nil && r.Method == c.method {
+				endpoint, ids = c.endpoint, m[1:]
+				break
+			}
+		}
+		if endpoint == "" {
+			f.write(w, reply{status: http.StatusNotFound, file: "error_not_found.json"})
+			return
+		}
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		f.t.Errorf("fake: reading the body of %s %s: %v", r.Method, r.URL, err)
 	}
 	f.mu.Lock()
 	f.calls[endpoint]++
-	f.reqs = append(f.reqs, request{endpoint, time.Now(), r.URL.Path, r.URL.RawQuery})
+	f.reqs = append(f.reqs, request{endpoint: endpoint, at: time.Now(), method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, body: string(body)})
 	if f.stalled {
 		f.mu.Unlock()
 		select {
@@ -257,6 +303,14 @@ func (f *fakeVPC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 
 	q := r.URL.Query()
+	if ids != nil {
+		if !versionRE.MatchString(q.Get("version")) || q.Get("generation") != "2" {
+			f.badRequest(w, fmt.Sprintf("%s %s: want version=YYYY-MM-DD and generation=2", r.Method, r.URL))
+			return
+		}
+		f.serveCapacity(w, r, endpoint, ids, body)
+		return
+	}
 	if r.Method != http.MethodGet || !versionRE.MatchString(q.Get("version")) || q.Get("generation") != "2" {
 		f.badRequest(w, fmt.Sprintf("%s %s: want GET with version=YYYY-MM-DD and generation=2", r.Method, r.URL))
 		return
@@ -358,8 +412,20 @@ func (f *fakeVPC) renderGroup(g fakeGroup) []byte {
 			n++
 		}
 	}
+	status := "healthy"
+	managers := []map[string]string{}
+	if g.ID == groupID {
+		if f.memberCount >= 0 {
+			n = f.memberCount
+		}
+		status = cmpOr(f.status, status)
+		for _, m := range f.managers {
+			managers = append(managers, map[string]string{"href": f.managerHref(m), "id": m.ID, "name": m.Name})
+		}
+	}
+	data := map[string]any{"ID": g.ID, "Name": g.Name, "Base": f.base, "Count": n, "Status": status, "Managers": managers}
 	var b bytes.Buffer
-	if err := groupTmpl.Execute(&b, map[string]any{"ID": g.ID, "Name": g.Name, "Base": f.base, "Count": n}); err != nil {
+	if err := groupTmpl.Execute(&b, data); err != nil {
 		f.t.Errorf("render group: %v", err)
 	}
 	return compact(f.t, b.Bytes())
@@ -371,7 +437,7 @@ func (f *fakeVPC) render(in fakeInstance) [2][]byte {
 		return r
 	}
 	data := map[string]any{
-		"ID": in.ID, "Name": in.Name, "Status": in.Status, "Reason": in.Reason, "Lifecycle": in.Lifecycle,
+		"ID": in.ID, "Name": in.Name, "Status": in.Status, "Reason": in.Reason, "ReasonMessage": reasonMessages[in.Reason], "Lifecycle": in.Lifecycle,
 		"Zone": in.Zone, "Profile": in.Profile, "Class": in.Class, "IP": in.IP, "GPUs": in.GPUs,
 		"Attachment": in.Attachment, "Group": in.Group, "Membership": in.Membership,
 		"Created": in.Created.UTC().Format(time.RFC3339), "Base": f.base,
@@ -427,8 +493,9 @@ func (f *fakeVPC) write(w http.ResponseWriter, r reply) {
 	w.Write(body)
 }
 
-func cmpOr(a, b int) int {
-	if a != 0 {
+func cmpOr[T comparable](a, b T) T {
+	var zero T
+	if a != zero {
 		return a
 	}
 	return b
@@ -479,4 +546,226 @@ func hostsOf(ins []fakeInstance) []providers.Host {
 		out[i] = hostOf(in, slotsByProfile[in.Profile])
 	}
 	return out
+}
+
+// The capacity fake: the group groupID's membership_count, its managers and its deleted
+// memberships, changed the way IBM documents (replies as the API reference shapes them).
+//
+// What IBM answers to a membership_count PATCH while an autoscale manager is enabled is not
+// in the API reference; its Terraform provider only says the manager "should be in disabled
+// state to update the instance_count". The fake answers as the API answers a patch that fails
+// validation, in the shape seen in IBM's replies (400, code validation_failed…, "Validation
+// Failure for field: …", target {"name":"membership_count","type":"field"}):
+// testdata/error_manager_enabled.json. A change while the group is scaling is refused as a
+// conflict (409, testdata/error_group_scaling.json), which is also inferred.
+
+// fakeManager is one manager of the group groupID.
+type fakeManager struct {
+	ID, Name string
+	Type     string // autoscale or scheduled
+	Enabled  bool
+	Min, Max int // autoscale only
+}
+
+// deletion is one membership deleted: its ID and its instance's.
+type deletion struct{ Membership, Instance string }
+
+// autoscaler is an enabled autoscale manager with these bounds.
+func autoscaler(min, max int) fakeManager {
+	return fakeManager{ID: "r006-igm-autoscale", Name: "gpu-autoscaler", Type: "autoscale", Enabled: true, Min: min, Max: max}
+}
+
+// reasonMessages are the messages of the instance status reasons the fake gives.
+var reasonMessages = map[string]string{
+	"stopped_by_preemption":             "The instance was stopped by preemption.",
+	"cannot_start":                      "The instance cannot start.",
+	"cannot_start_capacity":             "Insufficient capacity within the selected zone.",
+	"cannot_start_compute":              "The instance cannot start: a compute error in the zone.",
+	"cannot_start_ip_address":           "The instance cannot start: no IP address is available in the subnet.",
+	"cannot_start_network":              "The instance cannot start: a network error in the zone.",
+	"cannot_start_placement_group":      "The instance cannot start within the constraints of its placement group.",
+	"cannot_start_reservation_capacity": "The instance cannot start: its reservation has no capacity left.",
+	"cannot_start_reservation_expired":  "The instance cannot start: its reservation has expired.",
+	"cannot_start_storage":              "The instance cannot start: a storage error in the zone.",
+	"encryption_key_deleted":            "The instance cannot start: its encryption key was deleted.",
+}
+
+// desired is the group's membership_count.
+func (f *fakeVPC) desired() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.countLocked()
+}
+
+func (f *fakeVPC) countLocked() int {
+	if f.memberCount >= 0 {
+		return f.memberCount
+	}
+	n := 0
+	for _, in := range f.instances {
+		if in.Group == groupID && in.Membership != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// minimum is the group's minimum as IBM enforces it: its enabled autoscale manager's
+// min_membership_count; none (0) once the manager is disabled.
+func (f *fakeVPC) minimum() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m := f.scalerLocked(); m != nil {
+		return m.Min
+	}
+	return 0
+}
+
+// scalerLocked is the enabled autoscale manager, nil when none.
+func (f *fakeVPC) scalerLocked() *fakeManager {
+	for i := range f.managers {
+		if m := &f.managers[i]; m.Type == "autoscale" && m.Enabled {
+			return m
+		}
+	}
+	return nil
+}
+
+// replaced is the instances whose memberships were deleted, in order.
+func (f *fakeVPC) replaced() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, d := range f.deleted {
+		out = append(out, d.Instance)
+	}
+	return out
+}
+
+// runOut makes the group fail to launch a member for want of capacity, as IBM reports it: a
+// failed membership whose instance failed with the status reason cannot_start_capacity.
+func (f *fakeVPC) runOut(reason string) fakeInstance {
+	in := fakeInstance{
+		ID: "0717_" + reason, Name: "gpu-spot-" + strings.ReplaceAll(reason, "_", "-"),
+		Status: "failed", Reason: reason, Lifecycle: "failed", Zone: "us-south-2", Profile: "gx3d-160x1792x8h100",
+		Class: "spot", IP: "0.0.0.0", Created: time.Date(2026, 10, 2, 9, 0, 0, 0, time.UTC),
+		Group: groupID, Membership: "failed",
+	}
+	f.update(func(f *fakeVPC) { f.instances = append(f.instances, in) })
+	return in
+}
+
+func (f *fakeVPC) managerHref(m fakeManager) string {
+	return f.base + "/instance_groups/" + groupID + "/managers/" + m.ID
+}
+
+// renderManager is a manager as the API serves it, by its manager_type.
+func (f *fakeVPC) renderManager(m fakeManager) []byte {
+	v := map[string]any{
+		"created_at": "2026-09-01T08:00:00Z", "updated_at": "2026-09-01T08:00:00Z",
+		"href": f.managerHref(m), "id": m.ID, "name": m.Name, "management_enabled": m.Enabled, "manager_type": m.Type,
+	}
+	if m.Type == "autoscale" {
+		v["aggregation_window"], v["cooldown"] = 90, 300
+		v["min_membership_count"], v["max_membership_count"] = m.Min, m.Max
+		v["policies"] = []any{}
+	} else {
+		v["actions"] = []any{}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		f.t.Errorf("render manager: %v", err)
+	}
+	return b
+}
+
+// serveCapacity answers a capacity call on the group ids[0] (and the manager or membership
+// ids[1]), under f.mu. Permissions are checked before the body, as IAM comes first.
+func (f *fakeVPC) serveCapacity(w http.ResponseWriter, r *http.Request, endpoint string, ids []string, body []byte) {
+	if ids[0] != groupID {
+		f.write(w, reply{status: http.StatusNotFound, file: "error_not_found.json"})
+		return
+	}
+	mutating := r.Method != http.MethodGet
+	if mutating && f.denied {
+		f.write(w, reply{status: http.StatusForbidden, file: "error_forbidden.json"})
+		return
+	}
+	var patch map[string]json.RawMessage
+	if r.Method == http.MethodPatch {
+		if ct := r.Header.Get("Content-Type"); ct != "application/merge-patch+json" {
+			f.badRequest(w, "a PATCH takes Content-Type application/merge-patch+json, not "+ct)
+			return
+		}
+		if err := json.Unmarshal(body, &patch); err != nil {
+			f.badRequest(w, "the body is not a JSON object: "+err.Error())
+			return
+		}
+	}
+	ok := func(b []byte) {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.Write(b)
+	}
+	switch endpoint {
+	case epGroup:
+		ok(f.renderGroup(fakeGroup{groupID, groupName}))
+	case epManagers:
+		var items [][]byte
+		for _, m := range f.managers {
+			items = append(items, f.renderManager(m))
+		}
+		link := f.base + "/instance_groups/" + groupID + "/managers?limit=50"
+		ok(fmt.Appendf(nil, `{"first":{"href":%q},"limit":50,"total_count":%d,"managers":[%s]}`, link, len(items), bytes.Join(items, []byte(","))))
+	case epUpdateGroup:
+		var n int
+		if err := json.Unmarshal(patch["membership_count"], &n); err != nil || len(patch) != 1 {
+			f.badRequest(w, "the fake takes a patch of membership_count alone, a number: "+string(body))
+			return
+		}
+		switch {
+		case f.scalerLocked() != nil:
+			f.write(w, reply{status: http.StatusBadRequest, file: "error_manager_enabled.json"})
+			return
+		case n < 0 || n > 1000:
+			f.write(w, reply{status: http.StatusBadRequest, file: "error_membership_count_range.json"})
+			return
+		case f.status == "scaling":
+			f.write(w, reply{status: http.StatusConflict, file: "error_group_scaling.json"})
+			return
+		}
+		f.memberCount = n
+		ok(f.renderGroup(fakeGroup{groupID, groupName}))
+	case epUpdateManager:
+		i := slices.IndexFunc(f.managers, func(m fakeManager) bool { return m.ID == ids[1] })
+		if i < 0 {
+			f.write(w, reply{status: http.StatusNotFound, file: "error_not_found.json"})
+			return
+		}
+		var on bool
+		if err := json.Unmarshal(patch["management_enabled"], &on); err != nil || len(patch) != 1 {
+			f.badRequest(w, "the fake takes a patch of management_enabled alone, a boolean: "+string(body))
+			return
+		}
+		f.managers[i].Enabled = on
+		ok(f.renderManager(f.managers[i]))
+	case epDeleteMembership:
+		i := slices.IndexFunc(f.instances, func(in fakeInstance) bool {
+			return in.Group == groupID && in.Membership != "" && in.ID+"-m" == ids[1]
+		})
+		if i < 0 {
+			f.write(w, reply{status: http.StatusNotFound, file: "error_not_found.json"})
+			return
+		}
+		// delete_instance_on_membership_delete is true: the instance goes with it. The
+		// group's membership_count is unchanged (the replacement it launches is not modelled).
+		in := &f.instances[i]
+		if f.memberCount < 0 {
+			f.memberCount = f.countLocked()
+		}
+		f.deleted = append(f.deleted, deletion{ids[1], in.ID})
+		in.Membership, in.Status, in.Lifecycle = "deleting", "deleting", "deleting"
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		f.t.Errorf("fake: no capacity endpoint %q", endpoint)
+	}
 }

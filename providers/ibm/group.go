@@ -28,6 +28,13 @@ type vpcAPI interface {
 	ListInstanceGroupsWithContext(context.Context, *vpcv1.ListInstanceGroupsOptions) (*vpcv1.InstanceGroupCollection, *core.DetailedResponse, error)
 	ListInstanceGroupMembershipsWithContext(context.Context, *vpcv1.ListInstanceGroupMembershipsOptions) (*vpcv1.InstanceGroupMembershipCollection, *core.DetailedResponse, error)
 	ListInstancesWithContext(context.Context, *vpcv1.ListInstancesOptions) (*vpcv1.InstanceCollection, *core.DetailedResponse, error)
+
+	// The capacity calls (capacity.go).
+	GetInstanceGroupWithContext(context.Context, *vpcv1.GetInstanceGroupOptions) (*vpcv1.InstanceGroup, *core.DetailedResponse, error)
+	UpdateInstanceGroupWithContext(context.Context, *vpcv1.UpdateInstanceGroupOptions) (*vpcv1.InstanceGroup, *core.DetailedResponse, error)
+	ListInstanceGroupManagersWithContext(context.Context, *vpcv1.ListInstanceGroupManagersOptions) (*vpcv1.InstanceGroupManagerCollection, *core.DetailedResponse, error)
+	UpdateInstanceGroupManagerWithContext(context.Context, *vpcv1.UpdateInstanceGroupManagerOptions) (vpcv1.InstanceGroupManagerIntf, *core.DetailedResponse, error)
+	DeleteInstanceGroupMembershipWithContext(context.Context, *vpcv1.DeleteInstanceGroupMembershipOptions) (*core.DetailedResponse, error)
 }
 
 // The endpoints, each with its own backoff.
@@ -53,12 +60,16 @@ type Provider struct {
 	auth  *authProbe // the api's authenticator
 	noKey error      // no credentials: every poll returns it
 
-	// loop is the portable part: one poll at a time (it guards every field below), the
-	// reuse of a poll's hosts or error within MinInterval, each endpoint's gate (keyed by
-	// opGroups, opMemberships, opInstances) and retries, the "ibm: " prefix.
-	loop    *providers.Loop
-	groupID string          // the resolved --instance-group; "" until found, or after it vanished
-	leaving map[string]bool // IDs listed as Leaving by the last good poll, to log each once
+	// loop is the portable part: one poll at a time, the reuse of a poll's hosts or error
+	// within MinInterval, each endpoint's gate (keyed by the op* constants) and retries, the
+	// "ibm: " prefix.
+	loop *providers.Loop
+	// turn is held by the poll or capacity call in progress, which may use the fields below
+	// (and auth's last error); a caller waits for it under its own context.
+	turn    chan struct{}
+	groupID string               // the resolved --instance-group; "" until found, or after it vanished
+	leaving map[string]bool      // IDs listed as Leaving by the last good poll, to log each once
+	failed  map[string]time.Time // launch failures listed by LaunchFailures, by ID: when first seen
 }
 
 // driver is the cloud's own part of the provider, under the loop: its SDK calls.
@@ -78,7 +89,7 @@ func New(cfg Config) (*Provider, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Provider{cfg: cfg, log: log.With("provider", "ibm")}
+	p := &Provider{cfg: cfg, log: log.With("provider", "ibm"), turn: make(chan struct{}, 1)}
 	p.loop = providers.NewLoop(providers.LoopConfig{
 		Name: "ibm", Where: func() string { return fmt.Sprintf("instance group %q (%s)", cfg.InstanceGroup, cfg.where()) },
 		MinInterval: cfg.MinInterval, KeepErrors: true, Tries: throttle.Tries,
@@ -111,8 +122,33 @@ func (p *Provider) Hosts(ctx context.Context) ([]providers.Host, error) {
 	return p.loop.Hosts(ctx)
 }
 
-// ListHosts is one poll of the API.
-func (d driver) ListHosts(ctx context.Context) ([]providers.Host, error) { return d.p.poll(ctx) }
+// ListHosts is one poll of the API, after any capacity call in progress.
+func (d driver) ListHosts(ctx context.Context) ([]providers.Host, error) {
+	if !d.p.take(ctx) {
+		return nil, fmt.Errorf("waiting for the capacity call in progress: %w", ctx.Err())
+	}
+	defer d.p.give()
+	return d.p.poll(ctx)
+}
+
+// take waits for the provider's turn under ctx; false when ctx ended first.
+func (p *Provider) take(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	select {
+	case p.turn <- struct{}{}:
+		if ctx.Err() != nil { // both were ready and select took the turn
+			<-p.turn
+			return false
+		}
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (p *Provider) give() { <-p.turn }
 
 // errorf makes an error of the provider; the loop prefixes the group and where it is looked
 // for ("ibm: instance group "g" (region r): ").
@@ -209,9 +245,17 @@ func (p *Provider) resolve(ctx context.Context) error {
 	return nil
 }
 
-// memberships maps the group's member instance IDs to their membership status.
-func (p *Provider) memberships(ctx context.Context) (map[string]string, error) {
-	members := make(map[string]string)
+// membership is what a listing says of one membership.
+type membership struct {
+	id, name, status string
+	created          time.Time // zero when the reply leaves created_at out
+	// deletesInstance: deleting the membership deletes its instance too.
+	deletesInstance bool
+}
+
+// memberships maps the group's member instance IDs to their memberships.
+func (p *Provider) memberships(ctx context.Context) (map[string]membership, error) {
+	members := make(map[string]membership)
 	err := p.list(ctx, opMemberships, "list the group's memberships", func(ctx context.Context, start *string) (*string, *core.DetailedResponse, error) {
 		opts := &vpcv1.ListInstanceGroupMembershipsOptions{InstanceGroupID: &p.groupID, Start: start, Limit: core.Int64Ptr(pageLimit)}
 		res, resp, err := p.api.ListInstanceGroupMembershipsWithContext(ctx, opts)
@@ -232,7 +276,12 @@ func (p *Provider) memberships(ctx context.Context) (map[string]string, error) {
 			case str(m.Status) == "":
 				return nil, resp, fmt.Errorf("the membership of instance %s has no status", id)
 			}
-			members[id] = *m.Status
+			ms := membership{id: str(m.ID), name: str(m.Name), status: *m.Status,
+				deletesInstance: m.DeleteInstanceOnMembershipDelete == nil || *m.DeleteInstanceOnMembershipDelete}
+			if m.CreatedAt != nil {
+				ms.created = time.Time(*m.CreatedAt)
+			}
+			members[id] = ms
 		}
 		next, err := res.GetNextStart()
 		return next, resp, err
@@ -242,7 +291,7 @@ func (p *Provider) memberships(ctx context.Context) (map[string]string, error) {
 
 // instances lists the instances of the group (the API filters them by the group) and joins
 // them with the memberships; why says why each leaving host is leaving.
-func (p *Provider) instances(ctx context.Context, members map[string]string) (hosts []providers.Host, why map[string]string, err error) {
+func (p *Provider) instances(ctx context.Context, members map[string]membership) (hosts []providers.Host, why map[string]string, err error) {
 	hosts = make([]providers.Host, 0, len(members))
 	why = make(map[string]string)
 	// An instance listed on two pages (the group changed while it was paged) is kept once.
@@ -265,7 +314,7 @@ func (p *Provider) instances(ctx context.Context, members map[string]string) (ho
 				seen[h.ID] = true
 				hosts = append(hosts, h)
 				if h.Leaving {
-					why[h.ID] = leavingWhy(&res.Instances[i], members[h.ID])
+					why[h.ID] = leavingWhy(&res.Instances[i], members[h.ID].status)
 				}
 			}
 		}
@@ -277,12 +326,13 @@ func (p *Provider) instances(ctx context.Context, members map[string]string) (ho
 
 // host turns one instance into a host; ok is false for an instance left out (not of this
 // group, not started yet, no private IP yet).
-func (p *Provider) host(in *vpcv1.Instance, members map[string]string) (h providers.Host, ok bool, err error) {
+func (p *Provider) host(in *vpcv1.Instance, members map[string]membership) (h providers.Host, ok bool, err error) {
 	id := str(in.ID)
 	if id == "" {
 		return h, false, errors.New("an instance has no id")
 	}
-	member, listed := members[id]
+	m, listed := members[id]
+	member := m.status
 	if !listed && !inGroup(in, p.groupID) {
 		return h, false, nil // the API ignored the filter, or the member left between the listings
 	}
@@ -488,15 +538,17 @@ func (e *reqError) status() int {
 }
 
 // Classify: a throttled request (429, 503) rests the endpoint and is retried, waiting what
-// the server asked; a server error or a failed connection rests it but is not retried (the
-// next poll is); anything else (a failed IAM token, a refused request) neither.
+// the server asked; so is a conflict (409: a capacity call that found the group busy, its
+// status scaling or another change of it in progress, which passes); a server error or a
+// failed connection rests it but is not retried (the next poll is); anything else (a failed
+// IAM token, a refused request) neither.
 func (d driver) Classify(err error) providers.Verdict {
 	var re *reqError
 	if !errors.As(err, &re) || re.auth != nil {
 		return providers.Permanent
 	}
 	switch status := re.status(); {
-	case throttled(status):
+	case throttled(status), status == http.StatusConflict:
 		return providers.Verdict{Rest: true, Retry: true, After: retryAfter(re.resp, time.Now())}
 	case status == 0 || status >= 500:
 		return providers.Verdict{Rest: true, After: retryAfter(re.resp, time.Now())}
@@ -509,7 +561,16 @@ func (d driver) Classify(err error) providers.Verdict {
 // (throttle.Tries requests in all), waiting what the server asked. Other failures are
 // returned at once: polls are retried by the discovery watcher, not here.
 func (p *Provider) call(ctx context.Context, op, what string, do func() (*core.DetailedResponse, error)) error {
-	err := p.loop.Call(ctx, op, func(context.Context) error {
+	if err := p.request(ctx, op, do); err != nil {
+		return p.explain(ctx, op, what, err)
+	}
+	return nil
+}
+
+// request is call's request through the loop; a failure as the loop returns it, around a
+// *reqError when the request was made.
+func (p *Provider) request(ctx context.Context, op string, do func() (*core.DetailedResponse, error)) error {
+	return p.loop.Call(ctx, op, func(context.Context) error {
 		if p.auth != nil {
 			p.auth.err = nil
 		}
@@ -523,9 +584,11 @@ func (p *Provider) call(ctx context.Context, op, what string, do func() (*core.D
 		}
 		return re
 	})
-	if err == nil {
-		return nil
-	}
+}
+
+// explain is the error of request's failure err: what was asked (what), then what went wrong
+// and, for the statuses that mean the setup is wrong, what to fix.
+func (p *Provider) explain(ctx context.Context, op, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("%s: %w", what, cerr)
 	}
@@ -556,6 +619,8 @@ func (p *Provider) call(ctx context.Context, op, what string, do func() (*core.D
 		return fmt.Errorf("%s: HTTP %d %s: %v", what, status, http.StatusText(status), re.err)
 	case status >= 200 && status < 300:
 		return fmt.Errorf("%s: malformed reply: %v", what, re.err)
+	case tries > 1:
+		return fmt.Errorf("%s: %d tries, the last: %w", what, tries, &httpError{status: status, msg: re.err.Error(), hint: hints[status]})
 	default:
 		return fmt.Errorf("%s: %w", what, &httpError{status: status, msg: re.err.Error(), hint: hints[status]})
 	}
@@ -565,6 +630,7 @@ func (p *Provider) call(ctx context.Context, op, what string, do func() (*core.D
 var hints = map[int]string{
 	http.StatusUnauthorized: "the credentials were refused: check the API key (IBMCLOUD_API_KEY, VPC_APIKEY) or the trusted profile",
 	http.StatusForbidden:    "the credentials may not read this: grant the Viewer role on VPC Infrastructure Services (instance groups and virtual server instances)",
+	http.StatusConflict:     "the instance group is busy (scaling, or another change of it in progress); a later call may succeed",
 }
 
 // check fails, without waiting, when endpoint op is backing off past the poll's deadline.
