@@ -44,6 +44,9 @@ type Config struct {
 	// generation when more are usable than --max-np allows; nil: packed, in the host
 	// manager's order (each host filled before the next, as horovodrun does).
 	SlotPolicy *hosts.SlotPolicy
+	// Capacity (--manage-capacity), when set, steers the group's size (fleet.go); nil: the
+	// driver never changes the group.
+	Capacity *CapacityConfig
 }
 
 // Mode is how a job's workers recover when membership changes (docs/pytorch.md).
@@ -149,6 +152,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := ParseMode(string(c.Mode)); err != nil {
 		return err
+	}
+	if c.Capacity != nil && (c.Capacity.Group == "" || c.Capacity.SlotsPerHost < 0 || c.Capacity.CheckEvery < 0 || c.Capacity.ReplacePerHour < 0) {
+		return fmt.Errorf("--manage-capacity: the group's name is required, and its settings must not be negative")
 	}
 	if c.SlotPolicy != nil {
 		if err := c.SlotPolicy.Validate(); err != nil {

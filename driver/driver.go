@@ -84,6 +84,9 @@ type Options struct {
 	StateDir     string
 	Restore      *SavedState
 	AdoptTimeout time.Duration
+	// Capacity is the group Config.Capacity steers (--manage-capacity): the provider's own,
+	// not a wrapper of it. Required with Config.Capacity, unused without.
+	Capacity providers.Capacity
 }
 
 // DefaultAdoptTimeout is how long a restarted driver waits for its agents to list the
@@ -112,6 +115,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	if len(o.Command) == 0 {
 		return Result{}, errors.New("no command to run")
+	}
+	if (o.Config.Capacity != nil) != (o.Capacity != nil) {
+		return Result{}, errors.New("--manage-capacity needs both the group's settings and the provider's capacity calls")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -209,6 +215,9 @@ type runner struct {
 	// published is the generation last published at the rendezvous (saved states of a newer
 	// one carry the host-update version it will be published with).
 	published uint64
+	// final is the group's size at the job's end (--manage-capacity), set once the workers
+	// are stopped (shutdown).
+	final *SetCapacity
 }
 
 // inputs are the sources the fan-in forwards to the loop as events.
@@ -480,6 +489,7 @@ func (d *runner) shutdown(res *Result, stopServing func()) {
 	}
 	d.tasks.cancel()
 	d.drain()
+	d.finalCapacity(res)
 	if c, ok := d.o.Launcher.(io.Closer); ok { // launch.Warm's spare interpreters
 		defer c.Close()
 	}
@@ -560,6 +570,8 @@ func (d *runner) do(ctx context.Context, a Action) {
 		d.log.Warn(a.Msg, a.Args...)
 	case Finish:
 		d.log.Info("job finished", "code", a.Code, "reason", a.Reason)
+	case ReadCapacity, SetCapacity, HandBack:
+		d.steer(a)
 	case GenerationReady:
 		d.metrics.ObserveRendezvous(a.Latency)
 		d.log.Info("rendezvous complete", "generation", a.Generation, "world_size", a.WorldSize, "took", a.Latency.Round(time.Millisecond))

@@ -295,12 +295,19 @@ type Machine struct {
 	// back yet do not count as gone.
 	adoptUntil time.Time
 	adoptWait  map[protocol.WorkerID]bool
+
+	fl *fleet // --manage-capacity; nil without
 }
 
 // NewMachine returns a machine for cfg, which must be valid (Config.Validate).
 func NewMachine(cfg Config) *Machine {
 	cfg = cfg.withDefaults()
+	var fl *fleet
+	if cfg.Capacity != nil {
+		fl = newFleet(*cfg.Capacity)
+	}
 	return &Machine{
+		fl:      fl,
 		cfg:     cfg,
 		hosts:   hosts.New(cfg.hostsConfig()),
 		workers: map[protocol.WorkerID]*workerInfo{},
@@ -340,7 +347,7 @@ func (m *Machine) Done() bool { return m.phase == phaseDone }
 // NextDeadline is when the machine wants a Tick, or zero.
 func (m *Machine) NextDeadline(now time.Time) time.Time {
 	t := m.deadline
-	for _, at := range []time.Time{m.growAt, m.adoptUntil} {
+	for _, at := range []time.Time{m.growAt, m.adoptUntil, m.steerDeadline()} {
 		if !at.IsZero() && (t.IsZero() || at.Before(t)) {
 			t = at
 		}
@@ -433,9 +440,16 @@ func (m *Machine) Step(ev Event) []Action {
 		m.measured(e)
 	case Tick:
 		acts = m.tick(now)
+	case CapacityRead, CapacitySet, HostHandedBack:
+		acts = m.fleetEvent(now, e)
 	}
 	acts = append(acts, m.loseGone(now)...)
-	return append(acts, m.advance(now)...)
+	acts = append(acts, m.advance(now)...)
+	if m.fl != nil {
+		acts = append(acts, m.checkQuarantined(now)...)
+		acts = append(acts, m.steer(now)...)
+	}
+	return acts
 }
 
 // loseGone counts lost, at once, the workers that a reset or a restart waits for on hosts the
@@ -774,7 +788,8 @@ func (m *Machine) slotsFailed(now time.Time, e SlotsFailed) []Action {
 			acts = append(acts, flapping...)
 		}
 	}
-	return acts
+	// Under --manage-capacity a host with failed hardware is handed back for a new one.
+	return append(acts, m.brokenHost(now, e.Host, "hardware fault: "+e.Reason)...)
 }
 
 // Release brings back the quarantined slots of a host (an operator's `elasticd ctl add-host`
@@ -1235,6 +1250,7 @@ func (m *Machine) finish(code int, reason string) []Action {
 			acts = append(acts, Stop{Worker: id, Reason: "job finished"})
 		}
 	}
+	acts = append(acts, m.finalCapacity(reason)...)
 	return append(acts, Finish{Code: code, Reason: reason})
 }
 

@@ -3,6 +3,7 @@ package driver_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -259,5 +260,103 @@ func TestShortJobIsPriced(t *testing.T) {
 	defer spot.mu.Unlock()
 	if !slices.Contains(spot.asked, "g4") {
 		t.Fatalf("the spot price of the job's only type was never asked for (asked %v)", spot.asked)
+	}
+}
+
+// fakeGroup is a providers.Capacity in memory that records its calls.
+type fakeGroup struct {
+	mu    sync.Mutex
+	size  providers.GroupSize
+	calls []string
+}
+
+func (g *fakeGroup) GroupSize(context.Context) (providers.GroupSize, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.size, nil
+}
+
+func (g *fakeGroup) SetDesired(_ context.Context, n int) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls = append(g.calls, fmt.Sprintf("set %d", n))
+	g.size.Desired, g.size.Min = n, min(g.size.Min, n)
+	return nil
+}
+
+func (g *fakeGroup) Replace(_ context.Context, id string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls = append(g.calls, "replace "+id)
+	return nil
+}
+
+func (g *fakeGroup) LaunchFailures(context.Context) ([]providers.LaunchFailure, error) {
+	return nil, nil
+}
+
+// Under --manage-capacity the group is sized for the job at start, and set to zero at its
+// end, whatever ended it, once the workers are stopped; the result says what was done.
+func TestManagedGroupGoesToZeroAtTheEnd(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		command   string
+		interrupt bool
+		code      int
+	}{
+		{"Success", "sleep 0.5", false, driver.ExitOK},
+		{"Interrupted", "exec sleep 600", true, driver.ExitInterrupted},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := &fakeGroup{size: providers.GroupSize{Desired: 1, Min: 1, Max: 4, Instances: 1}}
+			hs := []providers.Host{{ID: "a", Addr: "127.0.0.1", Slots: 1}, {ID: "b", Addr: "127.0.0.1", Slots: 1}}
+			o := driver.Options{
+				Config: driver.Config{
+					NP: 2, MinNP: 1, Mode: driver.ModeRestart,
+					ElasticTimeout: time.Minute, StartTimeout: time.Minute, BarrierTimeout: time.Minute,
+					Capacity: &driver.CapacityConfig{Group: "test group g"},
+				},
+				Capacity:          g,
+				Provider:          providers.NewFixed(hs),
+				DiscoveryInterval: 100 * time.Millisecond,
+				Launcher:          proc.NewLocal(),
+				Command:           []string{"/bin/sh", "-c", c.command},
+				StopGrace:         2 * time.Second,
+				Logger:            slog.New(slog.NewTextHandler(tWriter{t}, nil)),
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			if c.interrupt {
+				go func() {
+					deadline := time.Now().Add(30 * time.Second)
+					for time.Now().Before(deadline) {
+						g.mu.Lock()
+						n := len(g.calls)
+						g.mu.Unlock()
+						if n > 0 {
+							time.Sleep(300 * time.Millisecond) // the workers run
+							cancel()
+							return
+						}
+						time.Sleep(10 * time.Millisecond)
+					}
+				}()
+			}
+			res, err := driver.Run(ctx, o)
+			if err != nil || res.Code != c.code {
+				t.Fatalf("job: %+v, %v; want code %d", res, err, c.code)
+			}
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if !slices.Equal(g.calls, []string{"set 2", "set 0"}) {
+				t.Fatalf("calls %v, want the group sized for 2 hosts, then zero", g.calls)
+			}
+			if g.size.Min != 0 {
+				t.Errorf("the group's minimum is %d after the job", g.size.Min)
+			}
+			if cs := res.Status.Capacity; cs == nil || cs.Final != "2 → 0" || cs.CapacityLine() != "test group g: 2 → 0" {
+				t.Fatalf("capacity status %+v", cs)
+			}
+		})
 	}
 }

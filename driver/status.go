@@ -44,6 +44,8 @@ type Status struct {
 	Notices         []NoticeCount   `json:"notices"` // by source, then kind
 	Cost            *cost.Summary   `json:"cost"`    // nil until Board.Current prices it
 	Finished        *Finished       `json:"finished"`
+	// Capacity is what --manage-capacity did to the group; nil without it.
+	Capacity *CapacityStatus `json:"capacity,omitempty"`
 
 	lives      []usage            // every host ever discovered, for the cost; shared, read-only
 	rolledBack map[string]float64 // host ID -> slot-seconds rolled back
@@ -206,6 +208,7 @@ func (m *Machine) Snapshot() Status {
 		f := *m.j.finished
 		s.Finished = &f
 	}
+	s.Capacity = m.capacityStatus()
 	for _, c := range ResetCauses {
 		s.ResetsByCause[c] = m.j.causes[c]
 	}

@@ -259,3 +259,72 @@ func closeAll(cs []io.Closer) {
 		c.Close()
 	}
 }
+
+// capacityCallTimeout bounds one capacity call (the provider's loop retries within it).
+const capacityCallTimeout = 2 * time.Minute
+
+// steer makes a fleet call (--manage-capacity) as a task that reports back; the job's final
+// size is kept for shutdown, which makes it once the workers are stopped.
+func (d *runner) steer(a Action) {
+	c := d.o.Capacity
+	switch a := a.(type) {
+	case ReadCapacity:
+		d.tasks.Go(func(ctx context.Context) {
+			cctx, cancel := context.WithTimeout(ctx, capacityCallTimeout)
+			defer cancel()
+			size, err := c.GroupSize(cctx)
+			d.send(ctx, CapacityRead{Now: time.Now(), Size: size, Err: err})
+		})
+	case SetCapacity:
+		if a.Final {
+			d.final = &a
+			return
+		}
+		d.log.Info("setting the group's desired size", "group", d.o.Config.Capacity.Group, "from", a.From, "to", a.To, "reason", a.Reason)
+		d.tasks.Go(func(ctx context.Context) {
+			cctx, cancel := context.WithTimeout(ctx, capacityCallTimeout)
+			defer cancel()
+			err := c.SetDesired(cctx, a.To)
+			d.send(ctx, CapacitySet{Now: time.Now(), From: a.From, To: a.To, Err: err})
+		})
+	case HandBack:
+		d.log.Warn("handing a host back to the cloud for a replacement", "group", d.o.Config.Capacity.Group, "host", a.Host, "reason", a.Reason)
+		d.tasks.Go(func(ctx context.Context) {
+			// Seen through as the job ends: the instance is useless, and paid for.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), capacityCallTimeout)
+			defer cancel()
+			err := c.Replace(cctx, a.Host)
+			d.send(ctx, HostHandedBack{Now: time.Now(), Host: a.Host, Err: err})
+		})
+	}
+}
+
+// finalCapacity sets the group's size for the job's end (zero: nothing bills after it), now
+// that no worker runs, and says so in the job's result. Bounded, whatever ended the job.
+func (d *runner) finalCapacity(res *Result) {
+	a := d.final
+	if a == nil {
+		return
+	}
+	group := d.o.Config.Capacity.Group
+	ctx, cancel := context.WithTimeout(context.Background(), capacityCallTimeout)
+	defer cancel()
+	d.log.Info("the job ended: setting the group's desired size", "group", group, "from", a.From, "to", a.To)
+	change := fmt.Sprintf("%d → %d", a.From, a.To)
+	err := d.o.Capacity.SetDesired(ctx, a.To)
+	if err != nil {
+		d.log.Error("the job ended, but the group could not be scaled down: set its desired size yourself, or it keeps billing", "group", group, "desired", a.From, "err", err)
+	} else {
+		d.log.Info("group scaled down for the job's end", "group", group, "from", a.From, "to", a.To)
+	}
+	c := res.Status.Capacity
+	if c == nil {
+		return
+	}
+	if err != nil {
+		c.Final = fmt.Sprintf("left at %d: could not set its desired size to %d (%v); set it yourself, or it keeps billing", a.From, a.To, err)
+		return
+	}
+	c.Final, c.Desired, c.Min = change, a.To, min(c.Min, a.To)
+	c.Changes = append(c.Changes, change)
+}
