@@ -204,7 +204,8 @@ func RunCapacity(t *testing.T, h CapacityHarness) {
 	t.Run("CancelledContext", func(t *testing.T) {
 		g := h.NewGroup(t)
 		c := capOf(t, g)
-		after := time.Duration(0) // without a stall, the context has ended before the call
+		member := poll(t, g.Provider)[0].ID // a Replace that has to ask the cloud
+		after := time.Duration(0)           // without a stall, the context has ended before the call
 		if g.Stall != nil {
 			g.Stall(t)
 			after = 50 * time.Millisecond
@@ -212,7 +213,7 @@ func RunCapacity(t *testing.T, h CapacityHarness) {
 		for name, op := range map[string]func(context.Context) error{
 			"GroupSize":      func(ctx context.Context) error { _, err := c.GroupSize(ctx); return err },
 			"SetDesired":     func(ctx context.Context) error { return c.SetDesired(ctx, 1) },
-			"Replace":        func(ctx context.Context) error { return c.Replace(ctx, "x") },
+			"Replace":        func(ctx context.Context) error { return c.Replace(ctx, member) },
 			"LaunchFailures": func(ctx context.Context) error { _, err := c.LaunchFailures(ctx); return err },
 		} {
 			ctx, cancel := context.WithTimeout(t.Context(), after)
