@@ -2,6 +2,7 @@ package azure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -26,6 +27,33 @@ type api interface {
 	// nics is GET …/virtualMachineScaleSets/{vmss}/networkInterfaces: every VM's NICs in
 	// one paged listing instead of one call per VM.
 	nics() pages[*armnetwork.Interface]
+	// setCapacity is PATCH …/virtualMachineScaleSets/{vmss} with {"sku":{"capacity":n}},
+	// then the wait for its long-running operation (the scale-out or scale-in), polled
+	// every when ARM names no Retry-After.
+	setCapacity(ctx context.Context, n int64, every time.Duration) error
+	// deleteInstance is POST …/virtualMachineScaleSets/{vmss}/delete with
+	// {"instanceIds":[id]}, then the wait for its long-running operation. ARM lowers
+	// sku.capacity by one.
+	deleteInstance(ctx context.Context, instanceID string, every time.Duration) error
+}
+
+// lroError is a long-running operation that ARM accepted and that then ended Failed (or
+// Canceled): the request was valid, what it asked for was not (all) done. Its ResponseError
+// is the operation's status resource, {"status":"Failed","error":{"code","message"}}.
+type lroError struct{ re *azcore.ResponseError }
+
+func (e *lroError) Error() string { return e.re.Error() }
+func (e *lroError) Unwrap() error { return e.re }
+
+// waited marks the failure of an LRO's wait that is the operation's own (a 2xx status
+// resource that says Failed) as an lroError; a throttled or failed poll request, or an
+// ended context, is left as it is.
+func waited(err error) error {
+	var re *azcore.ResponseError
+	if errors.As(err, &re) && re.StatusCode >= 200 && re.StatusCode < 300 {
+		return &lroError{re}
+	}
+	return err
 }
 
 // pages walks one paged listing.
@@ -105,6 +133,26 @@ func cloudFor(endpoint string) cloud.Configuration {
 func (s *sdk) scaleSet(ctx context.Context) (armcompute.VirtualMachineScaleSet, error) {
 	r, err := s.sets.Get(ctx, s.rg, s.vmss, nil)
 	return r.VirtualMachineScaleSet, err
+}
+
+func (s *sdk) setCapacity(ctx context.Context, n int64, every time.Duration) error {
+	update := armcompute.VirtualMachineScaleSetUpdate{SKU: &armcompute.SKU{Capacity: &n}}
+	pl, err := s.sets.BeginUpdate(ctx, s.rg, s.vmss, update, nil)
+	if err != nil {
+		return err
+	}
+	_, err = pl.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: every})
+	return waited(err)
+}
+
+func (s *sdk) deleteInstance(ctx context.Context, instanceID string, every time.Duration) error {
+	ids := armcompute.VirtualMachineScaleSetVMInstanceRequiredIDs{InstanceIDs: []*string{&instanceID}}
+	pl, err := s.sets.BeginDeleteInstances(ctx, s.rg, s.vmss, ids, nil)
+	if err != nil {
+		return err
+	}
+	_, err = pl.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: every})
+	return waited(err)
 }
 
 func (s *sdk) vms() pages[*armcompute.VirtualMachineScaleSetVM] {

@@ -1,5 +1,6 @@
 // Package azure lists the hosts of an Azure virtual machine scale set (Uniform orchestration)
-// through Azure Resource Manager: one refresh per Hosts call at most, no goroutines.
+// through Azure Resource Manager, and steers its capacity: one refresh per Hosts call at
+// most, no goroutines.
 package azure
 
 import (
@@ -12,6 +13,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -137,6 +139,14 @@ type Provider struct {
 	// MinInterval, each endpoint's gate (keyed by opScaleSet, opVMs, opNICs; throttle.go),
 	// the "azure: " prefix.
 	loop *providers.Loop
+
+	// writeTurn is held by the capacity call in progress (SetDesired, Replace).
+	writeTurn chan struct{}
+	// lroEvery is how often a long-running operation is polled when ARM names no Retry-After.
+	lroEvery time.Duration
+
+	mu       sync.Mutex                // guards failures: small, never held across a call
+	failures []providers.LaunchFailure // from failed LROs, oldest first, at most keptFailures
 }
 
 // driver is the cloud's own part of the provider, under the loop: its SDK calls.
@@ -171,6 +181,8 @@ func newProvider(cfg Config, a api) *Provider {
 		log: cfg.Logger.With("provider", "azure"),
 		where: fmt.Sprintf("scale set %q (resource group %q, subscription %q)",
 			cfg.VMSS, cfg.ResourceGroup, cfg.Subscription),
+		writeTurn: make(chan struct{}, 1),
+		lroEvery:  DefaultLROPollInterval,
 	}
 	// One request per Call: the SDK retries within a request (throttle.go).
 	p.loop = providers.NewLoop(providers.LoopConfig{
@@ -202,10 +214,8 @@ func (p *Provider) refresh(ctx context.Context) ([]providers.Host, error) {
 	if ss.ID == nil && ss.Name == nil {
 		return nil, fmt.Errorf("%s: the answer names no scale set: the response is malformed", opScaleSet)
 	}
-	if ss.Properties != nil && ss.Properties.OrchestrationMode != nil &&
-		*ss.Properties.OrchestrationMode == armcompute.OrchestrationModeFlexible {
-		return nil, errors.New("uses Flexible orchestration; elasticd lists Uniform scale sets only " +
-			"(create it with orchestration mode Uniform, e.g. azurerm_linux_virtual_machine_scale_set)")
+	if err := uniform(ss); err != nil {
+		return nil, err
 	}
 	vms, err := collect(ctx, p, opVMs, p.api.vms())
 	if err != nil {
@@ -227,6 +237,16 @@ func (p *Provider) refresh(ctx context.Context) ([]providers.Host, error) {
 		return nil, fmt.Errorf("%s: %w", opVMs, err)
 	}
 	return hosts, nil
+}
+
+// uniform is nil for a Uniform scale set: the VM and NIC listings are Uniform-only.
+func uniform(ss armcompute.VirtualMachineScaleSet) error {
+	if ss.Properties != nil && ss.Properties.OrchestrationMode != nil &&
+		*ss.Properties.OrchestrationMode == armcompute.OrchestrationModeFlexible {
+		return errors.New("uses Flexible orchestration; elasticd lists Uniform scale sets only " +
+			"(create it with orchestration mode Uniform, e.g. azurerm_linux_virtual_machine_scale_set)")
+	}
+	return nil
 }
 
 // vmState is what a VM's provisioning and power states mean to the job.

@@ -43,7 +43,7 @@ func (p *Provider) explain(ctx context.Context, op string, err error) error {
 	}
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) {
-		return fmt.Errorf("%s: %w", op, err)
+		return gated(fmt.Errorf("%s: %w", op, err))
 	}
 	code, msg := armError(re)
 	what := fmt.Sprintf("HTTP %d", re.StatusCode)
