@@ -84,6 +84,9 @@ type Options struct {
 	StateDir     string
 	Restore      *SavedState
 	AdoptTimeout time.Duration
+	// MaxCost (--max-cost), when positive, is the job's budget in the prices' currency: before
+	// the cost passes it the job stops (ExitBudget). Every host's time must have a price.
+	MaxCost float64
 	// Capacity is the group Config.Capacity steers (--manage-capacity): the provider's own,
 	// not a wrapper of it. Required with Config.Capacity, unused without.
 	Capacity providers.Capacity
@@ -115,6 +118,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	if len(o.Command) == 0 {
 		return Result{}, errors.New("no command to run")
+	}
+	if o.MaxCost < 0 {
+		return Result{}, fmt.Errorf("--max-cost %v: must be positive", o.MaxCost)
 	}
 	if (o.Config.Capacity != nil) != (o.Capacity != nil) {
 		return Result{}, errors.New("--manage-capacity needs both the group's settings and the provider's capacity calls")
@@ -330,6 +336,9 @@ func (d *runner) startInputs() func() {
 	d.tasks.Go(func(ctx context.Context) { w.RunNotices(ctx, noticeCh) })
 	d.tasks.Go(func(ctx context.Context) { d.o.Prices.Run(ctx, d.board.Types) })
 	d.tasks.Go(func(ctx context.Context) { record(ctx, d.board, historyEvery) })
+	if d.o.MaxCost > 0 {
+		d.tasks.Go(d.watchBudget)
+	}
 	if d.o.Agents != nil {
 		in.agentNotices, in.agentFaults = d.o.Agents.Notices(), d.o.Agents.Faults()
 	}

@@ -297,6 +297,9 @@ type Machine struct {
 	adoptWait  map[protocol.WorkerID]bool
 
 	fl *fleet // --manage-capacity; nil without
+
+	budget   string    // why --max-cost stops the job; "" until it does
+	budgetBy time.Time // when it stops at the latest, if the workers have not committed
 }
 
 // NewMachine returns a machine for cfg, which must be valid (Config.Validate).
@@ -347,7 +350,7 @@ func (m *Machine) Done() bool { return m.phase == phaseDone }
 // NextDeadline is when the machine wants a Tick, or zero.
 func (m *Machine) NextDeadline(now time.Time) time.Time {
 	t := m.deadline
-	for _, at := range []time.Time{m.growAt, m.adoptUntil, m.steerDeadline()} {
+	for _, at := range []time.Time{m.growAt, m.adoptUntil, m.steerDeadline(), m.budgetBy} {
 		if !at.IsZero() && (t.IsZero() || at.Before(t)) {
 			t = at
 		}
@@ -442,6 +445,13 @@ func (m *Machine) Step(ev Event) []Action {
 		acts = m.tick(now)
 	case CapacityRead, CapacitySet, HostHandedBack:
 		acts = m.fleetEvent(now, e)
+	case BudgetReached:
+		acts = m.budgetStop(now, e)
+	case BudgetUnpriced:
+		return m.budgetUnpriced(e)
+	}
+	if m.phase == phaseDone {
+		return acts
 	}
 	acts = append(acts, m.loseGone(now)...)
 	acts = append(acts, m.advance(now)...)
@@ -899,6 +909,9 @@ func (m *Machine) refreshHosts(now time.Time) []Action {
 }
 
 func (m *Machine) tick(now time.Time) []Action {
+	if acts := m.budgetDue(now, false); acts != nil {
+		return acts
+	}
 	acts := m.settleAdoption(now)
 	acts = append(acts, m.refreshHosts(now)...)
 	// Workers that did not register in time are failed, where workers register: a script
@@ -1036,6 +1049,9 @@ func (m *Machine) advance(now time.Time) []Action {
 func (m *Machine) completeReset(now time.Time, what string) []Action {
 	m.resets.All++
 	m.resetDone()
+	if acts := m.budgetDue(now, true); acts != nil {
+		return acts
+	}
 	if m.failed {
 		m.resets.Failures++
 		if m.counted {

@@ -360,3 +360,47 @@ func TestManagedGroupGoesToZeroAtTheEnd(t *testing.T) {
 		})
 	}
 }
+
+// A job under --max-cost stops before its cost passes it: at one price unit per second, the
+// budget of 12 is not passed, and the job ends with ExitBudget; one whose host has no price
+// stops at once, naming the type.
+func TestMaxCost(t *testing.T) {
+	run := func(t *testing.T, prices *cost.File, maxCost float64) driver.Result {
+		o := driver.Options{
+			Config: driver.Config{
+				NP: 1, MinNP: 1, Mode: driver.ModeRestart,
+				ElasticTimeout: time.Minute, StartTimeout: time.Minute, BarrierTimeout: time.Minute,
+			},
+			Provider:          providers.NewFixed([]providers.Host{{ID: "a", Addr: "127.0.0.1", Slots: 1, Type: "g", Zone: "z", Spot: true}}),
+			DiscoveryInterval: 100 * time.Millisecond,
+			Launcher:          proc.NewLocal(),
+			Command:           []string{"/bin/sh", "-c", "exec sleep 600"},
+			StopGrace:         time.Second,
+			Prices:            cost.NewCatalog(prices, nil, nil),
+			MaxCost:           maxCost,
+			Logger:            slog.New(slog.NewTextHandler(tWriter{t}, nil)),
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		res, err := driver.Run(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	t.Run("Reached", func(t *testing.T) {
+		res := run(t, &cost.File{Currency: "USD", Types: map[string]cost.Rate{"g": {OnDemand: 7200, Spot: 3600}}}, 12)
+		if res.Code != driver.ExitBudget || !strings.Contains(res.Reason, "--max-cost 12.00 USD reached") {
+			t.Fatalf("result %d %q, want ExitBudget", res.Code, res.Reason)
+		}
+		if c := res.Status.Cost; c == nil || c.Total > 12 || c.Total < 4 {
+			t.Fatalf("cost %+v: want stopped after a few seconds, below the budget of 12", c)
+		}
+	})
+	t.Run("Unpriced", func(t *testing.T) {
+		res := run(t, nil, 12)
+		if res.Code != driver.ExitFailed || !strings.Contains(res.Reason, "no price for g (spot)") {
+			t.Fatalf("result %d %q", res.Code, res.Reason)
+		}
+	})
+}

@@ -328,3 +328,49 @@ func (d *runner) finalCapacity(res *Result) {
 	c.Final, c.Desired, c.Min = change, a.To, min(c.Min, a.To)
 	c.Changes = append(c.Changes, change)
 }
+
+// budgetEvery is how often the cost is compared with --max-cost.
+const budgetEvery = 2 * time.Second
+
+// watchBudget tells the machine when the job's cost would pass --max-cost before the next
+// look and the workers' stop (at the rate it grew since the last look), or when some of the
+// hosts' time has no price, which makes the budget impossible to keep. It returns once it
+// has told, or when ctx ends.
+func (d *runner) watchBudget(ctx context.Context) {
+	t := time.NewTicker(budgetEvery)
+	defer t.Stop()
+	var prev float64
+	var prevAt time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s := d.board.current(now)
+			if s == nil || s.Cost == nil {
+				continue
+			}
+			c := s.Cost
+			var unpriced []string
+			for _, u := range c.Unpriced {
+				if !strings.Contains(u, "for the savings") {
+					unpriced = append(unpriced, u)
+				}
+			}
+			if len(unpriced) > 0 {
+				d.send(ctx, BudgetUnpriced{Now: now, Types: unpriced})
+				return
+			}
+			rate := 0.0 // per second
+			if !prevAt.IsZero() && now.After(prevAt) {
+				rate = max(c.Total-prev, 0) / now.Sub(prevAt).Seconds()
+			}
+			ahead := c.Total + rate*(2*budgetEvery+d.o.StopGrace).Seconds()
+			if ahead >= d.o.MaxCost {
+				d.send(ctx, BudgetReached{Now: now, Spent: c.Total, Max: d.o.MaxCost, Currency: c.Currency})
+				return
+			}
+			prev, prevAt = c.Total, now
+		}
+	}
+}
