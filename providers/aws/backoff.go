@@ -55,7 +55,7 @@ var (
 )
 
 // retryable: a throttle (by error code or HTTP 429) or a transient failure (5xx, a dropped
-// connection), as the SDK's standard retryer classifies them.
+// connection), as the SDK's standard retryer classifies them, or a transient Auto Scaling code.
 func retryable(err error) bool {
 	var certErr *tls.CertificateVerificationError
 	if errors.As(err, &certErr) {
@@ -65,8 +65,16 @@ func retryable(err error) bool {
 	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusTooManyRequests {
 		return true
 	}
+	if code, _ := apiError(err); transientCodes[code] {
+		return true
+	}
 	return throttles.IsErrorThrottle(err) == awssdk.TrueTernary || retryables.IsErrorRetryable(err) == awssdk.TrueTernary
 }
+
+// transientCodes are Auto Scaling's answers to a change that meets another in progress (a
+// scaling activity, a pending update of the group): the same request succeeds once that is
+// over. The SDK's retryer knows neither (ScalingActivityInProgress is an HTTP 400).
+var transientCodes = map[string]bool{"ScalingActivityInProgress": true, "ResourceContention": true}
 
 // retryAfter reads a Retry-After header (seconds or an HTTP date) off a failed response.
 func retryAfter(err error) (time.Duration, bool) {

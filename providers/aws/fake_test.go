@@ -7,6 +7,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/xml"
 	"fmt"
 	"io"
 	"net/http"
@@ -58,6 +59,22 @@ type fakeAWS struct {
 	deleted   []string // message IDs
 	completed []url.Values
 	nextID    int
+
+	// The group's size, kept once a capacity call or setSize sets it (sized); before, the
+	// group's desired capacity is its instance count, its minimum 0, its maximum 10 more.
+	sized             bool
+	min, desired, max int
+	terminated        []string        // TerminateInstanceInAutoScalingGroup's instances, in order
+	activities        []*fakeActivity // the group's scaling activities, newest first
+	denied            map[string]bool // operations answered AccessDenied
+	nextActivity      int
+}
+
+// fakeActivity is one scaling activity, as DescribeScalingActivities answers it.
+type fakeActivity struct {
+	ID, Description, Cause, StatusCode, StatusMessage, Details string
+	Start, End                                                 time.Time
+	Progress                                                   int
 }
 
 type fakeInst struct {
@@ -101,6 +118,8 @@ const (
 
 var templates = template.Must(template.New("").Funcs(template.FuncMap{
 	"json": func(s string) string { b, _ := json.Marshal(s); return string(b) },
+	"xml":  func(s string) string { var b strings.Builder; xml.EscapeText(&b, []byte(s)); return b.String() },
+	"time": func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") },
 }).ParseGlob(filepath.Join("testdata", "*.tmpl")))
 
 var eventTemplates = template.Must(template.New("").Funcs(template.FuncMap{
@@ -118,7 +137,7 @@ func startFake(t testing.TB, tls bool, insts []*fakeInst) *fakeAWS {
 		t: t, quit: make(chan struct{}), group: fakeGroup, exists: true, insts: insts,
 		pages: map[string][]byte{}, calls: map[string]int{}, signed: map[string][]string{},
 		inputs: map[string][]url.Values{}, faults: map[string][]fault{}, always: map[string]fault{},
-		arrived: make(chan struct{}),
+		arrived: make(chan struct{}), denied: map[string]bool{},
 	}
 	if tls {
 		f.srv = httptest.NewTLSServer(http.HandlerFunc(f.serve))
@@ -283,6 +302,9 @@ func (f *fakeAWS) serve(w http.ResponseWriter, r *http.Request) {
 		flt, faulty = f.faults[op][0], true
 		f.faults[op] = f.faults[op][1:]
 	}
+	if !faulty && f.denied[op] {
+		flt, faulty = f.denial(op), true
+	}
 	f.mu.Unlock()
 
 	if stall {
@@ -318,6 +340,14 @@ func (f *fakeAWS) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f.writeFile(w, http.StatusOK, "text/xml", "complete_lifecycle_action.xml")
+	case "SetDesiredCapacity":
+		f.setDesiredCapacity(w, form)
+	case "UpdateAutoScalingGroup":
+		f.updateGroup(w, form)
+	case "TerminateInstanceInAutoScalingGroup":
+		f.terminate(w, form)
+	case "DescribeScalingActivities":
+		f.describeActivities(w, form)
 	case "ReceiveMessage":
 		f.receive(w, r, body)
 	case "DeleteMessageBatch":
@@ -408,9 +438,9 @@ func (f *fakeAWS) page(w http.ResponseWriter, key string, render func() (string,
 }
 
 type groupData struct {
-	Name, Status string
-	Max          int
-	Instances    []*fakeInst
+	Name, Status      string
+	Min, Desired, Max int
+	Instances         []*fakeInst
 }
 
 func (f *fakeAWS) describeGroups(w http.ResponseWriter, form url.Values) {
@@ -428,7 +458,8 @@ func (f *fakeAWS) describeGroups(w http.ResponseWriter, form url.Values) {
 		// emptyPage: the group comes on a second page, after an empty first one.
 		onThisPage := token == "" && !f.emptyPage || token == "page-2" && f.emptyPage
 		if f.exists && slices.Contains(names, f.group) && onThisPage {
-			data.Group = &groupData{Name: f.group, Status: f.status, Max: len(f.insts) + 10, Instances: f.insts}
+			min, desired, max := f.sizeLocked()
+			data.Group = &groupData{Name: f.group, Status: f.status, Min: min, Desired: desired, Max: max, Instances: f.insts}
 		}
 		if f.emptyPage && token == "" {
 			data.NextToken = "page-2"
@@ -684,4 +715,341 @@ func pollCtx(t testing.TB) context.Context {
 
 func contextWithTimeout(t testing.TB, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(t.Context(), d)
+}
+
+// The group's size and the capacity calls, as Auto Scaling's query API (2011-01-01) answers
+// them: bodies from testdata/, errors in its ErrorResponse shape, its validation messages.
+
+const fakeGroupARN = "arn:aws:autoscaling:us-east-1:" + fakeAccount +
+	":autoScalingGroup:7d9d3f4e-1b2c-4a5d-9e8f-0a1b2c3d4e5f:autoScalingGroupName/"
+
+// sizeLocked is the group's minimum, desired and maximum size; f.mu held.
+func (f *fakeAWS) sizeLocked() (min, desired, max int) {
+	if f.sized {
+		return f.min, f.desired, f.max
+	}
+	return 0, len(f.insts), len(f.insts) + 10
+}
+
+// setSize sets the group's size, as its owner would in the console.
+func (f *fakeAWS) setSize(min, desired, max int) {
+	f.change(func() { f.sized, f.min, f.desired, f.max = true, min, desired, max })
+}
+
+// size is the group's size as the fake holds it.
+func (f *fakeAWS) size() (min, desired, max int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sizeLocked()
+}
+
+// resizeLocked keeps a new size and drops the rendered pages; f.mu held.
+func (f *fakeAWS) resizeLocked(min, desired, max int) {
+	f.sized, f.min, f.desired, f.max = true, min, desired, max
+	f.touchLocked()
+}
+
+func (f *fakeAWS) touchLocked() {
+	f.version++
+	clear(f.pages)
+}
+
+// terminatedIDs lists the instances TerminateInstanceInAutoScalingGroup took, in order.
+func (f *fakeAWS) terminatedIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.terminated)
+}
+
+// deny makes every later call of ops answer AccessDenied, as IAM does without a permission.
+func (f *fakeAWS) deny(ops ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, op := range ops {
+		f.denied[op] = true
+	}
+}
+
+// denial is IAM's answer to op without the permission; f.mu held.
+func (f *fakeAWS) denial(op string) fault {
+	resource := fakeGroupARN + f.group
+	if strings.HasPrefix(op, "Describe") {
+		resource = "*" // the Describe actions have no resource-level permissions
+	}
+	return fault{status: 403, code: "AccessDenied", msg: fmt.Sprintf("User: arn:aws:sts::%s:assumed-role/elasticd-driver/i-0123456789abcdef0 "+
+		"is not authorized to perform: autoscaling:%s on resource: %s because no identity-based policy allows the autoscaling:%s action",
+		fakeAccount, op, resource, op)}
+}
+
+// addActivity records a scaling activity of the group (an ID and a start time are made up
+// when a has none) and returns its ID.
+func (f *fakeAWS) addActivity(a fakeActivity) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.addActivityLocked(a).ID
+}
+
+func (f *fakeAWS) addActivityLocked(a fakeActivity) *fakeActivity {
+	f.nextActivity++
+	if a.ID == "" {
+		a.ID = fmt.Sprintf("5e2b8f1c-0a1b-4c2d-8e3f-%012d", f.nextActivity)
+	}
+	if a.Start.IsZero() {
+		a.Start = time.Now()
+	}
+	f.activities = slices.Insert(f.activities, 0, &a)
+	return &a
+}
+
+// runOut makes the group fail a spot launch in zone for want of capacity, as Auto Scaling
+// reports it, and returns the activity's ID.
+func (f *fakeAWS) runOut(zone string) string { return f.addActivity(stockout(zone, time.Now())) }
+
+// stockout is the activity of a spot launch that found no capacity (kubernetes/autoscaler#3241).
+func stockout(zone string, at time.Time) fakeActivity {
+	msg := "Could not launch Spot Instances. InsufficientInstanceCapacity - There is no Spot capacity available that matches your request. Launching EC2 instance failed."
+	return fakeActivity{
+		Description:   "Launching a new EC2 instance.  Status Reason: " + msg,
+		Cause:         fmt.Sprintf("At %s an instance was started in response to a difference between desired and actual capacity, increasing the capacity from 3 to 4.", at.UTC().Format(time.RFC3339)),
+		StatusCode:    "Failed",
+		StatusMessage: msg,
+		Details:       `{"Subnet ID":"subnet-0123456789abcdef0","Availability Zone":"` + zone + `"}`,
+		Start:         at, End: at.Add(2 * time.Second), Progress: 100,
+	}
+}
+
+// invalid answers Auto Scaling's ValidationError.
+func (f *fakeAWS) invalid(w http.ResponseWriter, op, msg string) {
+	f.writeFault(w, op, false, fault{status: 400, code: "ValidationError", msg: msg})
+}
+
+// intParam reads an integer parameter. ok is false, and the error answered, when a required
+// one is missing or one is not an integer.
+func (f *fakeAWS) intParam(w http.ResponseWriter, op string, form url.Values, name string, required bool) (n int, set, ok bool) {
+	if !form.Has(name) {
+		if required {
+			f.invalid(w, op, fmt.Sprintf("1 validation error detected: Value null at '%s%s' failed to satisfy constraint: Member must not be null",
+				strings.ToLower(name[:1]), name[1:]))
+			return 0, false, false
+		}
+		return 0, false, true
+	}
+	n, err := strconv.Atoi(form.Get(name))
+	if err != nil {
+		f.writeFault(w, op, false, fault{status: 400, code: "MalformedInput", msg: fmt.Sprintf("Value %q for %s is not an integer", form.Get(name), name)})
+		return 0, false, false
+	}
+	return n, true, true
+}
+
+// groupMissingLocked is the error message for a request naming another group; f.mu held.
+func (f *fakeAWS) groupMissingLocked(name string) string {
+	if f.exists && name == f.group {
+		return ""
+	}
+	return "AutoScalingGroup name not found - AutoScalingGroup " + name + " not found"
+}
+
+func (f *fakeAWS) setDesiredCapacity(w http.ResponseWriter, form url.Values) {
+	const op = "SetDesiredCapacity"
+	n, _, ok := f.intParam(w, op, form, "DesiredCapacity", true)
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	msg := f.groupMissingLocked(form.Get("AutoScalingGroupName"))
+	if msg == "" {
+		min, _, max := f.sizeLocked()
+		switch {
+		case n > max:
+			msg = fmt.Sprintf("New SetDesiredCapacity value %d is above max value %d for the AutoScalingGroup.", n, max)
+		case n < min:
+			msg = fmt.Sprintf("New SetDesiredCapacity value %d is below min value %d for the AutoScalingGroup.", n, min)
+		default:
+			f.resizeLocked(min, n, max)
+		}
+	}
+	f.mu.Unlock()
+	if msg != "" {
+		f.invalid(w, op, msg)
+		return
+	}
+	f.writeFile(w, http.StatusOK, "text/xml", "set_desired_capacity.xml")
+}
+
+// updateGroup takes MinSize, MaxSize and DesiredCapacity. As Auto Scaling does, a new minimum
+// above the desired capacity (or maximum below it) drags the desired capacity along when the
+// request does not set it, and the result must keep min <= desired <= max.
+func (f *fakeAWS) updateGroup(w http.ResponseWriter, form url.Values) {
+	const op = "UpdateAutoScalingGroup"
+	newMin, minSet, ok := f.intParam(w, op, form, "MinSize", false)
+	if !ok {
+		return
+	}
+	newMax, maxSet, ok := f.intParam(w, op, form, "MaxSize", false)
+	if !ok {
+		return
+	}
+	newDesired, desiredSet, ok := f.intParam(w, op, form, "DesiredCapacity", false)
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	msg := f.groupMissingLocked(form.Get("AutoScalingGroupName"))
+	if msg == "" {
+		min, desired, max := f.sizeLocked()
+		if minSet {
+			min = newMin
+		}
+		if maxSet {
+			max = newMax
+		}
+		switch {
+		case desiredSet:
+			desired = newDesired
+		case minSet && min > desired:
+			desired = min
+		case maxSet && max < desired:
+			desired = max
+		}
+		switch {
+		case min > max:
+			msg = fmt.Sprintf("Max bound, %d, must be greater than or equal to min bound, %d", max, min)
+		case desired < min || desired > max:
+			msg = fmt.Sprintf("Desired capacity:%d must be between the specified min size:%d and max size:%d", desired, min, max)
+		default:
+			f.resizeLocked(min, desired, max)
+		}
+	}
+	f.mu.Unlock()
+	if msg != "" {
+		f.invalid(w, op, msg)
+		return
+	}
+	f.writeFile(w, http.StatusOK, "text/xml", "update_auto_scaling_group.xml")
+}
+
+// activityData is an activity as the templates render it.
+type activityData struct {
+	fakeActivity
+	Group, GroupARN string
+}
+
+// terminate takes InstanceId and the required ShouldDecrementDesiredCapacity. The instance goes
+// Terminating; the desired capacity drops only when asked to, and never below the minimum.
+func (f *fakeAWS) terminate(w http.ResponseWriter, form url.Values) {
+	const op = "TerminateInstanceInAutoScalingGroup"
+	id, decrement := form.Get("InstanceId"), form.Get("ShouldDecrementDesiredCapacity")
+	switch {
+	case decrement == "":
+		f.invalid(w, op, "1 validation error detected: Value null at 'shouldDecrementDesiredCapacity' failed to satisfy constraint: Member must not be null")
+		return
+	case decrement != "true" && decrement != "false":
+		f.writeFault(w, op, false, fault{status: 400, code: "MalformedInput", msg: "Value " + decrement + " for ShouldDecrementDesiredCapacity is not a boolean"})
+		return
+	}
+	f.mu.Lock()
+	var msg string
+	var data activityData
+	i := slices.IndexFunc(f.insts, func(in *fakeInst) bool { return in.ID == id && in.Lifecycle != "Terminated" })
+	min, desired, max := f.sizeLocked()
+	switch {
+	case !f.exists || i < 0:
+		msg = "Instance Id not found - No managed instance found for instance ID: " + id
+	case decrement == "true" && desired <= min:
+		msg = fmt.Sprintf("Currently, desiredSize equals minSize (%d). Terminating instance without replacement will violate group's min size constraint. "+
+			"Either set shouldDecrementDesiredCapacity flag to false or lower group's min size.", min)
+	default:
+		if decrement == "true" {
+			f.resizeLocked(min, desired-1, max)
+		}
+		in := f.insts[i]
+		in.Lifecycle = "Terminating"
+		f.touchLocked()
+		f.terminated = append(f.terminated, id)
+		a := f.addActivityLocked(fakeActivity{
+			Description: "Terminating EC2 instance: " + id,
+			Cause:       fmt.Sprintf("At %s instance %s was taken out of service in response to a user request.", time.Now().UTC().Format(time.RFC3339), id),
+			StatusCode:  "InProgress",
+			Details:     `{"Subnet ID":"subnet-0123456789abcdef0","Availability Zone":"` + in.Zone + `"}`,
+		})
+		data = activityData{fakeActivity: *a, Group: f.group, GroupARN: fakeGroupARN + f.group}
+	}
+	f.mu.Unlock()
+	if msg != "" {
+		f.invalid(w, op, msg)
+		return
+	}
+	f.writeTemplate(w, http.StatusOK, "terminate_instance_in_auto_scaling_group.xml.tmpl", struct {
+		Activity  activityData
+		RequestID string
+	}{data, "3c2a7b1e-5d4f-4e6a-9b8c-7d6e5f4a3b2c"})
+}
+
+// describeActivities answers the group's activities as Auto Scaling sorts them, those in
+// progress first, then by start time, newest first; MaxRecords (at most 100) a page, NextToken
+// an offset. A request naming another group gets none.
+func (f *fakeAWS) describeActivities(w http.ResponseWriter, form url.Values) {
+	const op = "DescribeScalingActivities"
+	size, set, ok := f.intParam(w, op, form, "MaxRecords", false)
+	if !ok {
+		return
+	}
+	switch {
+	case !set:
+		size = 100
+	case size > 100:
+		f.invalid(w, op, fmt.Sprintf("1 validation error detected: Value '%d' at 'maxRecords' failed to satisfy constraint: Member must have value less than or equal to 100", size))
+		return
+	case size < 1:
+		f.invalid(w, op, fmt.Sprintf("1 validation error detected: Value '%d' at 'maxRecords' failed to satisfy constraint: Member must have value greater than or equal to 1", size))
+		return
+	}
+	offset := 0
+	if tok := form.Get("NextToken"); tok != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(tok, "offset-"))
+		if err != nil || n < 0 {
+			f.writeFault(w, op, false, fault{status: 400, code: "InvalidNextToken", msg: "The token '" + tok + "' is invalid."})
+			return
+		}
+		offset = n
+	}
+	ids := map[string]bool{}
+	for i := 1; form.Has(fmt.Sprintf("ActivityIds.member.%d", i)); i++ {
+		ids[form.Get(fmt.Sprintf("ActivityIds.member.%d", i))] = true
+	}
+	f.mu.Lock()
+	var match []activityData
+	if name := form.Get("AutoScalingGroupName"); f.exists && (name == "" || name == f.group) {
+		for _, a := range f.activities {
+			if len(ids) == 0 || ids[a.ID] {
+				match = append(match, activityData{fakeActivity: *a, Group: f.group, GroupARN: fakeGroupARN + f.group})
+			}
+		}
+	}
+	f.mu.Unlock()
+	done := func(a activityData) bool {
+		return a.StatusCode == "Successful" || a.StatusCode == "Failed" || a.StatusCode == "Cancelled"
+	}
+	slices.SortStableFunc(match, func(a, b activityData) int {
+		if done(a) != done(b) {
+			if done(a) {
+				return 1
+			}
+			return -1
+		}
+		return b.Start.Compare(a.Start)
+	})
+	data := struct {
+		Activities           []activityData
+		NextToken, RequestID string
+	}{RequestID: "1f0c9d8e-7b6a-4c5d-8e9f-0a1b2c3d4e5f"}
+	if offset < len(match) {
+		end := min(offset+size, len(match))
+		data.Activities = match[offset:end]
+		if end < len(match) {
+			data.NextToken = "offset-" + strconv.Itoa(end)
+		}
+	}
+	f.writeTemplate(w, http.StatusOK, "describe_scaling_activities.xml.tmpl", data)
 }

@@ -25,6 +25,10 @@ type (
 	asgAPI interface {
 		DescribeAutoScalingGroups(context.Context, *autoscaling.DescribeAutoScalingGroupsInput, ...func(*autoscaling.Options)) (*autoscaling.DescribeAutoScalingGroupsOutput, error)
 		CompleteLifecycleAction(context.Context, *autoscaling.CompleteLifecycleActionInput, ...func(*autoscaling.Options)) (*autoscaling.CompleteLifecycleActionOutput, error)
+		SetDesiredCapacity(context.Context, *autoscaling.SetDesiredCapacityInput, ...func(*autoscaling.Options)) (*autoscaling.SetDesiredCapacityOutput, error)
+		UpdateAutoScalingGroup(context.Context, *autoscaling.UpdateAutoScalingGroupInput, ...func(*autoscaling.Options)) (*autoscaling.UpdateAutoScalingGroupOutput, error)
+		TerminateInstanceInAutoScalingGroup(context.Context, *autoscaling.TerminateInstanceInAutoScalingGroupInput, ...func(*autoscaling.Options)) (*autoscaling.TerminateInstanceInAutoScalingGroupOutput, error)
+		DescribeScalingActivities(context.Context, *autoscaling.DescribeScalingActivitiesInput, ...func(*autoscaling.Options)) (*autoscaling.DescribeScalingActivitiesOutput, error)
 	}
 	ec2API interface {
 		DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
@@ -36,9 +40,9 @@ type (
 	}
 )
 
-// Provider is one Auto Scaling group. It implements providers.Provider, and with a queue
-// configured also providers.Noticer and providers.NoticeCompleter. Safe for concurrent use;
-// it starts no goroutines.
+// Provider is one Auto Scaling group. It implements providers.Provider and
+// providers.Capacity (capacity.go), and with a queue configured also providers.Noticer and
+// providers.NoticeCompleter. Safe for concurrent use; it starts no goroutines.
 type Provider struct {
 	cfg Config
 	log *slog.Logger
