@@ -25,6 +25,25 @@ type computeAPI interface {
 	listManagedInstances(ctx context.Context, pageToken string) (items []*computepb.ManagedInstance, next string, err error)
 	// listInstances returns one page of the zone's instances that match filter.
 	listInstances(ctx context.Context, zone, filter, pageToken string) (items []*computepb.Instance, next string, err error)
+
+	// The capacity calls (capacity.go).
+
+	// getGroup reads the MIG itself (instanceGroupManagers.get): targetSize, currentActions,
+	// status.autoscaler.
+	getGroup(ctx context.Context) (*computepb.InstanceGroupManager, error)
+	// getAutoscaler reads the MIG's autoscaler by name, in the MIG's zone or region.
+	getAutoscaler(ctx context.Context, name string) (*computepb.Autoscaler, error)
+	// resize sets the MIG's targetSize. It returns the operation as the API first answered it.
+	resize(ctx context.Context, size int32, requestID string) (*compute.Operation, error)
+	// recreate recreates one instance (a partial URL, zones/Z/instances/N) from the group's
+	// current template, its targetSize unchanged.
+	recreate(ctx context.Context, instance, requestID string) (*compute.Operation, error)
+	// pollOperation asks once for the operation's state (zoneOperations.get or
+	// regionOperations.get); op.Proto() is then the answer.
+	pollOperation(ctx context.Context, op *compute.Operation) error
+	// listErrors returns one page of the MIG's errors (instanceGroupManagers.listErrors).
+	listErrors(ctx context.Context, pageToken string) (items []*computepb.InstanceManagedByIgmError, next string, err error)
+
 	Close() error
 }
 
@@ -54,6 +73,11 @@ type sdkAPI struct {
 	zonal     *compute.InstanceGroupManagersClient       // a zonal MIG's, else nil
 	regional  *compute.RegionInstanceGroupManagersClient // a regional MIG's, else nil
 	instances *compute.InstancesClient
+
+	// The autoscaler clients are made by the first getAutoscaler: most groups have none.
+	zonalAS    *compute.AutoscalersClient
+	regionalAS *compute.RegionAutoscalersClient
+	opts       []option.ClientOption // the clients' options, for those made later
 }
 
 // computeDefaults are the options the SDK's compute clients give themselves, for the one
@@ -92,7 +116,7 @@ func newSDKAPI(ctx context.Context, cfg Config) (*sdkAPI, error) {
 		calls.base = http.DefaultTransport
 	}
 	opts := append(endpoint, option.WithHTTPClient(&http.Client{Transport: calls}))
-	a := &sdkAPI{project: cfg.Project, zone: cfg.Zone, region: cfg.Region, mig: cfg.MIG, calls: calls}
+	a := &sdkAPI{project: cfg.Project, zone: cfg.Zone, region: cfg.Region, mig: cfg.MIG, calls: calls, opts: opts}
 	if cfg.Zone != "" {
 		a.zonal, err = compute.NewInstanceGroupManagersRESTClient(ctx, opts...)
 	} else {
@@ -200,5 +224,93 @@ func (a *sdkAPI) Close() error {
 	if a.instances != nil {
 		errs = append(errs, a.instances.Close())
 	}
+	if a.zonalAS != nil {
+		errs = append(errs, a.zonalAS.Close())
+	}
+	if a.regionalAS != nil {
+		errs = append(errs, a.regionalAS.Close())
+	}
 	return errors.Join(errs...)
+}
+
+// The capacity calls. Each is one HTTP request: the SDK's retry is off (noRetry), as for the
+// lists, and the provider's loop paces and retries them.
+
+func (a *sdkAPI) getGroup(ctx context.Context) (*computepb.InstanceGroupManager, error) {
+	if a.zonal != nil {
+		return a.zonal.Get(ctx, &computepb.GetInstanceGroupManagerRequest{
+			Project: a.project, Zone: a.zone, InstanceGroupManager: a.mig,
+		}, noRetry)
+	}
+	return a.regional.Get(ctx, &computepb.GetRegionInstanceGroupManagerRequest{
+		Project: a.project, Region: a.region, InstanceGroupManager: a.mig,
+	}, noRetry)
+}
+
+func (a *sdkAPI) getAutoscaler(ctx context.Context, name string) (*computepb.Autoscaler, error) {
+	// Made under the context of no call, like the other clients: they outlive this one.
+	mk := context.WithoutCancel(ctx)
+	var err error
+	if a.zonal != nil {
+		if a.zonalAS == nil {
+			if a.zonalAS, err = compute.NewAutoscalersRESTClient(mk, a.opts...); err != nil {
+				return nil, err
+			}
+		}
+		return a.zonalAS.Get(ctx, &computepb.GetAutoscalerRequest{Project: a.project, Zone: a.zone, Autoscaler: name}, noRetry)
+	}
+	if a.regionalAS == nil {
+		if a.regionalAS, err = compute.NewRegionAutoscalersRESTClient(mk, a.opts...); err != nil {
+			return nil, err
+		}
+	}
+	return a.regionalAS.Get(ctx, &computepb.GetRegionAutoscalerRequest{Project: a.project, Region: a.region, Autoscaler: name}, noRetry)
+}
+
+func (a *sdkAPI) resize(ctx context.Context, size int32, requestID string) (*compute.Operation, error) {
+	if a.zonal != nil {
+		return a.zonal.Resize(ctx, &computepb.ResizeInstanceGroupManagerRequest{
+			Project: a.project, Zone: a.zone, InstanceGroupManager: a.mig, Size: size, RequestId: proto.String(requestID),
+		}, noRetry)
+	}
+	return a.regional.Resize(ctx, &computepb.ResizeRegionInstanceGroupManagerRequest{
+		Project: a.project, Region: a.region, InstanceGroupManager: a.mig, Size: size, RequestId: proto.String(requestID),
+	}, noRetry)
+}
+
+func (a *sdkAPI) recreate(ctx context.Context, instance, requestID string) (*compute.Operation, error) {
+	if a.zonal != nil {
+		return a.zonal.RecreateInstances(ctx, &computepb.RecreateInstancesInstanceGroupManagerRequest{
+			Project: a.project, Zone: a.zone, InstanceGroupManager: a.mig, RequestId: proto.String(requestID),
+			InstanceGroupManagersRecreateInstancesRequestResource: &computepb.InstanceGroupManagersRecreateInstancesRequest{
+				Instances: []string{instance},
+			},
+		}, noRetry)
+	}
+	return a.regional.RecreateInstances(ctx, &computepb.RecreateInstancesRegionInstanceGroupManagerRequest{
+		Project: a.project, Region: a.region, InstanceGroupManager: a.mig, RequestId: proto.String(requestID),
+		RegionInstanceGroupManagersRecreateRequestResource: &computepb.RegionInstanceGroupManagersRecreateRequest{
+			Instances: []string{instance},
+		},
+	}, noRetry)
+}
+
+func (a *sdkAPI) pollOperation(ctx context.Context, op *compute.Operation) error {
+	return op.Poll(ctx, noRetry)
+}
+
+func (a *sdkAPI) listErrors(ctx context.Context, pageToken string) ([]*computepb.InstanceManagedByIgmError, string, error) {
+	ctx, done := a.calls.tag(ctx) // an iterator's request: see callTransport
+	defer done()
+	var it *compute.InstanceManagedByIgmErrorIterator
+	if a.zonal != nil {
+		it = a.zonal.ListErrors(ctx, &computepb.ListErrorsInstanceGroupManagersRequest{
+			Project: a.project, Zone: a.zone, InstanceGroupManager: a.mig,
+		}, noRetry)
+	} else {
+		it = a.regional.ListErrors(ctx, &computepb.ListErrorsRegionInstanceGroupManagersRequest{
+			Project: a.project, Region: a.region, InstanceGroupManager: a.mig,
+		}, noRetry)
+	}
+	return it.InternalFetch(pageSize, pageToken)
 }

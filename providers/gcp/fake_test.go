@@ -1,7 +1,10 @@
 package gcp_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,7 +28,9 @@ import (
 
 // fakeCompute is an in-process Compute Engine REST API for one MIG: listManagedInstances
 // (zonal or regional) and the zonal instances list, in the real JSON wire format, paginated,
-// with the list filter `name eq "RE2"`, and with replies that a test can script.
+// with the list filter `name eq "RE2"`, and with replies that a test can script. For the
+// capacity calls it also serves the MIG itself (get, resize, recreateInstances, listErrors),
+// its autoscaler, and the zone or region operations that resize and recreateInstances return.
 type fakeCompute struct {
 	t   testing.TB
 	srv *httptest.Server
@@ -41,17 +47,51 @@ type fakeCompute struct {
 	scripted  map[string][]reply               // endpoint → replies served before the model's
 	broken    bool                             // every request fails with 500
 	stalled   bool                             // every request waits until the client gives up
-	requests  []request
-	onRequest func(*http.Request) // called under the lock with each API request
-	tokens    int                 // OAuth 2.0 token requests
-	encoded   map[string][]byte   // cache of encoded pages by request URL, dropped on a change
+	requests  []request                        // every API request, in order
+	onRequest func(*http.Request)              // called under the lock with each API request
+	tokens    int                              // OAuth 2.0 token requests
+	encoded   map[string][]byte                // cache of encoded pages by request URL, dropped on a change
 	stop      chan struct{}
+
+	// The capacity side.
+	targetSize  int32
+	autoscaler  *computepb.Autoscaler                  // attached (status.autoscaler) when not nil
+	igmErrors   []*computepb.InstanceManagedByIgmError // what listErrors lists, in this order
+	denied      bool                                   // resize and recreateInstances answer 403
+	recreated   []string                               // the IDs of the instances recreated, in order
+	operations  map[string]*fakeOperation              // by name
+	byRequestID map[string]string                      // requestId → operation name
+	opPending   int                                    // operations stay RUNNING until their opPending-th poll (0: DONE at once)
+	opFailure   *opFailure                             // the next operation ends with this error
+}
+
+// fakeOperation is an operation the fake returned, and how many polls it stays RUNNING.
+type fakeOperation struct {
+	op      *computepb.Operation
+	pending int
+	failure *opFailure
+	apply   func() // the change, made when the operation ends DONE without an error
+}
+
+// opFailure is how an operation fails: Operation.error and httpErrorStatusCode/Message.
+type opFailure struct {
+	status  int32
+	message string // httpErrorMessage, e.g. "FORBIDDEN"
+	code    string // error.errors[0].code
+	text    string // error.errors[0].message
 }
 
 // Endpoints of the fake, for scripting and counting.
 const (
 	epManaged   = "managed"
 	epInstances = "instances"
+	// The capacity calls.
+	epGroup      = "get"
+	epResize     = "resize"
+	epRecreate   = "recreateInstances"
+	epErrors     = "listErrors"
+	epAutoscaler = "autoscaler"
+	epOperation  = "operation"
 )
 
 type reply struct {
@@ -65,8 +105,11 @@ type request struct {
 	endpoint  string
 	zone      string
 	at        time.Time
+	method    string
+	path      string
 	query     url.Values
 	fieldMask string
+	body      []byte
 }
 
 const (
@@ -82,7 +125,8 @@ const (
 func newFake(t testing.TB, dir string) *fakeCompute {
 	t.Helper()
 	f := &fakeCompute{t: t, project: testProject, mig: testMIG, instances: map[string][]*computepb.Instance{},
-		scripted: map[string][]reply{}, encoded: map[string][]byte{}, stop: make(chan struct{})}
+		scripted: map[string][]reply{}, encoded: map[string][]byte{}, stop: make(chan struct{}),
+		operations: map[string]*fakeOperation{}, byRequestID: map[string]string{}}
 	if dir == "regional" {
 		f.region = testRegion
 	} else {
@@ -103,10 +147,24 @@ func newFake(t testing.TB, dir string) *fakeCompute {
 			f.instances[zone] = l.GetItems()
 		}
 	}
+	for _, mi := range f.managed {
+		if a := mi.GetCurrentAction(); a != "DELETING" && a != "ABANDONING" {
+			f.targetSize++ // the instances being taken away are no longer counted in it
+		}
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /compute/v1/projects/{project}/zones/{loc}/instanceGroupManagers/{mig}/listManagedInstances", f.serveManaged)
 	mux.HandleFunc("POST /compute/v1/projects/{project}/regions/{loc}/instanceGroupManagers/{mig}/listManagedInstances", f.serveManaged)
 	mux.HandleFunc("GET /compute/v1/projects/{project}/zones/{zone}/instances", f.serveInstances)
+	for _, loc := range []string{"zones", "regions"} {
+		igm := "/compute/v1/projects/{project}/" + loc + "/{loc}/instanceGroupManagers/{mig}"
+		mux.HandleFunc("GET "+igm, f.serveGroup)
+		mux.HandleFunc("POST "+igm+"/resize", f.serveResize)
+		mux.HandleFunc("POST "+igm+"/recreateInstances", f.serveRecreate)
+		mux.HandleFunc("GET "+igm+"/listErrors", f.serveErrors)
+		mux.HandleFunc("GET /compute/v1/projects/{project}/"+loc+"/{loc}/autoscalers/{name}", f.serveAutoscaler)
+		mux.HandleFunc("GET /compute/v1/projects/{project}/"+loc+"/{loc}/operations/{op}", f.serveOperation)
+	}
 	mux.HandleFunc("POST /token", f.serveToken)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("fake compute: unexpected request %s %s", r.Method, r.URL)
@@ -216,12 +274,14 @@ func (f *fakeCompute) log() []request {
 // begin records the request and returns the scripted reply to send, if any; it waits first
 // when the fake is stalled, and reports false when the request is over.
 func (f *fakeCompute) begin(w http.ResponseWriter, r *http.Request, endpoint, zone string) (handled bool) {
+	body, _ := io.ReadAll(r.Body) // small; served again to the handler
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	f.mu.Lock()
 	if f.onRequest != nil {
 		f.onRequest(r)
 	}
-	f.requests = append(f.requests, request{endpoint: endpoint, zone: zone, at: time.Now(), query: r.URL.Query(),
-		fieldMask: r.Header.Get("X-Goog-FieldMask")})
+	f.requests = append(f.requests, request{endpoint: endpoint, zone: zone, at: time.Now(), method: r.Method,
+		path: r.URL.Path, query: r.URL.Query(), fieldMask: r.Header.Get("X-Goog-FieldMask"), body: body})
 	stalled, broken := f.stalled, f.broken
 	var rep *reply
 	if q := f.scripted[endpoint]; len(q) > 0 {
@@ -412,4 +472,365 @@ func bigGroup(project string, zones []string, n int) ([]*computepb.ManagedInstan
 		})
 	}
 	return managed, instances
+}
+
+// The capacity side of the fake, after the Compute Engine v1 REST reference: the MIG
+// (instanceGroupManagers.get, .resize?size=N, .recreateInstances {"instances":[URL]},
+// .listErrors), its autoscaler (autoscalers.get), and the operations that resize and
+// recreateInstances return (zoneOperations.get, regionOperations.get), for a zonal MIG under
+// /zones/{zone}/ and a regional one under /regions/{region}/.
+
+const apiBase = "https://www.googleapis.com/compute/v1/projects/"
+
+// scope is the MIG's location as the API writes it in a path: zones/Z or regions/R.
+func (f *fakeCompute) scope() string {
+	if f.region != "" {
+		return "regions/" + f.region
+	}
+	return "zones/" + f.zone
+}
+
+// ours reports whether the request's project, location (and MIG, where the path has one)
+// are the fake's. Called under the lock.
+func (f *fakeCompute) ours(r *http.Request) bool {
+	loc := f.zone
+	if strings.Contains(r.URL.Path, "/regions/") {
+		loc = f.region
+	}
+	mig := r.PathValue("mig")
+	return r.PathValue("project") == f.project && loc != "" && r.PathValue("loc") == loc && (mig == "" || mig == f.mig)
+}
+
+// googleError writes the API's error shape, {"error":{"code","message","errors":[{"message",
+// "domain","reason"}],"status"}}, as testdata/errors/*.json hold it.
+func googleError(w http.ResponseWriter, code int, reason, message string) {
+	status := map[int]string{400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND"}[code]
+	b, _ := json.MarshalIndent(map[string]any{"error": map[string]any{
+		"code": code, "message": message, "status": status,
+		"errors": []any{map[string]any{"message": message, "domain": "global", "reason": reason}},
+	}}, "", " ")
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	w.WriteHeader(code)
+	w.Write(b)
+}
+
+func (f *fakeCompute) notFound(w http.ResponseWriter, r *http.Request) {
+	googleError(w, 404, "notFound", fmt.Sprintf("The resource '%s' was not found", strings.TrimPrefix(r.URL.Path, "/compute/v1/")))
+}
+
+// migPath is the MIG as the API names it in messages: projects/P/zones/Z/instanceGroupManagers/M.
+func (f *fakeCompute) migPath() string {
+	return "projects/" + f.project + "/" + f.scope() + "/instanceGroupManagers/" + f.mig
+}
+
+func (f *fakeCompute) deny(w http.ResponseWriter) {
+	googleError(w, 403, "forbidden", fmt.Sprintf("Required 'compute.instanceGroupManagers.update' permission for '%s'", f.migPath()))
+}
+
+func (f *fakeCompute) serveGroup(w http.ResponseWriter, r *http.Request) {
+	if f.begin(w, r, epGroup, "") {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.ours(r) {
+		f.notFound(w, r)
+		return
+	}
+	sum := &computepb.InstanceGroupManagerActionsSummary{}
+	counts := map[string]*int32{}
+	for _, a := range []struct {
+		name string
+		n    **int32
+	}{
+		{"ABANDONING", &sum.Abandoning}, {"CREATING", &sum.Creating}, {"CREATING_WITHOUT_RETRIES", &sum.CreatingWithoutRetries},
+		{"DELETING", &sum.Deleting}, {"NONE", &sum.None}, {"RECREATING", &sum.Recreating}, {"REFRESHING", &sum.Refreshing},
+		{"RESTARTING", &sum.Restarting}, {"RESUMING", &sum.Resuming}, {"STARTING", &sum.Starting}, {"STOPPING", &sum.Stopping},
+		{"SUSPENDING", &sum.Suspending}, {"VERIFYING", &sum.Verifying},
+	} {
+		*a.n = proto.Int32(0) // the API lists every count, zeros too
+		counts[a.name] = *a.n
+	}
+	stable := true
+	for _, mi := range f.managed {
+		if n := counts[mi.GetCurrentAction()]; n != nil {
+			*n++
+		}
+		stable = stable && mi.GetCurrentAction() == "NONE"
+	}
+	base := apiBase + f.project + "/" + f.scope()
+	igm := &computepb.InstanceGroupManager{
+		Kind: proto.String("compute#instanceGroupManager"), Id: proto.Uint64(7001), Name: proto.String(f.mig),
+		CreationTimestamp: proto.String("2026-03-01T09:00:00.000-08:00"),
+		BaseInstanceName:  proto.String(f.mig), TargetSize: proto.Int32(f.targetSize),
+		InstanceTemplate:            proto.String(apiBase + f.project + "/global/instanceTemplates/gpu-tmpl"),
+		InstanceGroup:               proto.String(base + "/instanceGroups/" + f.mig),
+		SelfLink:                    proto.String(base + "/instanceGroupManagers/" + f.mig),
+		CurrentActions:              sum,
+		Status:                      &computepb.InstanceGroupManagerStatus{IsStable: proto.Bool(stable)},
+		ListManagedInstancesResults: proto.String(map[bool]string{false: "PAGELESS", true: "PAGINATED"}[f.paginated]),
+	}
+	if f.region != "" {
+		igm.Region = proto.String(apiBase + f.project + "/regions/" + f.region)
+	} else {
+		igm.Zone = proto.String(apiBase + f.project + "/zones/" + f.zone)
+	}
+	if f.autoscaler != nil {
+		igm.Status.Autoscaler = proto.String(base + "/autoscalers/" + f.autoscaler.GetName())
+	}
+	f.writeNow(w, igm)
+}
+
+func (f *fakeCompute) serveAutoscaler(w http.ResponseWriter, r *http.Request) {
+	if f.begin(w, r, epAutoscaler, "") {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.ours(r) || f.autoscaler == nil || r.PathValue("name") != f.autoscaler.GetName() {
+		f.notFound(w, r)
+		return
+	}
+	as := proto.CloneOf(f.autoscaler)
+	base := apiBase + f.project + "/" + f.scope()
+	as.Kind = proto.String("compute#autoscaler")
+	as.Target = proto.String(base + "/instanceGroupManagers/" + f.mig)
+	as.SelfLink = proto.String(base + "/autoscalers/" + as.GetName())
+	as.Status = proto.String("ACTIVE")
+	f.writeNow(w, as)
+}
+
+func (f *fakeCompute) serveResize(w http.ResponseWriter, r *http.Request) {
+	if f.begin(w, r, epResize, "") {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.ours(r) {
+		f.notFound(w, r)
+		return
+	}
+	q := r.URL.Query()
+	size, err := strconv.ParseInt(q.Get("size"), 10, 32)
+	switch {
+	case !q.Has("size"):
+		googleError(w, 400, "required", "Required field 'size' not specified")
+		return
+	case err != nil || size < 0:
+		googleError(w, 400, "invalid", fmt.Sprintf("Invalid value for field 'size': '%s'. Must be greater than or equal to 0.", q.Get("size")))
+		return
+	case f.denied:
+		f.deny(w)
+		return
+	}
+	f.writeNow(w, f.operation(q.Get("requestId"), "compute.instanceGroupManagers.resize", func() {
+		f.targetSize = int32(size)
+	}))
+}
+
+// instanceRE is an instance's URL, full or partial: …zones/Z/instances/N.
+var instanceRE = regexp.MustCompile(`(?:^|/)zones/([a-z0-9-]+)/instances/([a-z0-9-]+)$`)
+
+func (f *fakeCompute) serveRecreate(w http.ResponseWriter, r *http.Request) {
+	if f.begin(w, r, epRecreate, "") {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.ours(r) {
+		f.notFound(w, r)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	var req computepb.InstanceGroupManagersRecreateInstancesRequest // the regional request's JSON is the same
+	if err := protojson.Unmarshal(body, &req); err != nil {
+		googleError(w, 400, "parseError", "Invalid JSON payload received. "+err.Error())
+		return
+	}
+	if len(req.GetInstances()) == 0 || len(req.GetInstances()) > 1000 {
+		googleError(w, 400, "invalid", "Invalid value for field 'resource.instances': ''. Between 1 and 1000 instances must be given.")
+		return
+	}
+	if f.denied {
+		f.deny(w)
+		return
+	}
+	var members []*computepb.ManagedInstance
+	for _, inst := range req.GetInstances() {
+		m := instanceRE.FindStringSubmatch(inst)
+		if m == nil {
+			googleError(w, 400, "invalid", fmt.Sprintf("Invalid value for field 'resource.instances[0]': '%s'. The URL is malformed.", inst))
+			return
+		}
+		path := "projects/" + f.project + "/zones/" + m[1] + "/instances/" + m[2]
+		i := slices.IndexFunc(f.managed, func(mi *computepb.ManagedInstance) bool {
+			return strings.HasSuffix(mi.GetInstance(), "/zones/"+m[1]+"/instances/"+m[2])
+		})
+		if i < 0 {
+			if slices.ContainsFunc(f.instances[m[1]], func(in *computepb.Instance) bool { return in.GetName() == m[2] }) {
+				googleError(w, 400, "invalid", fmt.Sprintf("The resource '%s' is not a member of the instance group manager '%s'.", path, f.migPath()))
+			} else {
+				googleError(w, 404, "notFound", fmt.Sprintf("The resource '%s' was not found", path))
+			}
+			return
+		}
+		members = append(members, f.managed[i])
+	}
+	f.writeNow(w, f.operation(r.URL.Query().Get("requestId"), "compute.instanceGroupManagers.recreateInstances", func() {
+		for _, mi := range members {
+			f.recreated = append(f.recreated, strconv.FormatUint(mi.GetId(), 10))
+			mi.CurrentAction = proto.String("RECREATING")
+		}
+		clear(f.encoded)
+	}))
+}
+
+func (f *fakeCompute) serveErrors(w http.ResponseWriter, r *http.Request) {
+	if f.begin(w, r, epErrors, "") {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.ours(r) {
+		f.notFound(w, r)
+		return
+	}
+	if q := r.URL.Query(); q.Has("filter") || q.Has("orderBy") {
+		googleError(w, 400, "invalid", "The filter and orderBy query parameters are not supported for this method.")
+		return
+	}
+	items, next, ok := page(f, w, r, f.igmErrors)
+	if !ok {
+		return
+	}
+	f.writeNow(w, &computepb.InstanceGroupManagersListErrorsResponse{Items: items, NextPageToken: optional(next)})
+}
+
+func (f *fakeCompute) serveOperation(w http.ResponseWriter, r *http.Request) {
+	if f.begin(w, r, epOperation, "") {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o := f.operations[r.PathValue("op")]
+	if !f.ours(r) || o == nil {
+		f.notFound(w, r)
+		return
+	}
+	if o.pending > 0 {
+		o.pending--
+		if o.pending == 0 {
+			f.finish(o)
+		}
+	}
+	f.writeNow(w, o.op)
+}
+
+// operation makes the operation a mutating call returns, or returns again the one made under
+// the same requestId (the API does such a request once). apply is the call's change, made
+// when the operation ends DONE without error: at once unless opPending says otherwise.
+func (f *fakeCompute) operation(requestID, typ string, apply func()) *computepb.Operation {
+	if name, ok := f.byRequestID[requestID]; ok && requestID != "" {
+		return f.operations[name].op
+	}
+	now := time.Now()
+	name := fmt.Sprintf("operation-%d-%x", now.UnixMilli(), len(f.operations)+1)
+	base := apiBase + f.project + "/" + f.scope()
+	op := &computepb.Operation{
+		Kind: proto.String("compute#operation"), Id: proto.Uint64(uint64(8_000_000 + len(f.operations))), Name: proto.String(name),
+		OperationType: proto.String(typ), TargetLink: proto.String(base + "/instanceGroupManagers/" + f.mig),
+		TargetId: proto.Uint64(7001), Status: computepb.Operation_RUNNING.Enum(), Progress: proto.Int32(0),
+		User:       proto.String("elasticd@" + f.project + ".iam.gserviceaccount.com"),
+		InsertTime: proto.String(now.Format(time.RFC3339Nano)), StartTime: proto.String(now.Format(time.RFC3339Nano)),
+		SelfLink: proto.String(base + "/operations/" + name),
+	}
+	if f.region != "" {
+		op.Region = proto.String(apiBase + f.project + "/regions/" + f.region)
+	} else {
+		op.Zone = proto.String(apiBase + f.project + "/zones/" + f.zone)
+	}
+	if requestID != "" {
+		op.ClientOperationId = proto.String(requestID)
+		f.byRequestID[requestID] = name
+	}
+	o := &fakeOperation{op: op, pending: f.opPending, failure: f.opFailure, apply: apply}
+	f.opFailure = nil
+	f.operations[name] = o
+	if o.pending == 0 {
+		f.finish(o)
+	}
+	return proto.CloneOf(op)
+}
+
+// finish ends o: DONE, with its failure or its change made.
+func (f *fakeCompute) finish(o *fakeOperation) {
+	o.op.Status = computepb.Operation_DONE.Enum()
+	o.op.Progress = proto.Int32(100)
+	o.op.EndTime = proto.String(time.Now().Format(time.RFC3339Nano))
+	if e := o.failure; e != nil {
+		o.op.HttpErrorStatusCode = proto.Int32(e.status)
+		o.op.HttpErrorMessage = proto.String(e.message)
+		o.op.Error = &computepb.Error{Errors: []*computepb.Errors{{Code: proto.String(e.code), Message: proto.String(e.text)}}}
+		return
+	}
+	o.apply()
+}
+
+// writeNow encodes msg, uncached: the capacity answers change with each call.
+func (f *fakeCompute) writeNow(w http.ResponseWriter, msg proto.Message) {
+	b, err := protojson.Marshal(msg)
+	if err != nil {
+		f.t.Errorf("fake compute: encode: %v", err)
+		http.Error(w, "encode", 500)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	w.Write(b)
+}
+
+// igmError is one listErrors item: error{code,message}, instanceActionDetails{action,
+// instance}, timestamp (RFC 3339, as the API writes it, with an offset).
+func igmError(at time.Time, action, instanceURL, code, message string) *computepb.InstanceManagedByIgmError {
+	return &computepb.InstanceManagedByIgmError{
+		Error:     &computepb.InstanceManagedByIgmErrorManagedInstanceError{Code: proto.String(code), Message: proto.String(message)},
+		Timestamp: proto.String(at.In(time.FixedZone("PST", -8*3600)).Format("2006-01-02T15:04:05.000-07:00")),
+		InstanceActionDetails: &computepb.InstanceManagedByIgmErrorInstanceActionDetails{
+			Action: proto.String(action), Instance: proto.String(instanceURL),
+		},
+	}
+}
+
+// stockoutMessage is the message GCE gives with ZONE_RESOURCE_POOL_EXHAUSTED.
+func stockoutMessage(zone string) string {
+	return fmt.Sprintf("The zone 'projects/%s/zones/%s' does not have enough resources available to fulfill the request.  Try a different zone, or try again later.", testProject, zone)
+}
+
+// runOut makes the MIG fail to create instances for want of capacity: each instance it is
+// creating gets a ZONE_RESOURCE_POOL_EXHAUSTED error, as listErrors reports them; with none
+// being created, the group is asked for one more first.
+func (f *fakeCompute) runOut() {
+	f.change(func(f *fakeCompute) {
+		creating := slices.DeleteFunc(slices.Clone(f.managed), func(mi *computepb.ManagedInstance) bool {
+			return !strings.HasPrefix(mi.GetCurrentAction(), "CREATING")
+		})
+		if len(creating) == 0 {
+			mi := &computepb.ManagedInstance{Name: proto.String(f.mig + "-x0"), CurrentAction: proto.String("CREATING")}
+			f.managed = append(f.managed, mi)
+			f.targetSize++
+			creating = append(creating, mi)
+		}
+		zone := f.zone
+		if zone == "" {
+			zone = f.region + "-a"
+		}
+		now := time.Now()
+		for _, mi := range creating {
+			url := mi.GetInstance()
+			if url == "" { // the URL is set even before the instance exists
+				url = apiBase + f.project + "/zones/" + zone + "/instances/" + mi.GetName()
+			}
+			z := instanceRE.FindStringSubmatch(url)[1]
+			f.igmErrors = append(f.igmErrors, igmError(now, "CREATING", url, "ZONE_RESOURCE_POOL_EXHAUSTED", stockoutMessage(z)))
+		}
+	})
 }

@@ -1,5 +1,6 @@
 // Package gcp discovers the hosts of a Google Compute Engine managed instance group (MIG),
-// zonal or regional, through the Compute Engine REST API: one poll per call, no goroutines.
+// zonal or regional, and steers its size, through the Compute Engine REST API: one answer per
+// call, no goroutines.
 package gcp
 
 import (

@@ -23,14 +23,8 @@ const maxPages = 1000
 // zone that has some, the instances whose names match theirs (one request per page), joined
 // by name. Requests grow with pages, never with instances.
 func (p *Provider) poll(ctx context.Context) ([]providers.Host, error) {
-	if p.api == nil {
-		api, err := newSDKAPI(ctx, p.cfg)
-		if err != nil {
-			return nil, fmt.Errorf("make the Compute Engine client (credentials come from "+
-				"Application Default Credentials: GOOGLE_APPLICATION_CREDENTIALS, `gcloud auth "+
-				"application-default login`, or the VM's service account): %w", err)
-		}
-		p.api = api
+	if err := p.ensureAPI(ctx); err != nil {
+		return nil, err
 	}
 
 	managed, err := p.listManaged(ctx)
@@ -80,6 +74,21 @@ func (p *Provider) poll(ctx context.Context) ([]providers.Host, error) {
 		}
 	}
 	return hosts, nil
+}
+
+// ensureAPI makes the SDK clients if there are none; the caller holds apiTurn.
+func (p *Provider) ensureAPI(ctx context.Context) error {
+	if p.api != nil {
+		return nil
+	}
+	api, err := newSDKAPI(ctx, p.cfg)
+	if err != nil {
+		return fmt.Errorf("make the Compute Engine client (credentials come from "+
+			"Application Default Credentials: GOOGLE_APPLICATION_CREDENTIALS, `gcloud auth "+
+			"application-default login`, or the VM's service account): %w", err)
+	}
+	p.api = api
+	return nil
 }
 
 // listManaged returns every page of the MIG's managed instances.

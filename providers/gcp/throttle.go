@@ -22,6 +22,14 @@ var ErrThrottled = errors.New("compute API asks to slow down")
 const (
 	epManaged   = "listManagedInstances"
 	epInstances = "instances.list"
+
+	// The capacity calls' (capacity.go).
+	epGet        = "instanceGroupManagers.get"
+	epAutoscaler = "autoscalers.get"
+	epResize     = "instanceGroupManagers.resize"
+	epRecreate   = "instanceGroupManagers.recreateInstances"
+	epErrors     = "instanceGroupManagers.listErrors"
+	epOperation  = "operations.get"
 )
 
 // call makes one request through ep's gate (providers.Loop.Call). A throttled request
