@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/elasticd/elasticd/driver/cost"
 )
 
 // A budget (--max-cost): before the job's cost passes it, the workers commit and the job
@@ -39,7 +41,7 @@ func (m *Machine) budgetStop(now time.Time, e BudgetReached) []Action {
 	if m.budget != "" || m.phase == phaseFinishing {
 		return nil
 	}
-	m.budget = fmt.Sprintf("--max-cost %s reached: %s spent, and at its rate the cost would pass it before the job could stop", formatMoney(e.Currency, e.Max), formatMoney(e.Currency, e.Spent))
+	m.budget = fmt.Sprintf("--max-cost %s reached: %s spent, and at its rate the cost would pass it before the job could stop", cost.Format(e.Currency, e.Max), cost.Format(e.Currency, e.Spent))
 	m.j.event(now, EventFinish, "%s: the job stops at the workers' next commit", m.budget)
 	switch {
 	case m.phase == phaseRunning && m.inProcess():
@@ -64,8 +66,4 @@ func (m *Machine) budgetDue(now time.Time, resetDone bool) []Action {
 		return nil
 	}
 	return m.finish(ExitBudget, m.budget)
-}
-
-func formatMoney(currency string, v float64) string {
-	return fmt.Sprintf("%.2f %s", v, currency)
 }

@@ -109,6 +109,7 @@ type fleet struct {
 	nextRead time.Time // zero: read at once
 	refused  string    // a call was refused: the job goes on unmanaged, and says why
 	capped   bool      // said once that the group's maximum holds the job below --max-np
+	overMax  bool      // the job could use more hosts than the group's maximum
 	changes  []string  // "4 → 0" of each size set, oldest first
 
 	broken      map[string]string    // hosts to hand back, with why, until handed back
@@ -159,6 +160,7 @@ func (m *Machine) wantHosts() int {
 	case f.size.Desired == 0:
 		want = 1
 	}
+	f.overMax = want > f.size.Max
 	return min(max(want, f.size.Min), f.size.Max)
 }
 
@@ -183,7 +185,7 @@ func (m *Machine) steer(now time.Time) []Action {
 			}
 			acts = append(acts, SetCapacity{From: f.size.Desired, To: want, Reason: why})
 		}
-		if !f.capped && f.size.Max < f.size.Desired+1 && m.usableSlots(now) < m.cfg.MaxNP && len(m.raw) >= f.size.Max {
+		if !f.capped && f.overMax {
 			f.capped = true
 			msg := fmt.Sprintf("%s is at its maximum size %d: the job stays below --max-np %d (elasticd never raises a group's maximum; raise it in the group if the job should grow)", f.cfg.Group, f.size.Max, m.cfg.MaxNP)
 			m.j.event(now, EventCapacity, "%s", msg)
@@ -192,8 +194,6 @@ func (m *Machine) steer(now time.Time) []Action {
 	}
 	return append(acts, m.handBack(now)...)
 }
-
-func (m *Machine) usableSlots(now time.Time) int { return len(m.hosts.Usable(now)) }
 
 // hostBusy reports whether a worker process of the host has yet to exit (one being stopped
 // included).

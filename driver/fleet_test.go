@@ -85,7 +85,7 @@ func TestManageCapacityBounds(t *testing.T) {
 		if got := capActs[SetCapacity](acts); len(got) != 1 || got[0].To != 3 {
 			t.Fatalf("%v, want the desired size set to the group's max 3", acts)
 		}
-		acts = s.m.Step(CapacitySet{Now: s.now, From: 2, To: 3})
+		acts = append(acts, s.m.Step(CapacitySet{Now: s.now, From: 2, To: 3})...)
 		acts = append(acts, s.hostsN(3, 2)...)
 		if w := capActs[Warn](acts); len(w) != 1 || !strings.Contains(w[0].Msg, "never raises a group's maximum") {
 			t.Fatalf("%v, want one warning that the maximum holds the job back", acts)

@@ -260,8 +260,9 @@ func closeAll(cs []io.Closer) {
 	}
 }
 
-// capacityCallTimeout bounds one capacity call (the provider's loop retries within it).
-const capacityCallTimeout = 2 * time.Minute
+// capacityCallTimeout bounds one capacity call (the provider's loop retries within it): long
+// enough for a cloud that answers once the change is done (an Azure operation, a GCP resize).
+const capacityCallTimeout = 10 * time.Minute
 
 // steer makes a fleet call (--manage-capacity) as a task that reports back; the job's final
 // size is kept for shutdown, which makes it once the workers are stopped.

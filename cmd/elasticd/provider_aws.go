@@ -21,15 +21,16 @@ func newAWSProvider(o providerOptions) (providers.Provider, error) {
 		return nil, err
 	}
 	if o.SQSQueueURL == "" {
-		return awsWithoutQueue{p, p}, nil
+		return awsWithoutQueue{p, p, p}, nil
 	}
 	return p, nil
 }
 
 // awsWithoutQueue is the provider without a queue, which has no notices to give: it hides
 // Notices and CompleteNotice so that the driver, which finds them by type assertion, does not
-// poll for nothing, and keeps the spot prices, which need no queue.
+// poll for nothing, and keeps the spot prices and the group's steering, which need no queue.
 type awsWithoutQueue struct {
 	providers.Provider
 	providers.SpotPricer
+	providers.Capacity
 }

@@ -43,6 +43,7 @@ var cloudProviders = map[string]func(providerOptions) (providers.Provider, error
 
 func providerNames() string {
 	names := append([]string{"local", "fixed", "script", "agents"}, slices.Sorted(maps.Keys(cloudProviders))...)
+	names = append(names, "sim")
 	return strings.Join(names, ", ")
 }
 
@@ -120,6 +121,8 @@ func buildProvider(c *cli.Context, localSlots int, log *slog.Logger) (providers.
 		return providers.NewFixed(hs), nil
 	case "agents":
 		return nil, usageError("provider", "agents: only `elasticd run --launcher agent` has agents")
+	case "sim":
+		return nil, usageError("provider", "sim: a cloud on this machine that lives as long as its job: only `elasticd run --provider sim`")
 	case "script":
 		path := c.String("host-discovery-script")
 		if path == "" {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -94,8 +96,8 @@ The job's last line gives the cost, the savings against on-demand and the cost o
 rolled back after failures.
 
 Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
-130 interrupted (every worker is stopped first).`,
-		Flags: append(providerFlags(),
+3 --max-cost stopped the job; 130 interrupted (every worker is stopped first).`,
+		Flags: append(append(providerFlags(), simFlags()...),
 			&cli.IntFlag{Name: "np", Usage: "number of workers to start with (required)", EnvVars: []string{"ELASTICD_NP"}},
 			&cli.IntFlag{Name: "min-np", Usage: "fewest workers to keep training with (default: -np)", EnvVars: []string{"ELASTICD_MIN_NP"}},
 			&cli.IntFlag{Name: "max-np", Usage: "most workers to grow to (default: -np)", EnvVars: []string{"ELASTICD_MAX_NP"}},
@@ -129,6 +131,9 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.Float64Flag{Name: "slot-gradient", Value: hosts.DefaultSlotGradient, Usage: "loadaware: each faster group gets (1+gradient)× the slots of the next slower one", EnvVars: []string{"ELASTICD_SLOT_GRADIENT"}},
 			&cli.StringFlag{Name: "slot-weights", Value: hosts.DefaultSlotPolicy().Weights.String(), Usage: "loadaware: `STEPTIME,BUSY,ACTIVE` weights of a host's score (step time in seconds, GPU busy 0..1, active slots); lower scores are faster", EnvVars: []string{"ELASTICD_SLOT_WEIGHTS"}},
 			&cli.StringFlag{Name: "prices", Usage: "price `FILE` (YAML): on-demand and spot price per instance-hour of each instance type, for the cost and savings; the cloud's own spot prices win where it publishes them (AWS)", EnvVars: []string{"ELASTICD_PRICES"}},
+			&cli.BoolFlag{Name: "manage-capacity", Usage: "steer the cloud group's size (--provider aws, gcp, azure, ibm or sim): its desired size follows what the job can use (enough hosts for --max-np, never above the group's own maximum), a host with a failed GPU or every slot quarantined is handed back for a replacement once its workers left, and when the job ends (success, failure, SIGTERM, --max-cost) the group goes to zero, so nothing bills after it. Each call is logged with its reason; one the cloud refuses (a permission) is said once and the job goes on unmanaged. A driver that crashes changes nothing. One driver per group", EnvVars: []string{"ELASTICD_MANAGE_CAPACITY"}},
+			&cli.IntFlag{Name: "replace-per-hour", Value: driver.DefaultReplacePerHour, Usage: "with --manage-capacity: at most this many broken hosts handed back for a replacement in any hour (each instance once)", EnvVars: []string{"ELASTICD_REPLACE_PER_HOUR"}},
+			&cli.Float64Flag{Name: "max-cost", Usage: "the job's budget, an `AMOUNT` in the prices' currency: before its cost passes it, the workers commit, the job stops with exit status 3 and a managed group goes to zero. Every host type needs a price (--prices, or the cloud's spot prices)", EnvVars: []string{"ELASTICD_MAX_COST"}},
 			&cli.BoolFlag{Name: "local-spot", Usage: "--provider local: count this machine's hosts as spot capacity (type 'local'), to try the cost accounting with --prices", EnvVars: []string{"ELASTICD_LOCAL_SPOT"}},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also log every rendezvous exchange (worker reports, assignments, key-value sets); the driver's decisions are always logged", EnvVars: []string{"ELASTICD_VERBOSE"}},
 		),
@@ -142,11 +147,23 @@ func runJob(c *cli.Context) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level, ReplaceAttr: shortTime}))
-	o, err := runOptions(c, log)
+	o, cleanup, err := runOptions(c, log)
+	defer cleanup()
 	if err != nil {
 		return err
 	}
 	o.Stdout, o.Stderr = c.App.Writer, c.App.ErrWriter
+	if o.Capacity != nil {
+		// An unknown group, or one the credentials may not read, is said now, not in the
+		// middle of the job.
+		ctx, cancel := context.WithTimeout(c.Context, time.Minute)
+		size, err := o.Capacity.GroupSize(ctx)
+		cancel()
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("--manage-capacity: %v", err), 1)
+		}
+		log.Info("managing the group's size", "group", o.Config.Capacity.Group, "size", size.String(), "autoscaled_by", size.Autoscaled)
+	}
 	res, err := driver.Run(c.Context, o)
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
@@ -154,6 +171,9 @@ func runJob(c *cli.Context) error {
 	fmt.Fprintf(c.App.ErrWriter, "elasticd: %s (generations %d, resets %d of which %d after failures)\n", res.Reason, res.Generations, res.Resets, res.FailureResets)
 	if res.Status != nil {
 		fmt.Fprintf(c.App.ErrWriter, "elasticd: %s\n", costLine(res.Status))
+		if cs := res.Status.Capacity; cs != nil {
+			fmt.Fprintf(c.App.ErrWriter, "elasticd: %s\n", cs.CapacityLine())
+		}
 		if o.OutputDir != "" {
 			if path, err := writeReport(o.OutputDir, res.Status); err != nil {
 				fmt.Fprintf(c.App.ErrWriter, "elasticd: no report: %v\n", err)
@@ -176,7 +196,14 @@ func shortTime(_ []string, a slog.Attr) slog.Attr {
 }
 
 // runOptions turns flags into driver options; every error names its flag (exit code 2).
-func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
+// cleanup, never nil, releases what the options hold (the simulated cloud of --provider sim).
+func runOptions(c *cli.Context, log *slog.Logger) (o driver.Options, cleanup func(), err error) {
+	cleanup = func() {}
+	o, err = runOptionsOf(c, log, &cleanup)
+	return o, cleanup, err
+}
+
+func runOptionsOf(c *cli.Context, log *slog.Logger, cleanup *func()) (driver.Options, error) {
 	o := driver.Options{Logger: log}
 	if c.NArg() == 0 {
 		return o, cli.Exit("run: no command: put the training command after --, e.g. elasticd run -np 4 -- ./train", 2)
@@ -251,13 +278,38 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 		return o, err
 	}
 	explicit := c.IsSet("provider") || c.IsSet("hosts") || c.IsSet("host-discovery-script")
-	if c.String("launcher") == "agent" && !explicit || c.String("provider") == "agents" {
+	simCloud := providerName(c) == "sim"
+	if !simCloud {
+		for _, f := range []string{"sim-hosts", "sim-max", "sim-spot-capacity", "sim-interrupt-warning", "sim-scenario"} {
+			if c.IsSet(f) {
+				return o, usageError(f, "only used with --provider sim")
+			}
+		}
+	}
+	if simCloud {
+		// The cloud, its agents, the agent launcher and the prices, all at once: the agents
+		// are told the driver's address, which the driver then listens on.
+		s, err := startSim(c, &o)
+		if err != nil {
+			return o, err
+		}
+		*cleanup = s.Close
+	} else if c.String("launcher") == "agent" && !explicit || c.String("provider") == "agents" {
 		o.Provider = nil // the agents' hosts: set with the launcher
 		o.ProviderName = "agents"
 	} else if o.Provider, err = buildProvider(c, max(o.MaxNP, o.NP), o.Logger); err != nil {
 		return o, err
 	} else {
 		o.ProviderName = providerName(c)
+	}
+	if simCloud {
+		if c.IsSet("prices") || c.Bool("warm-start") {
+			return o, usageError(map[bool]string{true: "prices", false: "warm-start"}[c.IsSet("prices")], "not used with --provider sim")
+		}
+		return o, finishOptions(c, &o)
+	}
+	if err := manageCapacity(c, &o); err != nil {
+		return o, err
 	}
 	if err := prices(c, &o); err != nil {
 		return o, err
@@ -292,7 +344,10 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 		o.ListenAddr = ":0" // remote workers must reach the rendezvous
 		o.AdvertiseHost = c.String("driver-addr")
 	case "agent":
-		if err := agentLauncher(c, &o); err != nil {
+		if !c.IsSet("agent-secret-file") {
+			return o, usageError("agent-secret-file", "--launcher agent needs the secret shared with the agents (the file their --agent-secret-file names)")
+		}
+		if err := agentLauncher(c, &o, c.String("agent-secret-file")); err != nil {
 			return o, err
 		}
 	default:
@@ -304,21 +359,71 @@ func runOptions(c *cli.Context, log *slog.Logger) (driver.Options, error) {
 	if c.IsSet("agent-secret-file") && c.String("launcher") != "agent" {
 		return o, usageError("agent-secret-file", "only used with --launcher agent")
 	}
+	return o, finishOptions(c, &o)
+}
+
+// finishOptions reads the flags that apply whatever the provider and the launcher.
+func finishOptions(c *cli.Context, o *driver.Options) error {
 	if c.IsSet("listen") {
 		if _, _, err := net.SplitHostPort(c.String("listen")); err != nil {
-			return o, usageError("listen", "%q: want HOST:PORT, e.g. :29400 or 10.0.0.5:29400", c.String("listen"))
+			return usageError("listen", "%q: want HOST:PORT, e.g. :29400 or 10.0.0.5:29400", c.String("listen"))
 		}
 		o.ListenAddr = c.String("listen")
 	}
 	if c.Int("ssh-port") < 0 || c.Int("ssh-port") > 65535 {
-		return o, usageError("ssh-port", "%d: must be a TCP port", c.Int("ssh-port"))
+		return usageError("ssh-port", "%d: must be a TCP port", c.Int("ssh-port"))
 	}
 	if c.IsSet("admin-secret-file") {
-		if err := adminAPI(c, &o); err != nil {
-			return o, err
+		if err := adminAPI(c, o); err != nil {
+			return err
 		}
 	}
-	return o, nil
+	return nil
+}
+
+// manageCapacity reads --manage-capacity, --replace-per-hour and --max-cost. The group is
+// the provider's own (read before the admin overlay or the agents wrap it).
+func manageCapacity(c *cli.Context, o *driver.Options) error {
+	if c.IsSet("max-cost") {
+		o.MaxCost = c.Float64("max-cost")
+		if !(o.MaxCost > 0) || math.IsInf(o.MaxCost, 0) {
+			return usageError("max-cost", "%v: want a positive amount in the prices' currency, e.g. 250", c.Float64("max-cost"))
+		}
+	}
+	if n := c.Int("replace-per-hour"); n < 1 {
+		return usageError("replace-per-hour", "%d: must be at least 1", n)
+	}
+	if !c.Bool("manage-capacity") {
+		if c.IsSet("replace-per-hour") {
+			return usageError("replace-per-hour", "only used with --manage-capacity")
+		}
+		return nil
+	}
+	cp, ok := o.Provider.(providers.Capacity)
+	if !ok {
+		return usageError("manage-capacity", "--provider %s has no group to steer: use aws, gcp, azure or ibm (or sim, a cloud on this machine)", o.ProviderName)
+	}
+	o.Capacity = cp
+	o.Config.Capacity = &driver.CapacityConfig{Group: groupName(c), SlotsPerHost: c.Int("slots-per-host"), ReplacePerHour: c.Int("replace-per-hour")}
+	return nil
+}
+
+// groupName names the steered group in the log and the job's last line.
+func groupName(c *cli.Context) string {
+	switch p := c.String("provider"); p {
+	case "aws":
+		return fmt.Sprintf("aws group %s", c.String("asg"))
+	case "gcp":
+		return fmt.Sprintf("gcp group %s", c.String("mig"))
+	case "azure":
+		return fmt.Sprintf("azure scale set %s", c.String("vmss"))
+	case "ibm":
+		return fmt.Sprintf("ibm instance group %s", c.String("instance-group"))
+	case "sim":
+		return "sim group spot"
+	default:
+		return p + " group"
+	}
 }
 
 // prices sets up the cost accounting: --prices, and the provider's spot prices (read before
@@ -390,11 +495,8 @@ func slotPolicy(c *cli.Context, cfg *driver.Config) error {
 
 // agentLauncher sets up --launcher agent: the registry the agents connect to, the job's
 // secret derived from the agent secret, and hosts limited to those with an agent.
-func agentLauncher(c *cli.Context, o *driver.Options) error {
-	if !c.IsSet("agent-secret-file") {
-		return usageError("agent-secret-file", "--launcher agent needs the secret shared with the agents (the file their --agent-secret-file names)")
-	}
-	secret, err := readSecretFile("agent-secret-file", c.String("agent-secret-file"), o.Logger)
+func agentLauncher(c *cli.Context, o *driver.Options, secretFile string) error {
+	secret, err := readSecretFile("agent-secret-file", secretFile, o.Logger)
 	if err != nil {
 		return err
 	}

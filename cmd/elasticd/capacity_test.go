@@ -1,0 +1,112 @@
+package main_test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// simPIDs are the PIDs of the simulated cloud's instances, from its log.
+func simPIDs(out string) []int {
+	var pids []int
+	for _, m := range regexp.MustCompile(`sim: instance running.* pid=(\d+)`).FindAllStringSubmatch(out, -1) {
+		pid, _ := strconv.Atoi(m[1])
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+func writeScenario(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "scenario")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestSimManagedJob runs a whole job on the simulated cloud with --manage-capacity: real
+// agents on 127.0.0.N, a spot host reclaimed after a notice when spot runs short (the job
+// moves off it at a commit, no step lost), the group filled again when spot returns, and at the
+// end the group set to zero: the last line says so, and no instance is left running.
+func TestSimManagedJob(t *testing.T) {
+	scenario := writeScenario(t, "3s spot-capacity 1\n10s spot-capacity unlimited\n")
+	j := startJob(t, append([]string{"run", "--provider", "sim", "-np", "4", "--min-np", "2", "--slots-per-host", "2",
+		"--manage-capacity", "--sim-interrupt-warning", "4s", "--sim-scenario", scenario},
+		trainArgs("--steps", "2500", "--step-delay", "5ms", "--events")...)...)
+	j.waitFor(`generation 1: world size 4`, 60*time.Second)
+	j.waitFor(`moving off the host before the cloud takes it`, 30*time.Second)
+	j.waitFor(`generation \d+: world size 2`, 30*time.Second)
+	j.waitFor(`generation \d+: world size 4`, 60*time.Second)
+	if code := j.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("job exit %d, want 0\n%s", code, j.output())
+	}
+	out := j.output()
+	s := steps(out)
+	for i := 1; i < len(s); i++ {
+		if s[i] != s[i-1]+1 {
+			t.Fatalf("committed steps not contiguous at %d → %d: a step was lost or rolled back", s[i-1], s[i])
+		}
+	}
+	if !strings.Contains(out, "elasticd: sim group spot: 2 → 0") {
+		t.Errorf("the job's last lines do not say the group went to zero:\n%s", tail(out, 6))
+	}
+	if !strings.Contains(out, "resets 2 of which 0 after failures") {
+		t.Errorf("want two planned resets (the notice, the growth):\n%s", tail(out, 6))
+	}
+	pids := simPIDs(out)
+	if len(pids) < 3 {
+		t.Fatalf("instance PIDs %v: want the two first instances and the one after spot returned", pids)
+	}
+	waitGone(t, pids, 10*time.Second)
+}
+
+// A job under --max-cost on the simulated cloud stops before the budget with exit status 3,
+// and its managed group goes to zero.
+func TestSimMaxCost(t *testing.T) {
+	// Two hosts at 1.20 USD an hour: 0.0013 USD in two seconds.
+	j := startJob(t, append([]string{"run", "--provider", "sim", "-np", "2", "--manage-capacity", "--max-cost", "0.004"},
+		trainArgs("--steps", "100000", "--step-delay", "10ms")...)...)
+	if code := j.wait(2 * time.Minute); code != 3 {
+		t.Fatalf("exit %d, want 3 (--max-cost)\n%s", code, tail(j.output(), 10))
+	}
+	out := j.output()
+	for _, want := range []string{"--max-cost 0.0040 USD reached", "sim group spot: 2 → 0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, tail(out, 10))
+		}
+	}
+	waitGone(t, simPIDs(out), 10*time.Second)
+}
+
+// Bad input for the new flags exits 2 and names the flag.
+func TestCapacityUsageErrors(t *testing.T) {
+	bad := writeScenario(t, "10s spot-capacty 1\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "-np", "2", "--manage-capacity", "--", "true"}, "--manage-capacity: --provider local has no group to steer"},
+		{[]string{"run", "-np", "2", "--replace-per-hour", "3", "--", "true"}, "--replace-per-hour: only used with --manage-capacity"},
+		{[]string{"run", "-np", "2", "--max-cost", "-1", "--", "true"}, "--max-cost: -1: want a positive amount"},
+		{[]string{"run", "-np", "2", "--sim-scenario", bad, "--", "true"}, "--sim-scenario: only used with --provider sim"},
+		{[]string{"run", "--provider", "sim", "-np", "2", "--sim-scenario", bad, "--", "true"}, `line 1: "spot-capacty"`},
+		{[]string{"run", "--provider", "sim", "-np", "2", "--sim-spot-capacity", "lots", "--", "true"}, `--sim-spot-capacity: "lots"`},
+		{[]string{"run", "--provider", "sim", "-np", "2", "--launcher", "ssh", "--", "true"}, "--launcher: --provider sim runs every instance as an elasticd agent"},
+		{[]string{"discover", "--provider", "sim"}, "sim: a cloud on this machine that lives as long as its job"},
+	} {
+		_, stderr, code := elasticd(t, nil, tc.args...)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("elasticd %v: exit %d, stderr %q; want exit 2 and %q", tc.args, code, stderr, tc.want)
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
