@@ -90,6 +90,8 @@ type Options struct {
 	// Capacity is the group Config.Capacity steers (--manage-capacity): the provider's own,
 	// not a wrapper of it. Required with Config.Capacity, unused without.
 	Capacity providers.Capacity
+	// Fallback is the on-demand fallback group (Config.Capacity.Fallback); required with it.
+	Fallback providers.Capacity
 }
 
 // DefaultAdoptTimeout is how long a restarted driver waits for its agents to list the
@@ -124,6 +126,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	if (o.Config.Capacity != nil) != (o.Capacity != nil) {
 		return Result{}, errors.New("--manage-capacity needs both the group's settings and the provider's capacity calls")
+	}
+	if (o.Config.Capacity != nil && o.Config.Capacity.Fallback != nil) != (o.Fallback != nil) {
+		return Result{}, errors.New("a fallback group needs both its settings and its capacity calls, with --manage-capacity")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -221,9 +226,9 @@ type runner struct {
 	// published is the generation last published at the rendezvous (saved states of a newer
 	// one carry the host-update version it will be published with).
 	published uint64
-	// final is the group's size at the job's end (--manage-capacity), set once the workers
+	// final are the groups' sizes at the job's end (--manage-capacity), set once the workers
 	// are stopped (shutdown).
-	final *SetCapacity
+	final []SetCapacity
 }
 
 // inputs are the sources the fan-in forwards to the loop as events.

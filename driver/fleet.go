@@ -33,6 +33,9 @@ type CapacityConfig struct {
 	// ReplacePerHour bounds the hosts handed back for a replacement in any hour (0:
 	// DefaultReplacePerHour).
 	ReplacePerHour int
+	// Fallback, when set, is an on-demand group of the same cloud that the job falls back
+	// on while spot capacity has run out (fallback.go).
+	Fallback *FallbackConfig
 }
 
 // Defaults of CapacityConfig.
@@ -51,16 +54,20 @@ func (c CapacityConfig) withDefaults() CapacityConfig {
 	return c
 }
 
-// CapacityRead is the group's size as read (ReadCapacity carried out).
+// CapacityRead is the group's size as read (ReadCapacity carried out); with a fallback
+// group, the spot group's read also brings its recent launch failures.
 type CapacityRead struct {
-	Now  time.Time
-	Size providers.GroupSize
-	Err  error
+	Now      time.Time
+	Fallback bool // the fallback group's
+	Size     providers.GroupSize
+	Failures []providers.LaunchFailure
+	Err      error
 }
 
 // CapacitySet is a SetCapacity carried out.
 type CapacitySet struct {
 	Now      time.Time
+	Fallback bool
 	From, To int
 	Err      error
 }
@@ -76,13 +83,18 @@ func (e CapacityRead) at() time.Time   { return e.Now }
 func (e CapacitySet) at() time.Time    { return e.Now }
 func (e HostHandedBack) at() time.Time { return e.Now }
 
-// ReadCapacity reads the group's size (providers.Capacity.GroupSize).
-type ReadCapacity struct{}
+// ReadCapacity reads the group's size (providers.Capacity.GroupSize), and with Failures its
+// recent launch failures (LaunchFailures).
+type ReadCapacity struct {
+	Fallback bool // the fallback group
+	Failures bool
+}
 
 // SetCapacity sets the group's desired size (providers.Capacity.SetDesired). Final is the
 // job's end: the runner makes it once the workers are stopped, and the job's result says how
 // it went.
 type SetCapacity struct {
+	Fallback bool // the fallback group
 	From, To int
 	Reason   string
 	Final    bool
@@ -91,6 +103,7 @@ type SetCapacity struct {
 // HandBack hands a host back to the cloud for a replacement (providers.Capacity.Replace).
 type HandBack struct {
 	Host, Reason string
+	Fallback     bool // a host of the fallback group
 }
 
 func (ReadCapacity) action() {}
@@ -103,6 +116,7 @@ const EventCapacity = "capacity"
 // fleet is the machine's state of --manage-capacity.
 type fleet struct {
 	cfg      CapacityConfig
+	fb       *fallback // the fallback group; nil without
 	size     providers.GroupSize
 	known    bool      // size was read at least once
 	busy     bool      // a read or a set is under way: one call at a time
@@ -119,7 +133,11 @@ type fleet struct {
 }
 
 func newFleet(cfg CapacityConfig) *fleet {
-	return &fleet{cfg: cfg.withDefaults(), broken: map[string]string{}, handedBack: map[string]time.Time{}}
+	f := &fleet{cfg: cfg.withDefaults(), broken: map[string]string{}, handedBack: map[string]time.Time{}}
+	if cfg.Fallback != nil {
+		f.fb = newFallback(*cfg.Fallback)
+	}
+	return f
 }
 
 // steerDeadline is when the fleet wants a Tick (its next read), or zero.
@@ -137,6 +155,9 @@ func (m *Machine) steerDeadline() time.Time {
 		if at := f.recentHands[0].Add(time.Hour); t.IsZero() || at.Before(t) {
 			t = at
 		}
+	}
+	if at := m.fallbackDeadline(); !at.IsZero() && (t.IsZero() || at.Before(t)) {
+		t = at
 	}
 	return t
 }
@@ -174,7 +195,7 @@ func (m *Machine) steer(now time.Time) []Action {
 	var acts []Action
 	if !f.busy && !now.Before(f.nextRead) {
 		f.busy = true
-		acts = append(acts, ReadCapacity{})
+		acts = append(acts, ReadCapacity{Failures: f.fb != nil})
 	}
 	if !f.busy && f.known {
 		if want := m.wantHosts(); want != f.size.Desired {
@@ -192,6 +213,7 @@ func (m *Machine) steer(now time.Time) []Action {
 			acts = append(acts, Warn{msg, nil})
 		}
 	}
+	acts = append(acts, m.steerFallback(now)...)
 	return append(acts, m.handBack(now)...)
 }
 
@@ -229,7 +251,7 @@ func (m *Machine) handBack(now time.Time) []Action {
 		}
 		f.handing = host
 		f.recentHands = append(f.recentHands, now)
-		return []Action{HandBack{Host: host, Reason: f.broken[host]}}
+		return []Action{HandBack{Host: host, Reason: f.broken[host], Fallback: m.isFallback(host)}}
 	}
 	return nil
 }
@@ -301,6 +323,9 @@ func (m *Machine) fleetEvent(now time.Time, ev Event) []Action {
 	}
 	switch e := ev.(type) {
 	case CapacityRead:
+		if e.Fallback {
+			return m.fallbackRead(now, e)
+		}
 		f.busy = false
 		f.nextRead = now.Add(f.cfg.CheckEvery)
 		if e.Err != nil {
@@ -310,7 +335,11 @@ func (m *Machine) fleetEvent(now time.Time, ev Event) []Action {
 			m.j.event(now, EventCapacity, "%s: its desired size changed from %d to %d outside this driver", f.cfg.Group, f.size.Desired, e.Size.Desired)
 		}
 		f.size, f.known = e.Size, true
+		m.spotFailures(now, e.Failures)
 	case CapacitySet:
+		if e.Fallback {
+			return m.fallbackSet(now, e)
+		}
 		f.busy = false
 		if e.Err != nil {
 			return m.fleetFailed(now, fmt.Sprintf("set the desired size to %d", e.To), e.Err)
@@ -359,7 +388,11 @@ func (m *Machine) finalCapacity(reason string) []Action {
 	if f == nil || f.refused != "" {
 		return nil
 	}
-	return []Action{SetCapacity{From: f.size.Desired, To: 0, Reason: "the job ended: " + reason, Final: true}}
+	acts := []Action{SetCapacity{From: f.size.Desired, To: 0, Reason: "the job ended: " + reason, Final: true}}
+	if fb := f.fb; fb != nil && (!fb.known || fb.size.Desired > 0 || fb.size.Min > 0) {
+		acts = append(acts, SetCapacity{Fallback: true, From: fb.size.Desired, To: 0, Reason: "the job ended: " + reason, Final: true})
+	}
+	return acts
 }
 
 // CapacityStatus is what --manage-capacity did to the group, for /v1/status and the job's
@@ -376,6 +409,8 @@ type CapacityStatus struct {
 	HandedBack []string `json:"handed_back"`
 	// Final is how the job's end left the group ("4 → 0", or why it did not).
 	Final string `json:"final,omitempty"`
+	// Fallback is the on-demand fallback group's part; nil without one.
+	Fallback *FallbackStatus `json:"fallback,omitempty"`
 }
 
 // capacityStatus is the fleet's part of the status; nil without --manage-capacity.
@@ -389,6 +424,7 @@ func (m *Machine) capacityStatus() *CapacityStatus {
 	if s.Changes == nil {
 		s.Changes = []string{}
 	}
+	s.Fallback = m.fallbackStatus()
 	return s
 }
 
@@ -397,11 +433,15 @@ func (s *CapacityStatus) CapacityLine() string {
 	if s == nil {
 		return ""
 	}
-	if s.Final != "" {
-		return s.Group + ": " + s.Final
-	}
-	if s.Refused != "" {
+	line := s.Group + ": " + strings.Join(s.Changes, ", ")
+	switch {
+	case s.Final != "":
+		line = s.Group + ": " + s.Final
+	case s.Refused != "":
 		return s.Group + ": not managed: " + s.Refused
 	}
-	return s.Group + ": " + strings.Join(s.Changes, ", ")
+	if fb := s.Fallback; fb != nil {
+		line += "; " + fb.line()
+	}
+	return line
 }

@@ -104,6 +104,7 @@ type HostStatus struct {
 	Blacklisted int    `json:"blacklisted_slots"` // slots cooling down after a failure
 	Quarantined int    `json:"quarantined_slots"` // flapping slots kept out until `elasticd ctl add-host`
 	Leaving     bool   `json:"leaving"`           // a notice says it goes away, or the cloud is taking it
+	Fallback    bool   `json:"fallback"`          // a host of the on-demand fallback group
 	// State is "active" (runs a worker of the current generation), "leaving", "quarantined"
 	// (every slot kept out as flapping), "blacklisted" (every slot cooling down) or
 	// "idle" (usable, unused: over --max-np, or between generations).
@@ -225,7 +226,7 @@ func (m *Machine) Snapshot() Status {
 			continue
 		}
 		byID[h.ID] = len(s.Hosts)
-		hs := HostStatus{ID: h.ID, Addr: h.Addr, Slots: h.Slots, Leaving: h.Leaving, Lifecycle: cost.Lifecycle(h.Spot), Type: h.Type, Zone: h.Zone}
+		hs := HostStatus{ID: h.ID, Addr: h.Addr, Slots: h.Slots, Leaving: h.Leaving, Fallback: h.Fallback, Lifecycle: cost.Lifecycle(h.Spot), Type: h.Type, Zone: h.Zone}
 		if l := m.j.lives[h.ID]; l != nil {
 			hs.Since, _ = l.present()
 		}
@@ -431,6 +432,26 @@ func (b *StatusBoard) current(now time.Time) *Status {
 	}
 	sum := cost.Compute(b.prices, us, at)
 	s.Cost = &sum
+	if c := p.Capacity; c != nil && c.Fallback != nil {
+		cc, fb := *c, *c.Fallback // the snapshot is shared: change copies
+		cc.Fallback, s.Capacity = &fb, &cc
+		if !fb.since.IsZero() {
+			fb.JobSeconds += max(0, at.Sub(fb.since).Seconds())
+		}
+		var fus []cost.Usage
+		for _, l := range p.lives {
+			if l.host.Fallback {
+				fus = append(fus, cost.Usage{Type: l.host.Type, Zone: l.host.Zone, Spot: l.host.Spot, Slots: l.host.Slots, Stays: l.stays})
+			}
+		}
+		fsum := cost.Compute(b.prices, fus, at)
+		for _, l := range fsum.Lines {
+			fb.HostHours += l.Seconds / 3600
+		}
+		if len(fsum.Unpriced) == 0 {
+			fb.Cost, fb.Currency = new(fsum.Total), fsum.Currency
+		}
+	}
 	return &s
 }
 

@@ -265,31 +265,49 @@ func closeAll(cs []io.Closer) {
 const capacityCallTimeout = 10 * time.Minute
 
 // steer makes a fleet call (--manage-capacity) as a task that reports back; the job's final
-// size is kept for shutdown, which makes it once the workers are stopped.
+// sizes are kept for shutdown, which makes them once the workers are stopped.
 func (d *runner) steer(a Action) {
-	c := d.o.Capacity
+	group := func(fallback bool) (providers.Capacity, string) {
+		if fallback {
+			return d.o.Fallback, d.o.Config.Capacity.Fallback.Group
+		}
+		return d.o.Capacity, d.o.Config.Capacity.Group
+	}
 	switch a := a.(type) {
 	case ReadCapacity:
+		c, _ := group(a.Fallback)
 		d.tasks.Go(func(ctx context.Context) {
 			cctx, cancel := context.WithTimeout(ctx, capacityCallTimeout)
 			defer cancel()
-			size, err := c.GroupSize(cctx)
-			d.send(ctx, CapacityRead{Now: time.Now(), Size: size, Err: err})
+			ev := CapacityRead{Fallback: a.Fallback}
+			ev.Size, ev.Err = c.GroupSize(cctx)
+			if ev.Err == nil && a.Failures {
+				// Without them the fallback cannot tell a stockout; the size read stands.
+				fs, err := c.LaunchFailures(cctx)
+				if err != nil {
+					d.log.Warn("could not read the group's launch failures", "err", err)
+				}
+				ev.Failures = fs
+			}
+			ev.Now = time.Now()
+			d.send(ctx, ev)
 		})
 	case SetCapacity:
 		if a.Final {
-			d.final = &a
+			d.final = append(d.final, a)
 			return
 		}
-		d.log.Info("setting the group's desired size", "group", d.o.Config.Capacity.Group, "from", a.From, "to", a.To, "reason", a.Reason)
+		c, name := group(a.Fallback)
+		d.log.Info("setting the group's desired size", "group", name, "from", a.From, "to", a.To, "reason", a.Reason)
 		d.tasks.Go(func(ctx context.Context) {
 			cctx, cancel := context.WithTimeout(ctx, capacityCallTimeout)
 			defer cancel()
 			err := c.SetDesired(cctx, a.To)
-			d.send(ctx, CapacitySet{Now: time.Now(), From: a.From, To: a.To, Err: err})
+			d.send(ctx, CapacitySet{Now: time.Now(), Fallback: a.Fallback, From: a.From, To: a.To, Err: err})
 		})
 	case HandBack:
-		d.log.Warn("handing a host back to the cloud for a replacement", "group", d.o.Config.Capacity.Group, "host", a.Host, "reason", a.Reason)
+		c, name := group(a.Fallback)
+		d.log.Warn("handing a host back to the cloud for a replacement", "group", name, "host", a.Host, "reason", a.Reason)
 		d.tasks.Go(func(ctx context.Context) {
 			// Seen through as the job ends: the instance is useless, and paid for.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), capacityCallTimeout)
@@ -300,34 +318,47 @@ func (d *runner) steer(a Action) {
 	}
 }
 
-// finalCapacity sets the group's size for the job's end (zero: nothing bills after it), now
+// finalCapacity sets the groups' sizes for the job's end (zero: nothing bills after it), now
 // that no worker runs, and says so in the job's result. Bounded, whatever ended the job.
 func (d *runner) finalCapacity(res *Result) {
-	a := d.final
-	if a == nil {
-		return
+	for _, a := range d.final {
+		c, group := d.o.Capacity, d.o.Config.Capacity.Group
+		if a.Fallback {
+			c, group = d.o.Fallback, d.o.Config.Capacity.Fallback.Group
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), capacityCallTimeout)
+		d.log.Info("the job ended: setting the group's desired size", "group", group, "from", a.From, "to", a.To)
+		err := c.SetDesired(ctx, a.To)
+		cancel()
+		if err != nil {
+			d.log.Error("the job ended, but the group could not be scaled down: set its desired size yourself, or it keeps billing", "group", group, "desired", a.From, "err", err)
+		} else {
+			d.log.Info("group scaled down for the job's end", "group", group, "from", a.From, "to", a.To)
+		}
+		cs := res.Status.Capacity
+		if cs == nil {
+			continue
+		}
+		change := fmt.Sprintf("%d → %d", a.From, a.To)
+		final := change
+		if err != nil {
+			final = fmt.Sprintf("left at %d: could not set its desired size to %d (%v); set it yourself, or it keeps billing", a.From, a.To, err)
+		}
+		if a.Fallback {
+			if fb := cs.Fallback; fb != nil {
+				fb.Final = final
+				if err == nil {
+					fb.Desired, fb.Changes = a.To, append(fb.Changes, change)
+				}
+			}
+			continue
+		}
+		cs.Final = final
+		if err == nil {
+			cs.Desired, cs.Min = a.To, min(cs.Min, a.To)
+			cs.Changes = append(cs.Changes, change)
+		}
 	}
-	group := d.o.Config.Capacity.Group
-	ctx, cancel := context.WithTimeout(context.Background(), capacityCallTimeout)
-	defer cancel()
-	d.log.Info("the job ended: setting the group's desired size", "group", group, "from", a.From, "to", a.To)
-	change := fmt.Sprintf("%d → %d", a.From, a.To)
-	err := d.o.Capacity.SetDesired(ctx, a.To)
-	if err != nil {
-		d.log.Error("the job ended, but the group could not be scaled down: set its desired size yourself, or it keeps billing", "group", group, "desired", a.From, "err", err)
-	} else {
-		d.log.Info("group scaled down for the job's end", "group", group, "from", a.From, "to", a.To)
-	}
-	c := res.Status.Capacity
-	if c == nil {
-		return
-	}
-	if err != nil {
-		c.Final = fmt.Sprintf("left at %d: could not set its desired size to %d (%v); set it yourself, or it keeps billing", a.From, a.To, err)
-		return
-	}
-	c.Final, c.Desired, c.Min = change, a.To, min(c.Min, a.To)
-	c.Changes = append(c.Changes, change)
 }
 
 // budgetEvery is how often the cost is compared with --max-cost.

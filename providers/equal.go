@@ -4,5 +4,6 @@ package providers
 // compared as an instant (time.Time's == also compares the location and monotonic reading).
 func SameHost(a, b Host) bool {
 	return a.ID == b.ID && a.Addr == b.Addr && a.Slots == b.Slots && a.Zone == b.Zone &&
-		a.Spot == b.Spot && a.Type == b.Type && a.Launched.Equal(b.Launched) && a.Leaving == b.Leaving
+		a.Spot == b.Spot && a.Type == b.Type && a.Launched.Equal(b.Launched) && a.Leaving == b.Leaving &&
+		a.Fallback == b.Fallback
 }

@@ -25,6 +25,9 @@ type Host struct {
 	// Leaving is true when the cloud is already taking the host away (being deleted,
 	// stopping, deallocating): the job moves off it at once, without rollback.
 	Leaving bool
+	// Fallback is true for a host of the job's on-demand fallback group (WithFallback): the
+	// job moves off it once its spot group can carry it again.
+	Fallback bool
 }
 
 // Provider lists the hosts of the group: one poll per call, no goroutines inside.
