@@ -37,6 +37,19 @@ var permissionWhy = map[string]string{
 	"Microsoft.Network/networkInterfaces/read":                       "the VMs' private IPs, from their network interfaces",
 	"is/instanceGroupId/Viewer":                                      "the instance group and its memberships",
 	"is/instanceId/Viewer":                                           "the instances' primary IPs, profiles, zones and availability class",
+	// Steering the group: granted only with --manage-capacity.
+	"autoscaling:SetDesiredCapacity":                          "with `--manage-capacity`: sets the group's size, on this group only",
+	"autoscaling:UpdateAutoScalingGroup":                      "with `--manage-capacity`: lowers the group's minimum to set a size below it (0 when the job ends), on this group only",
+	"autoscaling:TerminateInstanceInAutoScalingGroup":         "with `--manage-capacity`: hands a broken instance back for a replacement, keeping the size, on this group only",
+	"autoscaling:DescribeScalingActivities":                   "with `--manage-capacity`: the group's failed launches (a spot stockout)",
+	"compute.instanceGroupManagers.update":                    "with `--manage-capacity`: resizes the group and recreates a broken VM",
+	"compute.zoneOperations.get":                              "with `--manage-capacity`: follows a zonal group's resize or recreate to its end",
+	"compute.regionOperations.get":                            "with `--manage-capacity`: follows a regional group's resize or recreate to its end",
+	"compute.autoscalers.get":                                 "with `--manage-capacity`: an autoscaler attached to the group, whose size the driver does not fight",
+	"Microsoft.Compute/virtualMachineScaleSets/write":         "with `--manage-capacity`: sets the scale set's capacity, on this scale set only",
+	"Microsoft.Compute/virtualMachineScaleSets/delete/action": "with `--manage-capacity`: deletes a broken VM of the scale set, which then makes a new one",
+	"is/instanceGroupId/Editor":                               "with `--manage-capacity`: sets the group's membership count (turning an autoscale manager off) and deletes a broken member, on this group only",
+	"is/instanceId/Editor":                                    "with `--manage-capacity`: deletes the instance of a member it replaces",
 }
 
 // permissionTable renders the table of what the driver of cloud c may do, from the operations
@@ -211,10 +224,11 @@ func TestDeployDocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused, known, err := driverFlagLists(shared)
+	lists, err := driverFlagLists(shared)
 	if err != nil {
 		t.Fatal(err)
 	}
+	refused, known := lists.refused(), lists.known
 	for _, c := range clouds {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join("..", "docs", "deploy-"+c.name+".md")

@@ -110,13 +110,23 @@ func cliFlags(dir, fn string) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-// driverFlagLists reads the two lists of driver_flags' validations in the shared module: the
-// flags the modules set themselves (refused) and every flag of elasticd run (known), by their
-// error messages.
-func driverFlagLists(m *module) (refused, known []string, err error) {
+// flagLists are the lists of driver_flags' validations in the shared module: the flags the
+// modules set themselves ("must not set"), those of --provider sim, a cloud on one machine that
+// a cloud's cluster has no use for ("--provider sim"), both refused, and every flag of
+// elasticd run ("does not have").
+type flagLists struct {
+	set, sim, known []string
+}
+
+// refused is every flag driver_flags refuses.
+func (l flagLists) refused() []string { return slices.Concat(l.set, l.sim) }
+
+// driverFlagLists reads the lists of driver_flags' validations, each by its error message.
+func driverFlagLists(m *module) (flagLists, error) {
+	var l flagLists
 	v := m.variables["driver_flags"]
 	if v == nil {
-		return nil, nil, fmt.Errorf("%s has no variable driver_flags", m.dir)
+		return l, fmt.Errorf("%s has no variable driver_flags", m.dir)
 	}
 	for _, b := range v.Body.Blocks {
 		if b.Type != "validation" {
@@ -125,7 +135,7 @@ func driverFlagLists(m *module) (refused, known []string, err error) {
 		msg, _ := attrString(b.Body, "error_message")
 		var list []string
 		hclsyntax.VisitAll(b.Body.Attributes["condition"].Expr, func(n hclsyntax.Node) hcl.Diagnostics {
-			if tup, ok := n.(*hclsyntax.TupleConsExpr); ok && len(tup.Exprs) > 5 {
+			if tup, ok := n.(*hclsyntax.TupleConsExpr); ok && len(tup.Exprs) >= 3 {
 				for _, e := range tup.Exprs {
 					if val, diags := e.Value(nil); !diags.HasErrors() && val.Type() == cty.String {
 						list = append(list, val.AsString())
@@ -136,15 +146,17 @@ func driverFlagLists(m *module) (refused, known []string, err error) {
 		})
 		switch {
 		case strings.Contains(msg, "must not set"):
-			refused = list
+			l.set = list
+		case strings.Contains(msg, "--provider sim"):
+			l.sim = list
 		case strings.Contains(msg, "does not have"):
-			known = list
+			l.known = list
 		}
 	}
-	if len(refused) == 0 || len(known) == 0 {
-		return nil, nil, fmt.Errorf("%s: driver_flags needs a validation refusing the modules' own flags (\"must not set\") and one refusing what is no flag of elasticd run (\"does not have\")", m.dir)
+	if len(l.set) == 0 || len(l.sim) == 0 || len(l.known) == 0 {
+		return l, fmt.Errorf("%s: driver_flags needs a validation refusing the modules' own flags (\"must not set\"), one refusing those of --provider sim (\"--provider sim\") and one refusing what is no flag of elasticd run (\"does not have\")", m.dir)
 	}
-	return refused, known, nil
+	return l, nil
 }
 
 // compareFlags reports where the module's two lists and the CLI's flags disagree: known must
@@ -170,7 +182,7 @@ func compareFlags(cliNames, refused, known []string) []string {
 }
 
 // TestDriverFlagsMatchCLI: the flags driver_flags knows are exactly the flags of `elasticd run`
-// (cmd/elasticd), and it refuses every flag the modules write.
+// (cmd/elasticd); it refuses every flag the modules write, and every flag of --provider sim.
 func TestDriverFlagsMatchCLI(t *testing.T) {
 	cliNames, err := cliFlags(filepath.Join("..", "cmd", "elasticd"), "runCommand")
 	if err != nil {
@@ -183,12 +195,22 @@ func TestDriverFlagsMatchCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused, known, err := driverFlagLists(shared)
+	lists, err := driverFlagLists(shared)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, msg := range compareFlags(cliNames, refused, known) {
+	refused := lists.refused()
+	for _, msg := range compareFlags(cliNames, refused, lists.known) {
 		t.Error(msg)
+	}
+	// --provider sim's flags (cmd/elasticd's simFlags) describe a cloud on one machine: each is
+	// refused, with the message that says so.
+	simNames, err := cliFlags(filepath.Join("..", "cmd", "elasticd"), "simFlags")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(slices.Values(lists.sim)); !slices.Equal(got, simNames) {
+		t.Errorf("driver_flags refuses %v as --provider sim's flags, but elasticd run's are %v", got, simNames)
 	}
 	// What the modules write: the shared module's job flags and each cloud's provider flags.
 	written := literalStrings(shared.locals["driver_args"].Expr)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,9 +25,15 @@ type cloud struct {
 	pkg      string   // provider package, relative to the repository root
 	sdks     []string // import-path prefixes of the SDK packages whose calls are API calls
 	perms    map[string][]string
-	policy   func(*module) ([]string, error)
+	policy   func(*module) (granted, steering []string, err error)
+	steering []string // the SDK operations the provider calls only to steer its group (--manage-capacity)
 	wantArgs []string // the driver's command line, flags and fixed values, in order
 }
+
+// manageCapacity is the shared module's output that says driver_flags has --manage-capacity,
+// as each cloud module reads it: a grant whose count or for_each depends on it is made only
+// for a driver that steers its group.
+const manageCapacity = "module.job.manage_capacity"
 
 // The permission tables: SDK operation (as sdkOperations names it) -> what it needs. An entry
 // with no permissions is a call that makes no request (Close). Operations the providers do not
@@ -45,6 +52,13 @@ var (
 		"sqs.DeleteMessageBatch":      {"sqs:DeleteMessage"},
 		"sqs.ChangeMessageVisibility": {"sqs:ChangeMessageVisibility"},
 		"sqs.GetQueueUrl":             {"sqs:GetQueueUrl"},
+		// Steering the group (--manage-capacity). UpdateAutoScalingGroup only lowers MinSize
+		// and sets DesiredCapacity: no launch template or role changes, so neither
+		// ec2:RunInstances nor iam:PassRole.
+		"autoscaling.SetDesiredCapacity":                  {"autoscaling:SetDesiredCapacity"},
+		"autoscaling.UpdateAutoScalingGroup":              {"autoscaling:UpdateAutoScalingGroup"},
+		"autoscaling.TerminateInstanceInAutoScalingGroup": {"autoscaling:TerminateInstanceInAutoScalingGroup"},
+		"autoscaling.DescribeScalingActivities":           {"autoscaling:DescribeScalingActivities"},
 	}
 	gcpPerms = map[string][]string{
 		// listManagedInstances, zonal and regional, is authorized by the group's get.
@@ -58,6 +72,22 @@ var (
 		"compute.InstanceGroupManagersClient.Close":                      {},
 		"compute.RegionInstanceGroupManagersClient.Close":                {},
 		"compute.InstancesClient.Close":                                  {},
+		// Steering the group (--manage-capacity). resize and recreateInstances return an
+		// operation that the provider polls (op.Poll, zoneOperations.get or
+		// regionOperations.get, which the collector does not see as a call of its own):
+		// reading it needs its own permission, which the call that started it brings.
+		"compute.InstanceGroupManagersClient.Resize":                  {"compute.instanceGroupManagers.update", "compute.zoneOperations.get"},
+		"compute.RegionInstanceGroupManagersClient.Resize":            {"compute.instanceGroupManagers.update", "compute.regionOperations.get"},
+		"compute.InstanceGroupManagersClient.RecreateInstances":       {"compute.instanceGroupManagers.update", "compute.zoneOperations.get"},
+		"compute.RegionInstanceGroupManagersClient.RecreateInstances": {"compute.instanceGroupManagers.update", "compute.regionOperations.get"},
+		// listErrors, like listManagedInstances, is authorized by the group's get.
+		"compute.InstanceGroupManagersClient.ListErrors":       {"compute.instanceGroupManagers.get"},
+		"compute.RegionInstanceGroupManagersClient.ListErrors": {"compute.instanceGroupManagers.get"},
+		// Regional autoscalers have no permissions of their own: compute.autoscalers.* covers both.
+		"compute.AutoscalersClient.Get":         {"compute.autoscalers.get"},
+		"compute.RegionAutoscalersClient.Get":   {"compute.autoscalers.get"},
+		"compute.AutoscalersClient.Close":       {},
+		"compute.RegionAutoscalersClient.Close": {},
 	}
 	azurePerms = map[string][]string{
 		"armcompute.VirtualMachineScaleSetsClient.Get":            {"Microsoft.Compute/virtualMachineScaleSets/read"},
@@ -66,16 +96,53 @@ var (
 		// The scale set's NICs, listed under the scale set; docs/providers/azure.md names the action.
 		"armnetwork.InterfacesClient.NewListVirtualMachineScaleSetNetworkInterfacesPager":   {"Microsoft.Network/networkInterfaces/read"},
 		"armnetwork.InterfacesClient.NewListVirtualMachineScaleSetVMNetworkInterfacesPager": {"Microsoft.Network/networkInterfaces/read"},
+		// Steering the scale set (--manage-capacity): the capacity is a PATCH of the scale set
+		// (its write); deleting instances is the scale set's delete/action ("Deletes the
+		// instances"), not the VMs' delete. Their long-running operations are read by the
+		// caller that started them, without an action of their own (docs/providers/azure.md).
+		"armcompute.VirtualMachineScaleSetsClient.BeginUpdate":          {"Microsoft.Compute/virtualMachineScaleSets/write"},
+		"armcompute.VirtualMachineScaleSetsClient.BeginDeleteInstances": {"Microsoft.Compute/virtualMachineScaleSets/delete/action"},
 	}
 	// IBM Cloud IAM grants roles, not single actions, on resource types of a service: a
 	// permission here is service/resource-type attribute/role, as a trusted profile policy
-	// states it. Every call the provider makes is a read, which the Viewer role allows.
+	// states it. Reads need the Viewer role; the changes of --manage-capacity the Editor role.
 	ibmPerms = map[string][]string{
 		"vpcv1.ListInstanceGroupsWithContext":           {"is/instanceGroupId/Viewer"},
 		"vpcv1.GetInstanceGroupWithContext":             {"is/instanceGroupId/Viewer"},
 		"vpcv1.ListInstanceGroupMembershipsWithContext": {"is/instanceGroupId/Viewer"},
+		"vpcv1.ListInstanceGroupManagersWithContext":    {"is/instanceGroupId/Viewer"},
 		"vpcv1.ListInstancesWithContext":                {"is/instanceId/Viewer"},
 		"vpcv1.GetInstanceWithContext":                  {"is/instanceId/Viewer"},
+		// The group's managers and memberships are parts of the group: IBM lists one action,
+		// is.instance-group.instance-group.update, for changing any of them (Editor).
+		"vpcv1.UpdateInstanceGroupWithContext":        {"is/instanceGroupId/Editor"},
+		"vpcv1.UpdateInstanceGroupManagerWithContext": {"is/instanceGroupId/Editor"},
+		// Deleting a membership deletes its instance too (delete_instance_on_membership_delete),
+		// which docs/providers/ibm.md says needs Editor on the instance as well.
+		"vpcv1.DeleteInstanceGroupMembershipWithContext": {"is/instanceGroupId/Editor", "is/instanceId/Editor"},
+	}
+)
+
+// The operations each provider calls only to steer its group (--manage-capacity), read from
+// providers/<cloud>/capacity.go and the providers' docs: what they need that no other call
+// needs is granted only when driver_flags has --manage-capacity.
+var (
+	awsSteering = []string{
+		"autoscaling.SetDesiredCapacity", "autoscaling.UpdateAutoScalingGroup",
+		"autoscaling.TerminateInstanceInAutoScalingGroup", "autoscaling.DescribeScalingActivities",
+	}
+	gcpSteering = []string{
+		"compute.InstanceGroupManagersClient.Resize", "compute.RegionInstanceGroupManagersClient.Resize",
+		"compute.InstanceGroupManagersClient.RecreateInstances", "compute.RegionInstanceGroupManagersClient.RecreateInstances",
+		"compute.InstanceGroupManagersClient.ListErrors", "compute.RegionInstanceGroupManagersClient.ListErrors",
+		"compute.AutoscalersClient.Get", "compute.RegionAutoscalersClient.Get",
+	}
+	azureSteering = []string{
+		"armcompute.VirtualMachineScaleSetsClient.BeginUpdate", "armcompute.VirtualMachineScaleSetsClient.BeginDeleteInstances",
+	}
+	ibmSteering = []string{
+		"vpcv1.GetInstanceGroupWithContext", "vpcv1.ListInstanceGroupManagersWithContext", "vpcv1.UpdateInstanceGroupWithContext",
+		"vpcv1.UpdateInstanceGroupManagerWithContext", "vpcv1.DeleteInstanceGroupMembershipWithContext",
 	}
 )
 
@@ -274,85 +341,224 @@ func comparePermissions(ops map[string][]string, table map[string][]string, gran
 	return missing, extra, unknown
 }
 
-// The policies, read from the modules.
+// compareSteering checks which grants wait for --manage-capacity: exactly the permissions
+// that only the steering operations need. One that another call needs too must not wait for
+// the flag (discovery would be refused without it); one that only steering needs must.
+func compareSteering(ops map[string][]string, table map[string][]string, steeringOps, steering []string) []string {
+	var bad []string
+	other, only := map[string]bool{}, map[string][]string{}
+	for _, op := range steeringOps {
+		if ops[op] == nil {
+			bad = append(bad, fmt.Sprintf("%s is listed as a steering call, but the provider does not call it", op))
+		}
+	}
+	for _, op := range sortedKeys(ops) {
+		if !slices.Contains(steeringOps, op) {
+			for _, p := range table[op] {
+				other[p] = true
+			}
+		}
+	}
+	for _, op := range steeringOps {
+		for _, p := range table[op] {
+			if !other[p] {
+				only[p] = append(only[p], op)
+			}
+		}
+	}
+	for _, p := range sortedKeys(only) {
+		if !slices.Contains(steering, p) {
+			bad = append(bad, fmt.Sprintf("grants %s always, which only --manage-capacity needs (%s): make it depend on %s", p, strings.Join(only[p], ", "), manageCapacity))
+		}
+	}
+	for _, p := range slices.Compact(slices.Sorted(slices.Values(steering))) {
+		if other[p] {
+			bad = append(bad, fmt.Sprintf("grants %s only with --manage-capacity, but the driver needs it without", p))
+		}
+	}
+	return bad
+}
 
-// awsPolicy reads the actions of data "aws_iam_policy_document" "driver".
-func awsPolicy(m *module) ([]string, error) {
+// The policies, read from the modules. Each returns every permission granted to the driver
+// when driver_flags has --manage-capacity (granted), and those of them granted only then
+// (steering): the grants whose count or for_each depends on module.job.manage_capacity.
+
+// onlyWhenSteering reports whether a grant's count or for_each depends on manageCapacity, and
+// refuses one that depends on anything else: the test could not tell when it is made.
+func onlyWhenSteering(b *hclsyntax.Block, attr string) (bool, error) {
+	a := b.Body.Attributes[attr]
+	if a == nil {
+		return false, nil
+	}
+	steering := false
+	for _, v := range a.Expr.Variables() {
+		switch ref := traversalString(v); {
+		case strings.HasPrefix(ref, manageCapacity):
+			steering = true
+		case ref == "local.profile" || ref == "local.release_upload":
+		default:
+			return false, fmt.Errorf("%s: %s depends on %s: a grant is made always or with %s only", a.SrcRange, attr, ref, manageCapacity)
+		}
+	}
+	return steering, nil
+}
+
+// awsPolicy reads the actions of data "aws_iam_policy_document" "driver": its statements, and
+// its dynamic statements made with --manage-capacity.
+func awsPolicy(m *module) (granted, steering []string, err error) {
 	b := m.data["aws_iam_policy_document.driver"]
 	if b == nil {
-		return nil, fmt.Errorf(`%s: no data "aws_iam_policy_document" "driver"`, m.dir)
+		return nil, nil, fmt.Errorf(`%s: no data "aws_iam_policy_document" "driver"`, m.dir)
 	}
-	var out []string
 	for _, s := range b.Body.Blocks {
-		if s.Type != "statement" {
+		body, when := s.Body, false
+		switch {
+		case s.Type == "statement":
+		case s.Type == "dynamic" && len(s.Labels) == 1 && s.Labels[0] == "statement":
+			if when, err = onlyWhenSteering(s, "for_each"); err != nil {
+				return nil, nil, err
+			}
+			if !when {
+				return nil, nil, fmt.Errorf("%s: a dynamic statement that does not depend on %s", s.DefRange(), manageCapacity)
+			}
+			body = nil
+			for _, c := range s.Body.Blocks {
+				if c.Type == "content" {
+					body = c.Body
+				}
+			}
+			if body == nil {
+				return nil, nil, fmt.Errorf("%s: a dynamic statement without content", s.DefRange())
+			}
+		default:
 			continue
 		}
-		if e, err := attrString(s.Body, "effect"); err != nil || (e != "" && e != "Allow") {
-			return nil, fmt.Errorf("%s: only Allow statements are expected (effect %q, %v)", s.DefRange(), e, err)
+		if e, err := attrString(body, "effect"); err != nil || (e != "" && e != "Allow") {
+			return nil, nil, fmt.Errorf("%s: only Allow statements are expected (effect %q, %v)", s.DefRange(), e, err)
 		}
-		if s.Body.Attributes["not_actions"] != nil {
-			return nil, fmt.Errorf("%s: not_actions grants everything else", s.DefRange())
+		if body.Attributes["not_actions"] != nil {
+			return nil, nil, fmt.Errorf("%s: not_actions grants everything else", s.DefRange())
 		}
-		acts, err := attrStrings(s.Body, "actions")
+		acts, err := attrStrings(body, "actions")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, a := range acts {
 			if strings.Contains(a, "*") {
-				return nil, fmt.Errorf("%s: wildcard action %q", s.DefRange(), a)
+				return nil, nil, fmt.Errorf("%s: wildcard action %q", s.DefRange(), a)
 			}
 		}
-		out = append(out, acts...)
+		granted = append(granted, acts...)
+		if when {
+			steering = append(steering, acts...)
+		}
 	}
-	return out, nil
+	return granted, steering, nil
 }
 
-// gcpPolicy reads the permissions of resource "google_project_iam_custom_role" "driver".
-func gcpPolicy(m *module) ([]string, error) {
-	b := m.resources["google_project_iam_custom_role.driver"]
-	if b == nil {
-		return nil, fmt.Errorf(`%s: no resource "google_project_iam_custom_role" "driver"`, m.dir)
-	}
-	return attrStrings(b.Body, "permissions")
-}
-
-// azurePolicy reads the actions of resource "azurerm_role_definition" "driver".
-func azurePolicy(m *module) ([]string, error) {
-	b := m.resources["azurerm_role_definition.driver"]
-	if b == nil {
-		return nil, fmt.Errorf(`%s: no resource "azurerm_role_definition" "driver"`, m.dir)
-	}
-	var out []string
-	for _, p := range b.Body.Blocks {
-		if p.Type != "permissions" {
+// gcpPolicy reads the permissions of every resource "google_project_iam_custom_role" (the
+// driver's; its count says when it is made), each bound to the driver's service account.
+func gcpPolicy(m *module) (granted, steering []string, err error) {
+	for _, key := range sortedKeys(m.resources) {
+		name, ok := strings.CutPrefix(key, "google_project_iam_custom_role.")
+		if !ok {
 			continue
 		}
-		for _, name := range []string{"data_actions", "not_actions", "not_data_actions"} {
-			if p.Body.Attributes[name] != nil {
-				return nil, fmt.Errorf("%s: the driver's role needs no %s", p.DefRange(), name)
+		b := m.resources[key]
+		when, err := onlyWhenSteering(b, "count")
+		if err != nil {
+			return nil, nil, err
+		}
+		if !bindsRole(m, "google_project_iam_member", key) {
+			return nil, nil, fmt.Errorf("%s: no google_project_iam_member binds the role %s", m.dir, name)
+		}
+		perms, err := attrStrings(b.Body, "permissions")
+		if err != nil {
+			return nil, nil, err
+		}
+		granted = append(granted, perms...)
+		if when {
+			steering = append(steering, perms...)
+		}
+	}
+	if len(granted) == 0 {
+		return nil, nil, fmt.Errorf(`%s: no resource "google_project_iam_custom_role"`, m.dir)
+	}
+	return granted, steering, nil
+}
+
+// bindsRole reports whether a resource of type kind in m refers to the role resource key.
+func bindsRole(m *module, kind, key string) bool {
+	for _, k := range sortedKeys(m.resources) {
+		if !strings.HasPrefix(k, kind+".") {
+			continue
+		}
+		for _, a := range m.resources[k].Body.Attributes {
+			for _, v := range a.Expr.Variables() {
+				if strings.HasPrefix(traversalString(v), key) {
+					return true
+				}
 			}
 		}
-		acts, err := attrStrings(p.Body, "actions")
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, acts...)
 	}
-	return out, nil
+	return false
+}
+
+// azurePolicy reads the actions of every resource "azurerm_role_definition" (its count says
+// when it is made), each assigned to the driver's identity.
+func azurePolicy(m *module) (granted, steering []string, err error) {
+	for _, key := range sortedKeys(m.resources) {
+		if !strings.HasPrefix(key, "azurerm_role_definition.") {
+			continue
+		}
+		b := m.resources[key]
+		when, err := onlyWhenSteering(b, "count")
+		if err != nil {
+			return nil, nil, err
+		}
+		if !bindsRole(m, "azurerm_role_assignment", key) {
+			return nil, nil, fmt.Errorf("%s: no azurerm_role_assignment assigns %s", m.dir, key)
+		}
+		for _, p := range b.Body.Blocks {
+			if p.Type != "permissions" {
+				continue
+			}
+			for _, name := range []string{"data_actions", "not_actions", "not_data_actions"} {
+				if p.Body.Attributes[name] != nil {
+					return nil, nil, fmt.Errorf("%s: the driver's role needs no %s", p.DefRange(), name)
+				}
+			}
+			acts, err := attrStrings(p.Body, "actions")
+			if err != nil {
+				return nil, nil, err
+			}
+			granted = append(granted, acts...)
+			if when {
+				steering = append(steering, acts...)
+			}
+		}
+	}
+	if len(granted) == 0 {
+		return nil, nil, fmt.Errorf(`%s: no resource "azurerm_role_definition"`, m.dir)
+	}
+	return granted, steering, nil
 }
 
 // ibmPolicy reads every resource "ibm_iam_trusted_profile_policy": service/attribute/role for
 // each role it grants on each resource-type attribute of its resources block.
-func ibmPolicy(m *module) ([]string, error) {
-	var out []string
+func ibmPolicy(m *module) (granted, steering []string, err error) {
 	for _, key := range sortedKeys(m.resources) {
 		if !strings.HasPrefix(key, "ibm_iam_trusted_profile_policy.") {
 			continue
 		}
 		b := m.resources[key]
+		when, err := onlyWhenSteering(b, "count")
+		if err != nil {
+			return nil, nil, err
+		}
 		roles, err := attrStrings(b.Body, "roles")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, r := range b.Body.Blocks {
 			if r.Type != "resources" {
@@ -360,25 +566,28 @@ func ibmPolicy(m *module) ([]string, error) {
 			}
 			svc, err := attrString(r.Body, "service")
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			var obj *hclsyntax.ObjectConsExpr
 			if a := r.Body.Attributes["attributes"]; a != nil {
 				obj, _ = a.Expr.(*hclsyntax.ObjectConsExpr)
 			}
 			if obj == nil || len(obj.Items) != 1 {
-				return nil, fmt.Errorf("%s: want attributes = { <resource type>Id = ... }, one resource type per policy", r.DefRange())
+				return nil, nil, fmt.Errorf("%s: want attributes = { <resource type>Id = ... }, one resource type per policy", r.DefRange())
 			}
 			attr := hcl.ExprAsKeyword(obj.Items[0].KeyExpr)
 			for _, role := range roles {
-				out = append(out, svc+"/"+attr+"/"+role)
+				granted = append(granted, svc+"/"+attr+"/"+role)
+				if when {
+					steering = append(steering, svc+"/"+attr+"/"+role)
+				}
 			}
 		}
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf(`%s: no resource "ibm_iam_trusted_profile_policy"`, m.dir)
+	if len(granted) == 0 {
+		return nil, nil, fmt.Errorf(`%s: no resource "ibm_iam_trusted_profile_policy"`, m.dir)
 	}
-	return out, nil
+	return granted, steering, nil
 }
 
 func attrString(b *hclsyntax.Body, name string) (string, error) {

@@ -151,7 +151,7 @@ func checkRelease(cloudName string, m *module) []string {
 				if typ, _, _ := strings.Cut(key, "."); !strings.HasSuffix(typ, "_member") {
 					bad = append(bad, fmt.Sprintf("%s: %s: use _member, which adds to the bucket's policy instead of replacing it", b.DefRange(), key))
 				}
-			case strings.HasPrefix(key, "google_project_iam_member.") && key != "google_project_iam_member.driver":
+			case strings.HasPrefix(key, "google_project_iam_member.") && !drivesRole(m, b):
 				bad = append(bad, fmt.Sprintf("%s: %s grants a project role beyond the driver's", b.DefRange(), key))
 			}
 		}
@@ -290,4 +290,13 @@ func TestCloudsTakeEveryJobInput(t *testing.T) {
 			}
 		}
 	}
+}
+
+// drivesRole reports whether the project binding b gives the driver's service account one of
+// the module's custom roles (the driver's own, or the one for --manage-capacity).
+func drivesRole(m *module, b *hclsyntax.Block) bool {
+	role, member := b.Body.Attributes["role"], b.Body.Attributes["member"]
+	return role != nil && member != nil &&
+		strings.HasPrefix(m.src(role.Expr), "google_project_iam_custom_role.") &&
+		strings.Contains(m.src(member.Expr), "google_service_account.driver.email")
 }

@@ -14,25 +14,25 @@ import (
 var clouds = []cloud{
 	{
 		name: "aws", pkg: "providers/aws", sdks: []string{"github.com/aws/aws-sdk-go-v2/service/"},
-		perms: awsPerms, policy: awsPolicy,
+		perms: awsPerms, policy: awsPolicy, steering: awsSteering,
 		wantArgs: []string{"/usr/local/bin/elasticd", "run", "--provider", "aws", "--asg", "--region", "--sqs-queue-url",
 			"--launcher", "agent", "--listen", "--agent-secret-file", "/etc/elasticd/agent-secret", "--state-dir", "/var/lib/elasticd/state", "-np", "--min-np", "--max-np", "--"},
 	},
 	{
 		name: "gcp", pkg: "providers/gcp", sdks: []string{"cloud.google.com/go/compute/apiv1"},
-		perms: gcpPerms, policy: gcpPolicy,
+		perms: gcpPerms, policy: gcpPolicy, steering: gcpSteering,
 		wantArgs: []string{"/usr/local/bin/elasticd", "run", "--provider", "gcp", "--project", "--mig",
 			"--launcher", "agent", "--listen", "--agent-secret-file", "/etc/elasticd/agent-secret", "--state-dir", "/var/lib/elasticd/state", "-np", "--min-np", "--max-np", "--"},
 	},
 	{
 		name: "azure", pkg: "providers/azure", sdks: []string{"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/"},
-		perms: azurePerms, policy: azurePolicy,
+		perms: azurePerms, policy: azurePolicy, steering: azureSteering,
 		wantArgs: []string{"/usr/local/bin/elasticd", "run", "--provider", "azure", "--subscription", "--resource-group", "--vmss",
 			"--launcher", "agent", "--listen", "--agent-secret-file", "/etc/elasticd/agent-secret", "--state-dir", "/var/lib/elasticd/state", "-np", "--min-np", "--max-np", "--"},
 	},
 	{
 		name: "ibm", pkg: "providers/ibm", sdks: []string{"github.com/IBM/vpc-go-sdk/vpcv1"},
-		perms: ibmPerms, policy: ibmPolicy,
+		perms: ibmPerms, policy: ibmPolicy, steering: ibmSteering,
 		wantArgs: []string{"/usr/local/bin/elasticd", "run", "--provider", "ibm", "--region", "--instance-group",
 			"--launcher", "agent", "--listen", "--agent-secret-file", "/etc/elasticd/agent-secret", "--state-dir", "/var/lib/elasticd/state", "-np", "--min-np", "--max-np", "--"},
 	},
@@ -113,7 +113,8 @@ func TestModules(t *testing.T) {
 }
 
 // TestPermissionsMatchCode: each module grants the driver exactly what its provider's SDK
-// calls need, no more and no less.
+// calls need, no more and no less, when driver_flags has --manage-capacity; and what only
+// steering the group needs, only then.
 func TestPermissionsMatchCode(t *testing.T) {
 	for _, c := range clouds {
 		t.Run(c.name, func(t *testing.T) {
@@ -129,7 +130,7 @@ func TestPermissionsMatchCode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			granted, err := c.policy(m)
+			granted, steering, err := c.policy(m)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,12 +144,16 @@ func TestPermissionsMatchCode(t *testing.T) {
 			for _, p := range extra {
 				t.Errorf("terraform/%s grants %s, which no SDK call of %s needs", c.name, p, c.pkg)
 			}
+			for _, msg := range compareSteering(ops, c.perms, c.steering, steering) {
+				t.Errorf("terraform/%s: %s", c.name, msg)
+			}
 		})
 	}
 }
 
-// TestPermissionCheckCanFail: the comparison reports a permission taken away, one added, and
-// an operation the table does not know.
+// TestPermissionCheckCanFail: the comparison reports a permission taken away, one added, an
+// operation the table does not know, and a grant made with --manage-capacity or without it
+// where it should not be.
 func TestPermissionCheckCanFail(t *testing.T) {
 	ops, err := sdkOperations("../providers/aws", clouds[0].sdks)
 	if err != nil {
@@ -158,7 +163,7 @@ func TestPermissionCheckCanFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	granted, err := awsPolicy(m)
+	granted, steering, err := awsPolicy(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +181,25 @@ func TestPermissionCheckCanFail(t *testing.T) {
 	if len(missing) != 0 || !slices.Equal(extra, []string{"ec2:TerminateInstances"}) {
 		t.Errorf("with ec2:TerminateInstances: missing %q, extra %q; want only ec2:TerminateInstances extra", missing, extra)
 	}
+	// A steering grant made always, and a grant discovery needs made only with the flag.
+	if bad := compareSteering(ops, awsPerms, awsSteering, steering); len(bad) != 0 {
+		t.Fatalf("the AWS module's steering grants: %q", bad)
+	}
+	i = slices.Index(steering, "autoscaling:SetDesiredCapacity")
+	if i < 0 {
+		t.Fatalf("the AWS policy grants %v with --manage-capacity, without autoscaling:SetDesiredCapacity", steering)
+	}
+	always := slices.Delete(slices.Clone(steering), i, i+1)
+	bad := compareSteering(ops, awsPerms, awsSteering, append(always, "ec2:DescribeInstances"))
+	if len(bad) != 2 || !strings.Contains(bad[0], "grants autoscaling:SetDesiredCapacity always") ||
+		!strings.Contains(bad[1], "grants ec2:DescribeInstances only with --manage-capacity") {
+		t.Errorf("SetDesiredCapacity made always, DescribeInstances only with --manage-capacity: %q", bad)
+	}
+	bad = compareSteering(ops, awsPerms, append(slices.Clone(awsSteering), "autoscaling.SetInstanceHealth"), steering)
+	if len(bad) != 1 || !strings.Contains(bad[0], "autoscaling.SetInstanceHealth is listed as a steering call, but the provider does not call it") {
+		t.Errorf("a steering call the provider does not make: %q", bad)
+	}
+
 	ops["ec2.TerminateInstances"] = []string{"x.go:1"}
 	_, _, unknown := comparePermissions(ops, awsPerms, granted)
 	if len(unknown) != 1 || !strings.HasPrefix(unknown[0], "ec2.TerminateInstances") {

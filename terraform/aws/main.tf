@@ -40,6 +40,9 @@ locals {
 
   tags = merge(var.tags, { "elasticd:cluster" = var.name })
 
+  # The group, as IAM names it: the driver's writes to the group are granted on it alone.
+  asg_arn = "arn:${data.aws_partition.current.partition}:autoscaling:${var.region}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${local.asg_name}"
+
   # A release given as a local file (elasticd_release_path) is uploaded to S3 and read by the
   # instances with their roles; one given as a URL is fetched as it is.
   release_upload = var.elasticd_release_path != null
@@ -249,7 +252,34 @@ data "aws_iam_policy_document" "driver" {
   statement {
     sid       = "ScaleIn"
     actions   = ["autoscaling:CompleteLifecycleAction"]
-    resources = ["arn:${data.aws_partition.current.partition}:autoscaling:${var.region}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${local.asg_name}"]
+    resources = [local.asg_arn]
+  }
+
+  # Only with --manage-capacity in driver_flags: the driver sets the group's size (lowering its
+  # minimum to go below it) and hands broken instances back, on this group alone.
+  dynamic "statement" {
+    for_each = module.job.manage_capacity ? ["SteerCapacity"] : []
+
+    content {
+      sid = statement.value
+      actions = [
+        "autoscaling:SetDesiredCapacity",
+        "autoscaling:UpdateAutoScalingGroup",
+        "autoscaling:TerminateInstanceInAutoScalingGroup",
+      ]
+      resources = [local.asg_arn]
+    }
+  }
+
+  # And reads the group's failed launches: Describe* has no resource-level permissions.
+  dynamic "statement" {
+    for_each = module.job.manage_capacity ? ["LaunchFailures"] : []
+
+    content {
+      sid       = statement.value
+      actions   = ["autoscaling:DescribeScalingActivities"]
+      resources = ["*"]
+    }
   }
 }
 
@@ -470,8 +500,11 @@ resource "aws_autoscaling_group" "gpu" {
     }
   }
 
+  # The group's size is the driver's once the group exists: desired_capacity changes as
+  # instances are interrupted and replaced, and with --manage-capacity the driver sets it and
+  # lowers min_size to go below it (to 0 when the job ends). An apply must not put them back.
   lifecycle {
-    ignore_changes = [desired_capacity]
+    ignore_changes = [desired_capacity, min_size]
 
     precondition {
       condition     = var.min_size <= var.desired_capacity && var.desired_capacity <= var.max_size

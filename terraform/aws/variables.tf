@@ -131,7 +131,7 @@ variable "spot_allocation_strategy" {
 }
 
 variable "min_size" {
-  description = "Fewest GPU instances in the group."
+  description = "Fewest GPU instances in the group, when it is created. Later changes made outside Terraform (the driver lowers it with --manage-capacity) are left alone."
   type        = number
   default     = 0
 

@@ -301,6 +301,8 @@ resource "azurerm_linux_virtual_machine_scale_set" "gpu" {
     }
   }
 
+  # The set's capacity is the driver's once the set exists (with --manage-capacity it sets it,
+  # to 0 when the job ends): an apply must not put instances back.
   lifecycle {
     ignore_changes = [instances]
   }
@@ -392,6 +394,34 @@ resource "azurerm_role_definition" "driver" {
 resource "azurerm_role_assignment" "driver" {
   scope              = azurerm_linux_virtual_machine_scale_set.gpu.id
   role_definition_id = azurerm_role_definition.driver.role_definition_resource_id
+  principal_id       = azurerm_user_assigned_identity.driver.principal_id
+  principal_type     = "ServicePrincipal"
+}
+
+# Only with --manage-capacity in driver_flags: set the scale set's capacity (its write, a PATCH)
+# and delete one broken VM from it (delete/action), assigned on the scale set alone like the
+# role above. A role of its own, so that a driver that does not steer its set cannot change it.
+resource "azurerm_role_definition" "capacity" {
+  count = module.job.manage_capacity ? 1 : 0
+
+  name              = "elasticd capacity (${var.name})"
+  scope             = data.azurerm_resource_group.cluster.id
+  description       = "Sets the capacity of the elasticd GPU scale set and deletes its broken VMs."
+  assignable_scopes = [data.azurerm_resource_group.cluster.id]
+
+  permissions {
+    actions = [
+      "Microsoft.Compute/virtualMachineScaleSets/write",
+      "Microsoft.Compute/virtualMachineScaleSets/delete/action",
+    ]
+  }
+}
+
+resource "azurerm_role_assignment" "capacity" {
+  count = module.job.manage_capacity ? 1 : 0
+
+  scope              = azurerm_linux_virtual_machine_scale_set.gpu.id
+  role_definition_id = azurerm_role_definition.capacity[0].role_definition_resource_id
   principal_id       = azurerm_user_assigned_identity.driver.principal_id
   principal_type     = "ServicePrincipal"
 }

@@ -81,6 +81,34 @@ resource "google_project_iam_member" "driver" {
   member  = "serviceAccount:${google_service_account.driver.email}"
 }
 
+# Only with --manage-capacity in driver_flags: resize the group and recreate one of its VMs
+# (update), read the operations that returns (zonal or regional, as the group is), and read an
+# autoscaler attached to the group, which the driver refuses to fight. A role of its own, so
+# that a driver that does not steer its group cannot change it. Bound on the project like the
+# role above: a managed instance group has no IAM policy of its own to bind it on.
+resource "google_project_iam_custom_role" "capacity" {
+  count = module.job.manage_capacity ? 1 : 0
+
+  project     = var.project
+  role_id     = "elasticd_${replace(var.name, "-", "_")}_capacity"
+  title       = "elasticd capacity (${var.name})"
+  description = "Sets the size of the elasticd GPU group and recreates its broken VMs."
+  permissions = [
+    "compute.instanceGroupManagers.update",
+    "compute.zoneOperations.get",
+    "compute.regionOperations.get",
+    "compute.autoscalers.get",
+  ]
+}
+
+resource "google_project_iam_member" "capacity" {
+  count = module.job.manage_capacity ? 1 : 0
+
+  project = var.project
+  role    = google_project_iam_custom_role.capacity[0].name
+  member  = "serviceAccount:${google_service_account.driver.email}"
+}
+
 # The GPU VMs call no Google API: their service account has no role (but may read the release
 # uploaded from elasticd_release_path, below).
 resource "google_service_account" "gpu" {
@@ -236,7 +264,7 @@ resource "google_compute_instance" "driver" {
 
   # The role must be bound before elasticd's first poll, or that poll is refused; the
   # release's reader before its download.
-  depends_on = [google_project_iam_member.driver, google_storage_bucket_iam_member.release]
+  depends_on = [google_project_iam_member.driver, google_project_iam_member.capacity, google_storage_bucket_iam_member.release]
 }
 
 # --- The SPOT GPU group ---
@@ -303,6 +331,8 @@ resource "google_compute_instance_group_manager" "gpu" {
     instance_template = google_compute_instance_template.gpu.self_link_unique
   }
 
+  # The group's size is the driver's once the group exists (with --manage-capacity it sets it,
+  # to 0 when the job ends): an apply must not put target_size back.
   lifecycle {
     ignore_changes = [target_size]
   }
@@ -325,6 +355,8 @@ resource "google_compute_region_instance_group_manager" "gpu" {
     instance_template = google_compute_instance_template.gpu.self_link_unique
   }
 
+  # The group's size is the driver's once the group exists (with --manage-capacity it sets it,
+  # to 0 when the job ends): an apply must not put target_size back.
   lifecycle {
     ignore_changes = [target_size]
   }

@@ -192,9 +192,9 @@ resource "ibm_iam_trusted_profile_link" "driver" {
   }
 }
 
-# Kept equal to the SDK calls of providers/ibm by terraform/permissions_test.go: every call is
-# a read of instance groups or of instances, which the Viewer role allows, in the cluster's
-# resource group only.
+# Kept equal to the SDK calls of providers/ibm by terraform/permissions_test.go: discovery
+# reads instance groups and instances, which the Viewer role allows, in the cluster's resource
+# group only; steering the group (below) needs Editor.
 resource "ibm_iam_trusted_profile_policy" "instance_groups" {
   count = local.profile ? 1 : 0
 
@@ -217,6 +217,42 @@ resource "ibm_iam_trusted_profile_policy" "instances" {
   profile_id  = ibm_iam_trusted_profile.driver[0].id
   description = "elasticd: list the instances of the group"
   roles       = ["Viewer"]
+
+  resources {
+    service           = "is"
+    resource_group_id = var.resource_group_id
+    attributes = {
+      instanceId = "*"
+    }
+  }
+}
+
+# Only with --manage-capacity in driver_flags: set the group's membership count (after turning
+# an autoscale manager off) and delete a broken member's membership, on this group alone. The
+# membership's instance is deleted with it, which needs Editor on instances too: they cannot be
+# named ahead (the group makes them), so that grant is on the resource group's instances.
+resource "ibm_iam_trusted_profile_policy" "instance_group_capacity" {
+  count = local.profile && module.job.manage_capacity ? 1 : 0
+
+  profile_id  = ibm_iam_trusted_profile.driver[0].id
+  description = "elasticd: set the size of the GPU instance group and replace its members"
+  roles       = ["Editor"]
+
+  resources {
+    service           = "is"
+    resource_group_id = var.resource_group_id
+    attributes = {
+      instanceGroupId = ibm_is_instance_group.gpu.id
+    }
+  }
+}
+
+resource "ibm_iam_trusted_profile_policy" "instance_capacity" {
+  count = local.profile && module.job.manage_capacity ? 1 : 0
+
+  profile_id  = ibm_iam_trusted_profile.driver[0].id
+  description = "elasticd: delete the instance of a member it replaces"
+  roles       = ["Editor"]
 
   resources {
     service           = "is"
@@ -259,6 +295,9 @@ resource "ibm_is_instance_group" "gpu" {
   resource_group    = var.resource_group_id
   tags              = var.tags
 
+  # The group's membership count is the driver's once the group exists (with
+  # --manage-capacity it sets it, to 0 when the job ends): an apply must not put it back. The
+  # module makes no instance group manager, whose management_enabled the driver would turn off.
   lifecycle {
     ignore_changes = [instance_count]
   }

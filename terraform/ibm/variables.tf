@@ -129,7 +129,7 @@ variable "credentials" {
 }
 
 variable "driver_api_key" {
-  description = "IAM API key for the driver when credentials is api_key; it needs the Viewer role on VPC Infrastructure Services (instance groups and instances). Null otherwise."
+  description = "IAM API key for the driver when credentials is api_key; it needs the Viewer role on VPC Infrastructure Services (instance groups and instances), and Editor on both with --manage-capacity in driver_flags. Null otherwise."
   type        = string
   default     = null
   sensitive   = true

@@ -29,6 +29,10 @@ locals {
     var.training_command,
   )
 
+  # Whether the driver steers its group's size (--manage-capacity, or =true as urfave/cli reads
+  # it): the cloud modules grant the calls that needs only then.
+  manage_capacity = anytrue([for f in var.driver_flags : can(regex("^--?manage-capacity(=(1|t|T|true|TRUE|True))?$", f))])
+
   # Each argument in single quotes, for sh.
   driver_command = join(" ", [for a in local.driver_args : "'${replace(a, "'", "'\\''")}'"])
 

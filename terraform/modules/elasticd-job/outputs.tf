@@ -8,6 +8,11 @@ output "driver_args" {
   value       = local.driver_args
 }
 
+output "manage_capacity" {
+  description = "Whether driver_flags turns on --manage-capacity: the driver then sets its group's size and replaces broken hosts, and the cloud module grants it the calls for that (only then)."
+  value       = local.manage_capacity
+}
+
 output "driver_command" {
   description = "The exact `elasticd run` command line the driver runs (as the systemd unit elasticd-driver.service), each argument quoted for sh."
   value       = local.driver_command

@@ -58,7 +58,7 @@ variable "training_command" {
 }
 
 variable "driver_flags" {
-  description = "More flags of `elasticd run` for the driver, one argument per element, placed before -- (e.g. [\"--reset-limit\", \"5\", \"--prices\", \"/etc/elasticd/prices.yaml\"]). Not the flags this module sets: --provider and the provider's flags, --launcher, --listen, --agent-secret-file, --state-dir, -np, --min-np, --max-np, or --."
+  description = "More flags of `elasticd run` for the driver, one argument per element, placed before -- (e.g. [\"--reset-limit\", \"5\", \"--manage-capacity\"]). Not the flags this module sets: --provider and the provider's flags, --launcher, --listen, --agent-secret-file, --state-dir, -np, --min-np, --max-np, or --; nor those of --provider sim (--sim-*). With --manage-capacity the cloud module also grants the driver the calls that steer its group."
   type        = list(string)
   default     = []
 
@@ -78,14 +78,35 @@ variable "driver_flags" {
     condition = alltrue([for f in var.driver_flags : !startswith(f, "-") || f == "--" || can(regex("^-[0-9]", f)) || contains([
       "H", "admin-secret-file", "agent-secret-file", "asg", "barrier-timeout", "blacklist-cooldown-range",
       "checkpoint-dir", "checkpoint-every", "comm-timeout", "comm-transport", "discovery-interval", "discovery-timeout",
-      "driver-addr", "elastic-timeout", "endpoint", "flap-limit", "flap-window", "host-discovery-script",
-      "hosts", "instance-group", "launcher", "listen", "local-spot", "max-np", "mig", "min-np", "mode", "np",
-      "output-dir", "prices", "project", "provider", "region", "reset-limit", "resource-group",
-      "scale-up-interval", "slot-gradient", "slot-groups", "slot-policy", "slot-weights", "slots-per-host",
-      "sqs-queue-url", "ssh-identity-file", "ssh-port", "start-timeout", "state-dir", "stop-grace",
-      "subscription", "v", "verbose", "vmss", "warm-start", "zone",
+      "driver-addr", "elastic-timeout", "endpoint", "fallback-after", "fallback-asg", "fallback-instance-group",
+      "fallback-mig", "fallback-vmss", "flap-limit", "flap-window", "host-discovery-script",
+      "hosts", "instance-group", "launcher", "listen", "local-spot", "manage-capacity", "max-cost", "max-np",
+      "mig", "min-np", "mode", "np", "output-dir", "prices", "project", "provider", "region",
+      "replace-per-hour", "reset-limit", "resource-group", "scale-up-interval", "sim-fallback",
+      "sim-hosts", "sim-interrupt-warning", "sim-max", "sim-scenario", "sim-spot-capacity", "slot-gradient",
+      "slot-groups", "slot-policy", "slot-weights", "slots-per-host", "sqs-queue-url", "ssh-identity-file",
+      "ssh-port", "start-timeout", "state-dir", "stop-grace", "subscription", "v", "verbose", "vmss",
+      "warm-start", "zone",
     ], replace(split("=", f)[0], "/^--?/", ""))])
     error_message = "driver_flags names a flag that `elasticd run` does not have: see elasticd run --help."
+  }
+
+  # --provider sim's flags describe a simulated cloud on one machine; the driver here runs on a
+  # real cloud's group, where elasticd would refuse them at start: refused at plan instead.
+  validation {
+    condition = alltrue([for f in var.driver_flags : !(startswith(f, "-") && contains([
+      "sim-hosts", "sim-max", "sim-spot-capacity", "sim-interrupt-warning", "sim-scenario", "sim-fallback",
+    ], replace(split("=", f)[0], "/^--?/", "")))])
+    error_message = "driver_flags must not hold the flags of --provider sim (--sim-hosts, --sim-max, --sim-spot-capacity, --sim-interrupt-warning, --sim-scenario, --sim-fallback): they set up a simulated cloud on one machine, and this driver runs on a real cloud's group."
+  }
+
+  # A fallback group is a second group that these modules neither create nor grant anything
+  # on: a driver given one here could not steer it. Refused at plan, until they do.
+  validation {
+    condition = alltrue([for f in var.driver_flags : !(startswith(f, "-") && contains([
+      "fallback-asg", "fallback-mig", "fallback-vmss", "fallback-instance-group", "fallback-after",
+    ], replace(split("=", f)[0], "/^--?/", "")))])
+    error_message = "driver_flags must not name a fallback group (--fallback-asg, --fallback-mig, --fallback-vmss, --fallback-instance-group, --fallback-after): these modules do not create one nor grant the driver its calls yet; run such a driver with your own group and grants (docs/operations.md)."
   }
 
   validation {
