@@ -46,6 +46,7 @@ type fallback struct {
 	usedSince  time.Time       // fallback workers in the generation since; zero while none
 	used       time.Duration   // their time in the generation before usedSince
 	hosts      map[string]bool // every fallback host seen
+	spotWarned bool            // said that the fallback group launched a spot instance
 }
 
 func newFallback(cfg FallbackConfig) *fallback {
@@ -119,6 +120,18 @@ func (m *Machine) fallbackDeadline() time.Time {
 	return t
 }
 
+// fallbackWantsRead reports whether the spot group's launch failures should be read now: the
+// wait before falling back is over, no stockout is known within it, and the last read is
+// older than the wait's end (the regular reads may be far apart).
+func (m *Machine) fallbackWantsRead(now time.Time) bool {
+	fb := m.fl.fb
+	if fb == nil || fb.shortSince.IsZero() {
+		return false
+	}
+	due := fb.shortSince.Add(fb.cfg.After)
+	return !now.Before(due) && fb.stockout.Before(fb.shortSince.Add(-fb.cfg.After)) && m.fl.lastRead.Before(due)
+}
+
 // steerFallback grows the fallback group while spot is out, and moves the job off it and
 // empties it once spot can carry -np again.
 func (m *Machine) steerFallback(now time.Time) []Action {
@@ -133,6 +146,8 @@ func (m *Machine) steerFallback(now time.Time) []Action {
 		acts = append(acts, ReadCapacity{Fallback: true})
 	}
 	m.fallbackUse(now)
+	acts = append(acts, m.pendingWarn...)
+	m.pendingWarn = nil
 	spot := m.spotSlots(now)
 	if spot < m.cfg.NP {
 		if fb.shortSince.IsZero() {
@@ -162,7 +177,7 @@ func (m *Machine) steerFallback(now time.Time) []Action {
 		want := min((missing+slots-1)/slots, fb.size.Max)
 		if fb.known && !fb.busy && want > fb.size.Desired && have < missing {
 			fb.busy = true
-			why := fmt.Sprintf("the job has had %d of -np %d slots on spot for %v and the spot group reports no capacity (%s): %d on-demand hosts for the %d slots missing", spot, m.cfg.NP, now.Sub(fb.shortSince).Round(time.Second), fb.stockCode, want, missing)
+			why := fmt.Sprintf("the job has had %d of -np %d slots on spot for %v and the spot group reports no capacity (%s): %d on-demand %s for the %d slots missing", spot, m.cfg.NP, now.Sub(fb.shortSince).Round(time.Second), fb.stockCode, want, map[bool]string{true: "host", false: "hosts"}[want == 1], missing)
 			m.j.event(now, EventCapacity, "falling back on %s: %s", fb.cfg.Group, why)
 			acts = append(acts, SetCapacity{Fallback: true, From: fb.size.Desired, To: want, Reason: why})
 		}
@@ -199,8 +214,15 @@ func (m *Machine) leaveFallback(now time.Time) []Action {
 func (m *Machine) fallbackUse(now time.Time) {
 	fb := m.fl.fb
 	for _, h := range m.raw {
-		if h.Fallback {
-			fb.hosts[h.ID] = true
+		if !h.Fallback {
+			continue
+		}
+		fb.hosts[h.ID] = true
+		if h.Spot && !fb.spotWarned {
+			fb.spotWarned = true
+			msg := fmt.Sprintf("the fallback group %s launched a spot instance (%s): a fallback group must launch on-demand instances, or it runs out with the spot group; fix its launch template", fb.cfg.Group, h.ID)
+			m.j.event(now, EventCapacity, "%s", msg)
+			m.pendingWarn = append(m.pendingWarn, Warn{msg, nil})
 		}
 	}
 	in := false

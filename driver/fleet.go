@@ -121,6 +121,7 @@ type fleet struct {
 	known    bool      // size was read at least once
 	busy     bool      // a read or a set is under way: one call at a time
 	nextRead time.Time // zero: read at once
+	lastRead time.Time // the last read that answered
 	refused  string    // a call was refused: the job goes on unmanaged, and says why
 	capped   bool      // said once that the group's maximum holds the job below --max-np
 	overMax  bool      // the job could use more hosts than the group's maximum
@@ -193,6 +194,9 @@ func (m *Machine) steer(now time.Time) []Action {
 		return nil
 	}
 	var acts []Action
+	if m.fallbackWantsRead(now) {
+		f.nextRead = now
+	}
 	if !f.busy && !now.Before(f.nextRead) {
 		f.busy = true
 		acts = append(acts, ReadCapacity{Failures: f.fb != nil})
@@ -334,7 +338,7 @@ func (m *Machine) fleetEvent(now time.Time, ev Event) []Action {
 		if f.known && e.Size.Desired != f.size.Desired {
 			m.j.event(now, EventCapacity, "%s: its desired size changed from %d to %d outside this driver", f.cfg.Group, f.size.Desired, e.Size.Desired)
 		}
-		f.size, f.known = e.Size, true
+		f.size, f.known, f.lastRead = e.Size, true, now
 		m.spotFailures(now, e.Failures)
 	case CapacitySet:
 		if e.Fallback {

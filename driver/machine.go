@@ -296,7 +296,8 @@ type Machine struct {
 	adoptUntil time.Time
 	adoptWait  map[protocol.WorkerID]bool
 
-	fl *fleet // --manage-capacity; nil without
+	fl          *fleet   // --manage-capacity; nil without
+	pendingWarn []Action // warnings found while counting, handed out by the same step
 
 	budget   string    // why --max-cost stops the job; "" until it does
 	budgetBy time.Time // when it stops at the latest, if the workers have not committed

@@ -98,6 +98,11 @@ func TestCapacityUsageErrors(t *testing.T) {
 		{[]string{"run", "--provider", "sim", "-np", "2", "--sim-spot-capacity", "lots", "--", "true"}, `--sim-spot-capacity: "lots"`},
 		{[]string{"run", "--provider", "sim", "-np", "2", "--launcher", "ssh", "--", "true"}, "--launcher: --provider sim runs every instance as an elasticd agent"},
 		{[]string{"discover", "--provider", "sim"}, "sim: a cloud on this machine that lives as long as its job"},
+		{[]string{"run", "-np", "2", "--fallback-after", "1m", "--", "true"}, "--fallback-after: only used with --manage-capacity"},
+		{[]string{"run", "--provider", "sim", "-np", "2", "--sim-fallback", "--", "true"}, "--sim-fallback: only used with --manage-capacity"},
+		{[]string{"run", "--provider", "aws", "--asg", "g", "--region", "us-east-1", "-np", "2", "--manage-capacity", "--fallback-mig", "x", "--", "true"}, "--fallback-mig: not for --provider aws: use --fallback-asg"},
+		{[]string{"run", "--provider", "aws", "--asg", "g", "--region", "us-east-1", "-np", "2", "--manage-capacity", "--fallback-asg", "g", "--", "true"}, `--fallback-asg: "g" is the spot group itself`},
+		{[]string{"run", "--provider", "aws", "--asg", "g", "--region", "us-east-1", "-np", "2", "--manage-capacity", "--fallback-after", "1m", "--", "true"}, "--fallback-after: only used with a fallback group"},
 	} {
 		_, stderr, code := elasticd(t, nil, tc.args...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {
@@ -109,4 +114,42 @@ func TestCapacityUsageErrors(t *testing.T) {
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// TestSimFallbackAndReturn: spot runs out on the simulated cloud (one of two spot hosts
+// reclaimed after a notice, no spot left to launch); after --fallback-after the on-demand
+// fallback group is grown by the one host missing; when spot returns, the job moves back to
+// spot at a commit and the fallback group goes to zero. No committed step is lost or rolled
+// back throughout, and at the end both groups are at zero and no instance runs.
+func TestSimFallbackAndReturn(t *testing.T) {
+	scenario := writeScenario(t, "3s spot-capacity 1\n22s spot-capacity unlimited\n")
+	j := startJob(t, append([]string{"run", "--provider", "sim", "-np", "4", "--min-np", "2", "--slots-per-host", "2",
+		"--manage-capacity", "--sim-fallback", "--fallback-after", "4s", "--sim-interrupt-warning", "3s", "--sim-scenario", scenario},
+		trainArgs("--steps", "6000", "--step-delay", "5ms", "--events")...)...)
+	j.waitFor(`generation 1: world size 4`, 60*time.Second)
+	j.waitFor(`setting the group's desired size" group="sim group ondemand" from=0 to=1 reason="the job has had 2 of -np 4 slots on spot`, 60*time.Second)
+	j.waitFor(`sim: instance running" provider=sim group=ondemand`, 30*time.Second)
+	j.waitFor(`spot capacity is back: moving off the on-demand fallback hosts`, 60*time.Second)
+	j.waitFor(`group="sim group ondemand" from=1 to=0`, 30*time.Second)
+	if code := j.wait(3 * time.Minute); code != 0 {
+		t.Fatalf("job exit %d, want 0\n%s", code, tail(j.output(), 20))
+	}
+	out := j.output()
+	s := steps(out)
+	for i := 1; i < len(s); i++ {
+		if s[i] != s[i-1]+1 {
+			t.Fatalf("committed steps not contiguous at %d → %d: a step was lost or rolled back", s[i-1], s[i])
+		}
+	}
+	if len(s) == 0 || s[len(s)-1] != 6000 {
+		t.Fatalf("last committed step %v, want 6000", s[len(s)-1:])
+	}
+	last := tail(out, 4)
+	if !strings.Contains(last, "sim group spot: 2 → 0; fallback sim group ondemand: 0 → 1, 1 → 0 (kept the job going") {
+		t.Errorf("the last lines do not say what the fallback did:\n%s", last)
+	}
+	if !strings.Contains(out, "of which 0 after failures") {
+		t.Errorf("a failure reset:\n%s", last)
+	}
+	waitGone(t, simPIDs(out), 10*time.Second)
 }

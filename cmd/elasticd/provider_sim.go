@@ -14,6 +14,7 @@ import (
 
 	"github.com/elasticd/elasticd/driver"
 	"github.com/elasticd/elasticd/driver/cost"
+	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/providers/sim"
 	"github.com/urfave/cli/v2"
 )
@@ -33,6 +34,7 @@ func simFlags() []cli.Flag {
 		&cli.IntFlag{Name: "sim-max", Usage: "--provider sim: the spot group's maximum size (default: the hosts --max-np needs)", EnvVars: []string{"ELASTICD_SIM_MAX"}},
 		&cli.StringFlag{Name: "sim-spot-capacity", Value: "unlimited", Usage: "--provider sim: how many spot instances the simulated cloud can run at start (`N` or unlimited)", EnvVars: []string{"ELASTICD_SIM_SPOT_CAPACITY"}},
 		&cli.DurationFlag{Name: "sim-interrupt-warning", Value: sim.DefaultInterruptWarning, Usage: "--provider sim: the notice a spot instance gets before it is reclaimed", EnvVars: []string{"ELASTICD_SIM_INTERRUPT_WARNING"}},
+		&cli.BoolFlag{Name: "sim-fallback", Usage: "--provider sim, with --manage-capacity: add an on-demand group 'ondemand' at zero, the job's fallback while spot is out (as --fallback-asg does on AWS)", EnvVars: []string{"ELASTICD_SIM_FALLBACK"}},
 		&cli.StringFlag{Name: "sim-scenario", Usage: "--provider sim: `FILE` of timed events for the simulated cloud, one a line ('20s spot-capacity 0', '1m interrupt spot', '2m spot-capacity unlimited'; docs/providers/sim.md)", EnvVars: []string{"ELASTICD_SIM_SCENARIO"}},
 	}
 }
@@ -157,6 +159,9 @@ func startSim(c *cli.Context, o *driver.Options) (*simSetup, error) {
 		Scenario:         steps,
 		Logger:           o.Logger,
 	}
+	if c.Bool("sim-fallback") {
+		cfg.Groups = append(cfg.Groups, sim.GroupConfig{Name: "ondemand", Type: simType, Slots: slots, Max: maxHosts})
+	}
 	if err := cfg.Validate(); err != nil {
 		s.Close()
 		return nil, cli.Exit(fmt.Sprintf("--provider sim: %v", err), 2)
@@ -174,6 +179,15 @@ func startSim(c *cli.Context, o *driver.Options) (*simSetup, error) {
 	if err := manageCapacity(c, o); err != nil { // the group itself, before the agents wrap it
 		s.Close()
 		return nil, err
+	}
+	if c.Bool("sim-fallback") {
+		od, err := s.cloud.Group("ondemand")
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		o.Provider, o.Fallback = &providers.WithFallback{Spot: spotGroup, Fallback: od}, od
+		o.Config.Capacity.Fallback = &driver.FallbackConfig{Group: "sim group ondemand", After: c.Duration("fallback-after")}
 	}
 	if err := agentLauncher(c, o, secret); err != nil {
 		s.Close()

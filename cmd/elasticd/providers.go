@@ -137,15 +137,44 @@ func buildProvider(c *cli.Context, localSlots int, log *slog.Logger) (providers.
 	if !ok {
 		return nil, usageError("provider", "%q: use one of %s", name, providerNames())
 	}
-	p, err := build(providerOptions{
-		SlotsPerHost: slots, DiscoveryTimeout: c.Duration("discovery-timeout"),
+	p, err := build(cloudOptions(c, log))
+	if err != nil {
+		return nil, cli.Exit(fmt.Sprintf("--provider %s: %v", name, err), 2)
+	}
+	return p, nil
+}
+
+// cloudOptions are the cloud provider flags as given.
+func cloudOptions(c *cli.Context, log *slog.Logger) providerOptions {
+	return providerOptions{
+		SlotsPerHost: c.Int("slots-per-host"), DiscoveryTimeout: c.Duration("discovery-timeout"),
 		Region: c.String("region"), Zone: c.String("zone"), Project: c.String("project"), Endpoint: c.String("endpoint"),
 		ASG: c.String("asg"), SQSQueueURL: c.String("sqs-queue-url"), MIG: c.String("mig"),
 		Subscription: c.String("subscription"), ResourceGroup: c.String("resource-group"), VMSS: c.String("vmss"),
 		InstanceGroup: c.String("instance-group"), Logger: log,
-	})
+	}
+}
+
+// buildFallback makes the provider of the on-demand fallback group name: the same cloud,
+// region, project, resource group and credentials as the spot group, without its notice
+// queue (spot interruptions concern the spot instances).
+func buildFallback(c *cli.Context, name string, log *slog.Logger) (providers.Provider, error) {
+	cloud := providerName(c)
+	o := cloudOptions(c, log)
+	o.SQSQueueURL = ""
+	switch cloud {
+	case "aws":
+		o.ASG = name
+	case "gcp":
+		o.MIG = name
+	case "azure":
+		o.VMSS = name
+	case "ibm":
+		o.InstanceGroup = name
+	}
+	p, err := cloudProviders[cloud](o)
 	if err != nil {
-		return nil, cli.Exit(fmt.Sprintf("--provider %s: %v", name, err), 2)
+		return nil, cli.Exit(fmt.Sprintf("--%s: %v", fallbackFlags[cloud], err), 2)
 	}
 	return p, nil
 }

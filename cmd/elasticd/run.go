@@ -133,6 +133,11 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.StringFlag{Name: "prices", Usage: "price `FILE` (YAML): on-demand and spot price per instance-hour of each instance type, for the cost and savings; the cloud's own spot prices win where it publishes them (AWS)", EnvVars: []string{"ELASTICD_PRICES"}},
 			&cli.BoolFlag{Name: "manage-capacity", Usage: "steer the cloud group's size (--provider aws, gcp, azure, ibm or sim): its desired size follows what the job can use (enough hosts for --max-np, never above the group's own maximum), a host with a failed GPU or every slot quarantined is handed back for a replacement once its workers left, and when the job ends (success, failure, SIGTERM, --max-cost) the group goes to zero, so nothing bills after it. Each call is logged with its reason; one the cloud refuses (a permission) is said once and the job goes on unmanaged. A driver that crashes changes nothing. One driver per group", EnvVars: []string{"ELASTICD_MANAGE_CAPACITY"}},
 			&cli.IntFlag{Name: "replace-per-hour", Value: driver.DefaultReplacePerHour, Usage: "with --manage-capacity: at most this many broken hosts handed back for a replacement in any hour (each instance once)", EnvVars: []string{"ELASTICD_REPLACE_PER_HOUR"}},
+			&cli.StringFlag{Name: "fallback-asg", Usage: "with --manage-capacity, --provider aws: an on-demand Auto Scaling group `NAME` in the same region, normally at zero, that the job falls back on while spot capacity has run out (see --fallback-after); the job moves back to spot at a commit when spot returns, and the group goes back to zero", EnvVars: []string{"ELASTICD_FALLBACK_ASG"}},
+			&cli.StringFlag{Name: "fallback-mig", Usage: "as --fallback-asg, for --provider gcp: an on-demand (STANDARD) managed instance group `NAME` in the same zone or region", EnvVars: []string{"ELASTICD_FALLBACK_MIG"}},
+			&cli.StringFlag{Name: "fallback-vmss", Usage: "as --fallback-asg, for --provider azure: a regular-priority scale set `NAME` in the same resource group", EnvVars: []string{"ELASTICD_FALLBACK_VMSS"}},
+			&cli.StringFlag{Name: "fallback-instance-group", Usage: "as --fallback-asg, for --provider ibm: an on-demand instance group (`NAME` or ID) in the same region", EnvVars: []string{"ELASTICD_FALLBACK_INSTANCE_GROUP"}},
+			&cli.DurationFlag{Name: "fallback-after", Value: driver.DefaultFallbackAfter, Usage: "with a fallback group: how long the job must have had fewer than -np slots on spot, with the spot group reporting no capacity, before the fallback group is grown by the hosts missing", EnvVars: []string{"ELASTICD_FALLBACK_AFTER"}},
 			&cli.Float64Flag{Name: "max-cost", Usage: "the job's budget, an `AMOUNT` in the prices' currency: before its cost passes it, the workers commit, the job stops with exit status 3 and a managed group goes to zero. Every host type needs a price (--prices, or the cloud's spot prices)", EnvVars: []string{"ELASTICD_MAX_COST"}},
 			&cli.BoolFlag{Name: "local-spot", Usage: "--provider local: count this machine's hosts as spot capacity (type 'local'), to try the cost accounting with --prices", EnvVars: []string{"ELASTICD_LOCAL_SPOT"}},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also log every rendezvous exchange (worker reports, assignments, key-value sets); the driver's decisions are always logged", EnvVars: []string{"ELASTICD_VERBOSE"}},
@@ -163,6 +168,11 @@ func runJob(c *cli.Context) error {
 			return cli.Exit(fmt.Sprintf("--manage-capacity: %v", err), 1)
 		}
 		log.Info("managing the group's size", "group", o.Config.Capacity.Group, "size", size.String(), "autoscaled_by", size.Autoscaled)
+		if o.Fallback != nil {
+			if err := checkFallback(c.Context, o); err != nil {
+				return err
+			}
+		}
 	}
 	res, err := driver.Run(c.Context, o)
 	if err != nil {
@@ -393,11 +403,17 @@ func manageCapacity(c *cli.Context, o *driver.Options) error {
 	if n := c.Int("replace-per-hour"); n < 1 {
 		return usageError("replace-per-hour", "%d: must be at least 1", n)
 	}
+	fbFlag, fbName := fallbackFlag(c)
 	if !c.Bool("manage-capacity") {
-		if c.IsSet("replace-per-hour") {
-			return usageError("replace-per-hour", "only used with --manage-capacity")
+		for _, f := range []string{"replace-per-hour", "fallback-after", fbFlag} {
+			if f != "" && c.IsSet(f) {
+				return usageError(f, "only used with --manage-capacity")
+			}
 		}
 		return nil
+	}
+	if c.Duration("fallback-after") <= 0 {
+		return usageError("fallback-after", "%v: must be positive, e.g. 10m", c.Duration("fallback-after"))
 	}
 	cp, ok := o.Provider.(providers.Capacity)
 	if !ok {
@@ -405,7 +421,73 @@ func manageCapacity(c *cli.Context, o *driver.Options) error {
 	}
 	o.Capacity = cp
 	o.Config.Capacity = &driver.CapacityConfig{Group: groupName(c), SlotsPerHost: c.Int("slots-per-host"), ReplacePerHour: c.Int("replace-per-hour")}
+	if fbFlag == "" {
+		if c.IsSet("fallback-after") {
+			return usageError("fallback-after", "only used with a fallback group (--fallback-asg, --fallback-mig, --fallback-vmss, --fallback-instance-group or --sim-fallback)")
+		}
+		return nil
+	}
+	if o.ProviderName == "sim" { // startSim made the group
+		return nil
+	}
+	if want := fallbackFlags[o.ProviderName]; want != fbFlag {
+		return usageError(fbFlag, "not for --provider %s%s", o.ProviderName, map[bool]string{true: ": use --" + want, false: ""}[want != ""])
+	}
+	if fbName == primaryGroupName(c) {
+		return usageError(fbFlag, "%q is the spot group itself: name the on-demand group the job falls back on", fbName)
+	}
+	fb, err := buildFallback(c, fbName, o.Logger)
+	if err != nil {
+		return err
+	}
+	fbc, ok := fb.(providers.Capacity)
+	if !ok { // cannot happen: every cloud provider steers
+		return usageError(fbFlag, "--provider %s cannot steer a fallback group", o.ProviderName)
+	}
+	o.Provider = &providers.WithFallback{Spot: o.Provider, Fallback: fb}
+	o.Fallback = fbc
+	o.Config.Capacity.Fallback = &driver.FallbackConfig{Group: fmt.Sprintf("%s group %s", o.ProviderName, fbName), After: c.Duration("fallback-after")}
 	return nil
+}
+
+// checkFallback reads the fallback group before the job starts: it must exist. (A spot
+// instance in it is warned of when it appears: its launch template is the cloud's.)
+func checkFallback(ctx context.Context, o driver.Options) error {
+	name := o.Config.Capacity.Fallback.Group
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	size, err := o.Fallback.GroupSize(ctx)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("the fallback group: %v", err), 1)
+	}
+	o.Logger.Info("the on-demand fallback group", "group", name, "size", size.String())
+	return nil
+}
+
+// fallbackFlags are each cloud's fallback group flag.
+var fallbackFlags = map[string]string{"aws": "fallback-asg", "gcp": "fallback-mig", "azure": "fallback-vmss", "ibm": "fallback-instance-group"}
+
+// fallbackFlag is the fallback group flag given, if any, and its value.
+func fallbackFlag(c *cli.Context) (flag, name string) {
+	for _, f := range []string{"fallback-asg", "fallback-mig", "fallback-vmss", "fallback-instance-group"} {
+		if c.IsSet(f) {
+			return f, c.String(f)
+		}
+	}
+	if c.Bool("sim-fallback") {
+		return "sim-fallback", "ondemand"
+	}
+	return "", ""
+}
+
+// primaryGroupName is the spot group's name as its flag gives it.
+func primaryGroupName(c *cli.Context) string {
+	for _, f := range []string{"asg", "mig", "vmss", "instance-group"} {
+		if c.IsSet(f) {
+			return c.String(f)
+		}
+	}
+	return ""
 }
 
 // groupName names the steered group in the log and the job's last line.
