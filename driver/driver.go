@@ -344,6 +344,9 @@ func (d *runner) startInputs() func() {
 	if d.o.MaxCost > 0 {
 		d.tasks.Go(d.watchBudget)
 	}
+	if c := d.o.Config.Capacity; c != nil && c.AgentTimeout > 0 && d.o.Agents != nil {
+		d.tasks.Go(d.watchUnconnected)
+	}
 	if d.o.Agents != nil {
 		in.agentNotices, in.agentFaults = d.o.Agents.Notices(), d.o.Agents.Faults()
 	}

@@ -33,6 +33,9 @@ type CapacityConfig struct {
 	// ReplacePerHour bounds the hosts handed back for a replacement in any hour (0:
 	// DefaultReplacePerHour).
 	ReplacePerHour int
+	// AgentTimeout, when positive, is how long a host may be listed with no agent connecting
+	// for it (--launcher agent) before it is handed back for a replacement.
+	AgentTimeout time.Duration
 	// Fallback, when set, is an on-demand group of the same cloud that the job falls back
 	// on while spot capacity has run out (fallback.go).
 	Fallback *FallbackConfig
@@ -42,6 +45,9 @@ type CapacityConfig struct {
 const (
 	DefaultCapacityCheck  = 30 * time.Second
 	DefaultReplacePerHour = 4
+	// DefaultAgentTimeout is --agent-timeout's default: a GPU instance boots, installs and
+	// starts its agent well within it.
+	DefaultAgentTimeout = 10 * time.Minute
 )
 
 func (c CapacityConfig) withDefaults() CapacityConfig {
@@ -82,6 +88,17 @@ type HostHandedBack struct {
 func (e CapacityRead) at() time.Time   { return e.Now }
 func (e CapacitySet) at() time.Time    { return e.Now }
 func (e HostHandedBack) at() time.Time { return e.Now }
+
+// HostUnusable is a host the job cannot use though the cloud lists it (its agent never
+// connected): under --manage-capacity it is handed back for a replacement.
+type HostUnusable struct {
+	Now      time.Time
+	Host     string
+	Fallback bool // a host of the fallback group
+	Reason   string
+}
+
+func (e HostUnusable) at() time.Time { return e.Now }
 
 // ReadCapacity reads the group's size (providers.Capacity.GroupSize), and with Failures its
 // recent launch failures (LaunchFailures).
@@ -127,14 +144,15 @@ type fleet struct {
 	overMax  bool      // the job could use more hosts than the group's maximum
 	changes  []string  // "4 → 0" of each size set, oldest first
 
-	broken      map[string]string    // hosts to hand back, with why, until handed back
-	handedBack  map[string]time.Time // instances handed back, each once
-	handing     string               // the host whose HandBack is under way
-	recentHands []time.Time          // for ReplacePerHour
+	broken        map[string]string    // hosts to hand back, with why, until handed back
+	fallbackHosts map[string]bool      // broken hosts of the fallback group discovery does not list
+	handedBack    map[string]time.Time // instances handed back, each once
+	handing       string               // the host whose HandBack is under way
+	recentHands   []time.Time          // for ReplacePerHour
 }
 
 func newFleet(cfg CapacityConfig) *fleet {
-	f := &fleet{cfg: cfg.withDefaults(), broken: map[string]string{}, handedBack: map[string]time.Time{}}
+	f := &fleet{cfg: cfg.withDefaults(), broken: map[string]string{}, handedBack: map[string]time.Time{}, fallbackHosts: map[string]bool{}}
 	if cfg.Fallback != nil {
 		f.fb = newFallback(*cfg.Fallback)
 	}
@@ -255,7 +273,7 @@ func (m *Machine) handBack(now time.Time) []Action {
 		}
 		f.handing = host
 		f.recentHands = append(f.recentHands, now)
-		return []Action{HandBack{Host: host, Reason: f.broken[host], Fallback: m.isFallback(host)}}
+		return []Action{HandBack{Host: host, Reason: f.broken[host], Fallback: m.isFallback(host) || f.fallbackHosts[host]}}
 	}
 	return nil
 }
@@ -354,6 +372,11 @@ func (m *Machine) fleetEvent(now time.Time, ev Event) []Action {
 		f.size.Min = min(f.size.Min, e.To)
 		m.j.event(now, EventCapacity, "%s: desired size %s", f.cfg.Group, change)
 		return []Action{Note{"group resized", []any{"group", f.cfg.Group, "from", e.From, "to", e.To}}}
+	case HostUnusable:
+		if e.Fallback {
+			f.fallbackHosts[e.Host] = true
+		}
+		return m.brokenHost(now, e.Host, e.Reason)
 	case HostHandedBack:
 		f.handing = ""
 		why := f.broken[e.Host]

@@ -276,3 +276,19 @@ func TestManageCapacityMovesOffAPartlyBrokenHost(t *testing.T) {
 		t.Fatalf("%v, want b handed back once its last worker exited", acts)
 	}
 }
+
+// A host the cloud lists whose agent never connected is handed back at once: no worker
+// runs there, and the job never had it.
+func TestManageCapacityHandsBackAHostWithoutAgent(t *testing.T) {
+	s := newSim(t, managed(2, 2))
+	s.start(2)
+	s.m.Step(CapacityRead{Now: s.now, Size: providers.GroupSize{Desired: 3, Max: 3}})
+	acts := s.m.Step(HostUnusable{Now: s.now, Host: "i-silent", Fallback: true, Reason: "its agent never connected within --agent-timeout 10m0s"})
+	got := capActs[HandBack](acts)
+	if len(got) != 1 || got[0].Host != "i-silent" || !got[0].Fallback || !strings.Contains(got[0].Reason, "never connected") {
+		t.Fatalf("%v: want i-silent handed back to its (fallback) group", acts)
+	}
+	if has[NotifyHosts](acts) || has[Stop](acts) {
+		t.Fatalf("the job was disturbed for a host it never had: %v", acts)
+	}
+}

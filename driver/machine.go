@@ -444,7 +444,7 @@ func (m *Machine) Step(ev Event) []Action {
 		m.measured(e)
 	case Tick:
 		acts = m.tick(now)
-	case CapacityRead, CapacitySet, HostHandedBack:
+	case CapacityRead, CapacitySet, HostHandedBack, HostUnusable:
 		acts = m.fleetEvent(now, e)
 	case BudgetReached:
 		acts = m.budgetStop(now, e)

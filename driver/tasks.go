@@ -406,3 +406,29 @@ func (d *runner) watchBudget(ctx context.Context) {
 		}
 	}
 }
+
+// unconnectedEvery is how often the hosts without an agent are looked at.
+const unconnectedEvery = 10 * time.Second
+
+// watchUnconnected reports the hosts listed for longer than --agent-timeout with no agent
+// connected for them (--manage-capacity hands them back). Each is reported once.
+func (d *runner) watchUnconnected(ctx context.Context) {
+	t := time.NewTicker(unconnectedEvery)
+	defer t.Stop()
+	told := map[string]bool{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			for _, u := range d.o.Agents.Unconnected(d.o.Config.Capacity.AgentTimeout, now) {
+				if told[u.Host.ID] {
+					continue
+				}
+				told[u.Host.ID] = true
+				d.send(ctx, HostUnusable{Now: now, Host: u.Host.ID, Fallback: u.Host.Fallback,
+					Reason: fmt.Sprintf("listed since %s, its agent never connected within --agent-timeout %v (a bad image, a failed cloud-init, a firewall?)", u.Since.Format("15:04:05"), d.o.Config.Capacity.AgentTimeout)})
+			}
+		}
+	}
+}

@@ -133,6 +133,7 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.StringFlag{Name: "prices", Usage: "price `FILE` (YAML): on-demand and spot price per instance-hour of each instance type, for the cost and savings; the cloud's own spot prices win where it publishes them (AWS)", EnvVars: []string{"ELASTICD_PRICES"}},
 			&cli.BoolFlag{Name: "manage-capacity", Usage: "steer the cloud group's size (--provider aws, gcp, azure, ibm or sim): its desired size follows what the job can use (enough hosts for --max-np, never above the group's own maximum), a host with a failed GPU or every slot quarantined is handed back for a replacement once its workers left, and when the job ends (success, failure, SIGTERM, --max-cost) the group goes to zero, so nothing bills after it. Each call is logged with its reason; one the cloud refuses (a permission) is said once and the job goes on unmanaged. A driver that crashes changes nothing. One driver per group", EnvVars: []string{"ELASTICD_MANAGE_CAPACITY"}},
 			&cli.IntFlag{Name: "replace-per-hour", Value: driver.DefaultReplacePerHour, Usage: "with --manage-capacity: at most this many broken hosts handed back for a replacement in any hour (each instance once)", EnvVars: []string{"ELASTICD_REPLACE_PER_HOUR"}},
+			&cli.DurationFlag{Name: "agent-timeout", Value: driver.DefaultAgentTimeout, Usage: "with --manage-capacity and --launcher agent: a host the group lists this long with no agent connecting for it (a bad image, a failed cloud-init, a firewall) is handed back for a replacement", EnvVars: []string{"ELASTICD_AGENT_TIMEOUT"}},
 			&cli.StringFlag{Name: "fallback-asg", Usage: "with --manage-capacity, --provider aws: an on-demand Auto Scaling group `NAME` in the same region, normally at zero, that the job falls back on while spot capacity has run out (see --fallback-after); the job moves back to spot at a commit when spot returns, and the group goes back to zero", EnvVars: []string{"ELASTICD_FALLBACK_ASG"}},
 			&cli.StringFlag{Name: "fallback-mig", Usage: "as --fallback-asg, for --provider gcp: an on-demand (STANDARD) managed instance group `NAME` in the same zone or region", EnvVars: []string{"ELASTICD_FALLBACK_MIG"}},
 			&cli.StringFlag{Name: "fallback-vmss", Usage: "as --fallback-asg, for --provider azure: a regular-priority scale set `NAME` in the same resource group", EnvVars: []string{"ELASTICD_FALLBACK_VMSS"}},
@@ -405,22 +406,25 @@ func manageCapacity(c *cli.Context, o *driver.Options) error {
 	}
 	fbFlag, fbName := fallbackFlag(c)
 	if !c.Bool("manage-capacity") {
-		for _, f := range []string{"replace-per-hour", "fallback-after", fbFlag} {
+		for _, f := range []string{"replace-per-hour", "fallback-after", "agent-timeout", fbFlag} {
 			if f != "" && c.IsSet(f) {
 				return usageError(f, "only used with --manage-capacity")
 			}
 		}
 		return nil
 	}
-	if c.Duration("fallback-after") <= 0 {
-		return usageError("fallback-after", "%v: must be positive, e.g. 10m", c.Duration("fallback-after"))
+	for _, f := range []string{"fallback-after", "agent-timeout"} {
+		if c.Duration(f) <= 0 {
+			return usageError(f, "%v: must be positive, e.g. 10m", c.Duration(f))
+		}
 	}
 	cp, ok := o.Provider.(providers.Capacity)
 	if !ok {
 		return usageError("manage-capacity", "--provider %s has no group to steer: use aws, gcp, azure or ibm (or sim, a cloud on this machine)", o.ProviderName)
 	}
 	o.Capacity = cp
-	o.Config.Capacity = &driver.CapacityConfig{Group: groupName(c), SlotsPerHost: c.Int("slots-per-host"), ReplacePerHour: c.Int("replace-per-hour")}
+	o.Config.Capacity = &driver.CapacityConfig{Group: groupName(c), SlotsPerHost: c.Int("slots-per-host"), ReplacePerHour: c.Int("replace-per-hour"),
+		AgentTimeout: c.Duration("agent-timeout")}
 	if fbFlag == "" {
 		if c.IsSet("fallback-after") {
 			return usageError("fallback-after", "only used with a fallback group (--fallback-asg, --fallback-mig, --fallback-vmss, --fallback-instance-group or --sim-fallback)")

@@ -249,8 +249,11 @@ func (w *wrapped) Hosts(ctx context.Context) ([]providers.Host, error) {
 	}
 	out := make([]providers.Host, 0, len(hs))
 	var missing []string
+	now := time.Now()
 	r.mu.Lock()
+	listed := make(map[string]bool, len(hs))
 	for _, h := range hs {
+		listed[h.ID] = true
 		var match *session
 		for _, s := range r.sessions {
 			if s.info.HostID == h.ID || s.info.Addr == h.Addr {
@@ -261,11 +264,20 @@ func (w *wrapped) Hosts(ctx context.Context) ([]providers.Host, error) {
 		}
 		if match == nil {
 			missing = append(missing, h.ID)
+			if _, ok := r.unconnected[h.ID]; !ok {
+				r.unconnected[h.ID] = Unconnected{Host: h, Since: now}
+			}
 			continue
 		}
+		delete(r.unconnected, h.ID)
 		match.hostID, match.hostAddr = h.ID, h.Addr
 		h.Slots = match.slots(h.Slots)
 		out = append(out, h)
+	}
+	for id := range r.unconnected {
+		if !listed[id] {
+			delete(r.unconnected, id) // gone from the provider
+		}
 	}
 	r.mu.Unlock()
 	w.mu.Lock()

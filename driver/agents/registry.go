@@ -100,6 +100,8 @@ type Registry struct {
 	seen     map[string]time.Time
 	nextProc uint64
 	ports    map[uint64]chan protocol.AgentEvent // OpFindPort requests awaiting their KindPort answer
+	// unconnected are the provider's hosts that no agent serves (Wrap), since when listed so.
+	unconnected map[string]Unconnected
 	// expected are the workers of an earlier driver of this job that wait for their agent to
 	// list them again (Adopt), by worker ID.
 	expected map[string]*process
@@ -152,9 +154,32 @@ func New(cfg Config) (*Registry, error) {
 		sessions: map[string]*session{},
 		seen:     map[string]time.Time{},
 		expected: map[string]*process{},
+
+		unconnected: map[string]Unconnected{},
 	}
 	r.janitor.Go(r.expire)
 	return r, nil
+}
+
+// Unconnected is a host the provider lists and no agent serves.
+type Unconnected struct {
+	Host  providers.Host
+	Since time.Time // when it was first listed without an agent
+}
+
+// Unconnected lists the hosts the provider (through Wrap) has listed for longer than wait
+// with no agent connected for them: a bad image, a failed cloud-init, a firewall.
+func (r *Registry) Unconnected(wait time.Duration, now time.Time) []Unconnected {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Unconnected
+	for _, u := range r.unconnected {
+		if now.Sub(u.Since) >= wait {
+			out = append(out, u)
+		}
+	}
+	slices.SortFunc(out, func(a, b Unconnected) int { return strings.Compare(a.Host.ID, b.Host.ID) })
+	return out
 }
 
 // Notices delivers the interruption notices agents see on their hosts, each once, with

@@ -1223,3 +1223,29 @@ func TestDroppedConnectionLosesTheAgentAtOnce(t *testing.T) {
 		t.Errorf("Agents() = %+v after the drop, want none", got)
 	}
 }
+
+// A host the provider lists with no agent connected is reported once it has waited the
+// bound, and no longer once its agent registers or the provider drops it.
+func TestUnconnectedHosts(t *testing.T) {
+	e := newEnv(t, nil)
+	hosts := []providers.Host{{ID: "i-1", Addr: "10.0.0.1", Slots: 1}, {ID: "i-2", Addr: "10.0.0.2", Slots: 1, Fallback: true}}
+	w := e.reg.Wrap(providers.NewFixed(hosts))
+	e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	if _, err := w.Hosts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.reg.Unconnected(time.Hour, time.Now()); len(got) != 0 {
+		t.Fatalf("reported before the bound: %+v", got)
+	}
+	got := e.reg.Unconnected(time.Hour, time.Now().Add(2*time.Hour))
+	if len(got) != 1 || got[0].Host.ID != "i-2" || !got[0].Host.Fallback {
+		t.Fatalf("Unconnected = %+v, want i-2 (its group's flag kept)", got)
+	}
+	e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-2", Addr: "10.0.0.2"})
+	if _, err := w.Hosts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.reg.Unconnected(0, time.Now().Add(2*time.Hour)); len(got) != 0 {
+		t.Fatalf("still reported after its agent registered: %+v", got)
+	}
+}
