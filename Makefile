@@ -12,7 +12,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 # stamping is off (a build outside a checkout, -buildvcs=false).
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: all build release test test-go test-python test-deps demo bench bench-go bench-compare bench-compare-hosts bench-pytorch fuzz lint clean
+.PHONY: all build release test test-go test-python test-deps demo demo-cloud bench bench-go bench-compare bench-compare-hosts bench-pytorch fuzz lint clean
 
 all: build
 
@@ -60,6 +60,20 @@ demo: build
 	./$(BIN) run -np 4 --min-np 2 --blacklist-cooldown-range 3s,30s \
 		--listen 127.0.0.1:$(DEMO_PORT) --local-spot --prices examples/prices.yaml -- \
 		./bin/train --steps $(DEMO_STEPS) --step-delay 10ms --commit-every 10 --die-at-step 155
+
+# The job steering its fleet, on a cloud simulated on this machine (--provider sim): two spot
+# hosts of 2 slots, real elasticd agents on 127.0.0.2-.5. At 8 s spot runs short: one host
+# gets an interruption notice and is reclaimed 5 s later, and the spot group cannot launch
+# another. After --fallback-after (10 s here) the job falls back on one on-demand host; when
+# spot returns (40 s) the job moves back to spot at a commit, with no step lost, and the
+# on-demand group goes back to zero. When the job ends both groups go to zero. The last lines
+# give the cost against all-on-demand and what the fallback cost and kept going.
+demo-cloud: build
+	@echo "== elasticd run --provider sim --manage-capacity --sim-fallback: spot runs out at 8 s and returns at 40 s; live page at http://127.0.0.1:$(DEMO_PORT)/ =="
+	./$(BIN) run --provider sim -np 4 --min-np 2 --slots-per-host 2 --listen 127.0.0.1:$(DEMO_PORT) \
+		--manage-capacity --sim-fallback --fallback-after 10s --sim-interrupt-warning 5s \
+		--sim-scenario examples/sim/spot-runs-out.txt -- \
+		./bin/train --steps 6000 --step-delay 10ms --commit-every 10 --log-every 1000
 
 # The figures in docs/benchmarks.md: allreduce with 2 and 4 ranks, 4 KB to 256 MB; recovery of
 # a 4-worker job; leaving an agent host on a spot notice; then the Go benchmarks (allreduce, and rendezvous of 64-4096 workers).

@@ -896,3 +896,31 @@ func TestReportRendersFromFile(t *testing.T) {
 		t.Errorf("a .stat card has border radius %q, want app.css's 8px", got)
 	}
 }
+
+// Under --manage-capacity the page says what was done to the group and what the on-demand
+// fallback cost against the time it kept the job going, and marks the fallback hosts.
+func TestPageShowsCapacity(t *testing.T) {
+	t.Parallel()
+	s := fixture(t, "running")
+	list(s, "hosts")[1].(map[string]any)["fallback"] = true
+	s["capacity"] = map[string]any{
+		"group": "aws group spot-g", "desired": 4, "min": 0, "max": 8, "instances": 4,
+		"changes": []any{"2 → 4"}, "handed_back": []any{"i-0dead"},
+		"fallback": map[string]any{"group": "aws group od-g", "desired": 1, "changes": []any{"0 → 1"}, "hosts": []any{"i-0f9e8d7c6b"},
+			"job_seconds": 1500.0, "host_hours": 0.42, "cost": 2.38, "currency": "USD"},
+	}
+	p := open(t, s, "/")
+	want := "Group aws group spot-g: 2 → 4 · handed back for replacement: i-0dead · on-demand fallback aws group od-g: 0 → 1, kept the job going 25m 00s on 0.42 host-hours for $2.38"
+	if got := p.text("#capacity"); got != want {
+		t.Errorf("#capacity shows %q,\nwant %q", got, want)
+	}
+	rows := eval[[][]string](p, hostRows)
+	if len(rows) < 2 || rows[1][4] != "spot fallback" || rows[0][4] != "spot" {
+		t.Errorf("lifecycle cells: %q; want the second host marked fallback", rows)
+	}
+	// Without --manage-capacity there is nothing to say.
+	q := open(t, fixture(t, "running"), "/")
+	if hidden := eval[bool](q, `document.getElementById('capacity').hidden`); !hidden {
+		t.Error("the capacity line shows for a job without --manage-capacity")
+	}
+}

@@ -449,6 +449,11 @@
       state.append(badge('state', h.state));
       const life = td('');
       life.append(badge('lifecycle', h.lifecycle));
+      if (h.fallback) {
+        const fb = badge('fallback', 'fallback');
+        fb.title = 'a host of the on-demand fallback group: the job moves off it once spot can carry -np again';
+        life.append(' ', fb);
+      }
       const id = td('', 'id');
       id.append(el('code', '', h.id));
       const r = (ranks[h.id] || []).sort((a, b) => a - b);
@@ -535,6 +540,8 @@
     if (!rows.length) rows.push(emptyRow('no instance time yet', 4));
     byId('instance-seconds').replaceChildren(...rows);
 
+    renderCapacity(s, cur);
+
     const warn = byId('unpriced');
     warn.hidden = !unpriced.length;
     const how = 'give --prices FILE, each instance type\'s spot and on-demand price per hour (examples/prices.yaml); on AWS the spot prices come by themselves.';
@@ -545,6 +552,30 @@
         ? 'No price for ' + unpriced.join(', ') + ' — their time is not in the totals. To price it, ' + how
         : '';
     }
+  }
+
+  // What --manage-capacity did to the group, and to its on-demand fallback: the sizes set,
+  // and what the fallback cost against the time it kept the job going.
+  function renderCapacity(s, cur) {
+    const c = s.capacity;
+    const line = byId('capacity');
+    line.hidden = !c;
+    if (!c) return;
+    const parts = [];
+    let g = 'Group ' + c.group + ': ' + (c.final || (c.changes || []).join(', ') || 'desired ' + fmtInt(c.desired));
+    if (c.refused) g = 'Group ' + c.group + ': not managed (' + c.refused + ')';
+    parts.push(g);
+    if ((c.handed_back || []).length) parts.push('handed back for replacement: ' + c.handed_back.join(', '));
+    const fb = c.fallback;
+    if (fb) {
+      let f = 'on-demand fallback ' + fb.group + ': ' + (fb.final || (fb.changes || []).join(', ') || 'not used');
+      if (fb.job_seconds > 0) {
+        f += ', kept the job going ' + fmtDuration(fb.job_seconds) + ' on ' + (fb.host_hours || 0).toFixed(2) + ' host-hours';
+        if (isNum(fb.cost)) f += ' for ' + fmtMoney(fb.cost, fb.currency || cur);
+      }
+      parts.push(f);
+    }
+    line.textContent = parts.join(' · ');
   }
 
   function render(s) {
