@@ -12,7 +12,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 # stamping is off (a build outside a checkout, -buildvcs=false).
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: all build release test test-go test-python test-deps demo demo-cloud bench bench-go bench-compare bench-compare-hosts bench-pytorch fuzz lint clean
+.PHONY: all build release test test-go test-python test-deps demo demo-cloud bench bench-capacity bench-go bench-compare bench-compare-hosts bench-pytorch fuzz lint clean
 
 all: build
 
@@ -84,6 +84,13 @@ bench: build
 	./$(BIN) bench recovery --np 4 --runs 5
 	./$(BIN) bench notice --runs 7
 	$(MAKE) bench-go
+	$(MAKE) bench-capacity
+
+# --manage-capacity on the simulated cloud: a job's end to its group at zero, the fallback
+# ordered to the job back at -np, steps lost moving back to spot, on-demand hours against the
+# least (docs/benchmarks.md, "Steering the fleet"); about a minute per job.
+bench-capacity:
+	$(GO) test -run '^$$' -bench SimFallback -benchtime 5x -count 1 ./cmd/elasticd/
 
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./allreduce/
