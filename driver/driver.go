@@ -61,6 +61,9 @@ type Options struct {
 	// Releases, when set, brings back quarantined (flapping) slots: the admin API sends one
 	// when an operator adds a host that is already in the job (elasticd ctl add-host).
 	Releases <-chan Release
+	// Stops, when set, ends the job when it receives, with the operator's reason (elasticd
+	// ctl stop): as an interrupt does, the workers stopped and a managed group set to zero.
+	Stops <-chan string
 	// Status, when set, receives a snapshot of the job whenever the state machine has worked
 	// off the events at hand (a burst of them is snapshotted once, after its last step);
 	// else Run makes its own. It backs GET /v1/status, /metrics and the live page at /.
@@ -434,6 +437,12 @@ func (d *runner) loop(ctx context.Context) Result {
 		case <-interrupted:
 			interrupted = nil
 			acts = d.m.Step(Interrupted{Now: time.Now(), Reason: context.Cause(ctx).Error()})
+		case reason := <-d.o.Stops:
+			why := "stopped by the operator (elasticd ctl stop)"
+			if reason != "" {
+				why += ": " + reason
+			}
+			acts = d.m.Step(Interrupted{Now: time.Now(), Reason: why})
 		case r := <-d.o.Releases:
 			var n int
 			n, acts = d.m.Release(time.Now(), r.Host)

@@ -153,3 +153,29 @@ func TestSimFallbackAndReturn(t *testing.T) {
 	}
 	waitGone(t, simPIDs(out), 10*time.Second)
 }
+
+// `elasticd ctl stop` ends a job for good: its workers stop, it exits 130 with the operator's
+// reason, and its managed group goes to zero.
+func TestCtlStopEndsAManagedJob(t *testing.T) {
+	secret := writeSecret(t)
+	j := startJob(t, append([]string{"run", "--provider", "sim", "-np", "2", "--manage-capacity",
+		"--admin-secret-file", secret, "--listen", "127.0.0.1:0"},
+		trainArgs("--steps", "1000000", "--step-delay", "10ms")...)...)
+	url := driverURL(j)
+	j.waitFor(`generation started`, 60*time.Second)
+	env := []string{"ELASTICD_DRIVER=" + url, "ELASTICD_ADMIN_SECRET_FILE=" + secret}
+	stdout, stderr, code := elasticd(t, env, "ctl", "stop", "loss plateaued")
+	if code != 0 || !strings.Contains(stdout, "stopping the job") {
+		t.Fatalf("ctl stop: exit %d, %q %q", code, stdout, stderr)
+	}
+	if code := j.wait(time.Minute); code != 130 {
+		t.Fatalf("job exit %d, want 130\n%s", code, tail(j.output(), 10))
+	}
+	out := j.output()
+	for _, want := range []string{"stopped by the operator (elasticd ctl stop): loss plateaued", "sim group spot: 2 → 0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, tail(out, 10))
+		}
+	}
+	waitGone(t, simPIDs(out), 10*time.Second)
+}

@@ -19,10 +19,11 @@ import (
 func ctlCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "ctl",
-		Usage: "add or remove hosts of a running job, and show its status (the driver's admin API)",
+		Usage: "add or remove hosts of a running job, show its status, or end it (the driver's admin API)",
 		UsageText: "elasticd ctl [--driver URL] [--admin-secret-file FILE] add-host HOST[:SLOTS]\n" +
 			"elasticd ctl [--driver URL] [--admin-secret-file FILE] remove-host HOST [--force]\n" +
-			"elasticd ctl [--driver URL] [--admin-secret-file FILE] status [--json]",
+			"elasticd ctl [--driver URL] [--admin-secret-file FILE] status [--json]\n" +
+			"elasticd ctl [--driver URL] [--admin-secret-file FILE] stop [REASON]",
 		Description: `For platforms that manage their machines themselves: tell a running 'elasticd run' to
 take a host in or to let one go, without restarting the job.
 
@@ -35,6 +36,9 @@ take a host in or to let one go, without restarting the job.
                            the job's --min-np would be left, unless --force.
    status                  generation, world size, the hosts (active, pending, stopped,
                            blacklisted slots) and the workers by rank; --json for scripts.
+   stop [REASON]           end the job for good: its workers are stopped (SIGTERM, then
+                           SIGKILL after --stop-grace), it exits with status 130 saying
+                           REASON, and with --manage-capacity its groups go to zero.
 
 HOST is an address or hostname (an instance ID also names a host the provider found).
 
@@ -48,6 +52,7 @@ Examples:
    elasticd ctl remove-host 10.0.0.5
    elasticd ctl remove-host 10.0.0.5 --force
    elasticd ctl --driver http://10.0.0.2:29400 status --json
+   elasticd ctl stop "done: loss plateaued"
 
 Flags of ctl come before the command (elasticd ctl --driver URL status), or from the
 environment. Exit status: 0 done; 1 the driver refused (its reason is printed) or could
@@ -58,9 +63,9 @@ not be reached; 2 bad usage.`,
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				return cli.Exit(fmt.Sprintf("ctl: unknown command %q: use add-host, remove-host or status (see elasticd ctl --help)", c.Args().First()), 2)
+				return cli.Exit(fmt.Sprintf("ctl: unknown command %q: use add-host, remove-host, status or stop (see elasticd ctl --help)", c.Args().First()), 2)
 			}
-			return cli.Exit("ctl: name a command: add-host, remove-host or status (see elasticd ctl --help)", 2)
+			return cli.Exit("ctl: name a command: add-host, remove-host, status or stop (see elasticd ctl --help)", 2)
 		},
 		Subcommands: []*cli.Command{
 			{
@@ -85,6 +90,12 @@ not be reached; 2 bad usage.`,
 					&cli.BoolFlag{Name: "json", Usage: "print the driver's JSON answer"},
 				},
 				Action: ctlStatus,
+			},
+			{
+				Name:      "stop",
+				Usage:     "end the job: its workers are stopped, and a managed group goes to zero",
+				ArgsUsage: "[REASON]",
+				Action:    ctlStop,
 			},
 		},
 	}
@@ -190,6 +201,23 @@ func ctlRemoveHost(c *cli.Context) error {
 	}
 	h := ch.Host
 	fmt.Fprintf(c.App.Writer, "removed host %s (%d %s): its workers leave at their next commit after the driver's next discovery poll; it is kept as stopped (elasticd ctl add-host %s brings it back)\n", h.ID, h.Slots, plural(h.Slots, "slot"), h.ID)
+	return nil
+}
+
+func ctlStop(c *cli.Context) error {
+	if c.NArg() > 1 {
+		return cli.Exit("stop: one REASON at most (quote it)", 2)
+	}
+	cl, err := ctlClient(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := ctlContext(c)
+	defer cancel()
+	if _, err := cl.Stop(ctx, c.Args().First()); err != nil {
+		return ctlFailed("stop", err)
+	}
+	fmt.Fprintln(c.App.Writer, "stopping the job: its workers are being stopped")
 	return nil
 }
 

@@ -194,7 +194,7 @@ func TestCtlUsageErrors(t *testing.T) {
 		{append(append([]string{"ctl"}, drv...), "remove-host", "a", "--forced"), "remove-host: unknown flag --forced: only --force"},
 		{append(append([]string{"ctl"}, drv...), "status", "now"), `status: unexpected argument "now"`},
 		{append(append([]string{"ctl"}, drv...), "frobnicate"), `ctl: unknown command "frobnicate"`},
-		{[]string{"ctl"}, "ctl: name a command: add-host, remove-host or status"},
+		{[]string{"ctl"}, "ctl: name a command: add-host, remove-host, status or stop"},
 		{[]string{"run", "-np", "1", "--admin-secret-file", short, "--", "true"}, "--admin-secret-file: " + short + " holds 4 bytes"},
 	} {
 		_, stderr, code := elasticd(t, nil, tc.args...)

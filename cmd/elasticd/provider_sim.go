@@ -123,8 +123,12 @@ func startSim(c *cli.Context, o *driver.Options) (*simSetup, error) {
 		}
 	}
 	listen := c.String("listen")
-	if listen == "" {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if h, p, err := net.SplitHostPort(listen); listen == "" || err == nil && p == "0" {
+		// The agents are told the port before the driver listens: choose it now.
+		if listen == "" {
+			h = "127.0.0.1"
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(h, "0"))
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("--provider sim: find a port for the driver: %w", err)

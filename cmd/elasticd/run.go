@@ -375,7 +375,7 @@ func runOptionsOf(c *cli.Context, log *slog.Logger, cleanup *func()) (driver.Opt
 
 // finishOptions reads the flags that apply whatever the provider and the launcher.
 func finishOptions(c *cli.Context, o *driver.Options) error {
-	if c.IsSet("listen") {
+	if c.IsSet("listen") && o.ProviderName != "sim" { // the sim chose its port already
 		if _, _, err := net.SplitHostPort(c.String("listen")); err != nil {
 			return usageError("listen", "%q: want HOST:PORT, e.g. :29400 or 10.0.0.5:29400", c.String("listen"))
 		}
@@ -548,9 +548,10 @@ func adminAPI(c *cli.Context, o *driver.Options) error {
 	if err != nil {
 		return usageError("admin-secret-file", "%v", err)
 	}
-	releases := make(chan driver.Release)
+	releases, stops := make(chan driver.Release), make(chan string)
 	h.Releases(releases)
-	o.Provider, o.Admin, o.Rediscover, o.Releases = overlay, h, overlay.Changed(), releases
+	h.Stops(stops)
+	o.Provider, o.Admin, o.Rediscover, o.Releases, o.Stops = overlay, h, overlay.Changed(), releases, stops
 	return nil
 }
 

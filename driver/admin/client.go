@@ -61,6 +61,13 @@ func (c *Client) RemoveHost(ctx context.Context, id string, force bool) (Change,
 	return ch, err
 }
 
+// Stop ends the job, saying why.
+func (c *Client) Stop(ctx context.Context, reason string) (StopAnswer, error) {
+	var out StopAnswer
+	err := c.do(ctx, http.MethodPost, PathStop, StopRequest{Reason: reason}, &out)
+	return out, err
+}
+
 // Status returns the job's status.
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	var s Status

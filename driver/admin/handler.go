@@ -23,6 +23,7 @@ const (
 	PathPrefix = "/v1/admin/"
 	PathHosts  = "/v1/admin/hosts"  // POST adds; DELETE PathHosts/{id}?force=1 removes
 	PathStatus = "/v1/admin/status" // GET
+	PathStop   = "/v1/admin/stop"   // POST ends the job
 )
 
 // Label keys the admin protocol's MAC (rendezvous.NewAuth), apart from the other protocols.
@@ -36,6 +37,18 @@ type AddRequest struct {
 	Host  string `json:"host"`            // an address or hostname (a stopped host: also its ID)
 	Slots int    `json:"slots,omitempty"` // 0: a stopped host's own count, else 1
 	Force bool   `json:"force,omitempty"` // accepted for symmetry with removal; adding is never refused for --min-np
+}
+
+// StopRequest is the body of POST /v1/admin/stop.
+type StopRequest struct {
+	Reason string `json:"reason,omitempty"` // said in the job's last line
+}
+
+// StopAnswer is the answer to a stop: the job is ending (its workers are being stopped, and
+// with --manage-capacity its groups go to zero).
+type StopAnswer struct {
+	Stopping bool   `json:"stopping"`
+	Status   Status `json:"status"`
 }
 
 // Change is the answer to an add or a removal.
@@ -95,6 +108,8 @@ type Handler struct {
 	// releases reaches the running job to bring back quarantined slots; nil: adding a host
 	// already in the job is refused.
 	releases chan<- driver.Release
+	// stops reaches the running job to end it (driver.Options.Stops); nil: stop is refused.
+	stops chan<- string
 }
 
 // NewHandler returns the API over overlay, keyed by the admin secret (at least 16 bytes).
@@ -138,10 +153,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.add(a, body)
 	case strings.HasPrefix(path, PathHosts+"/") && r.Method == http.MethodDelete:
 		h.remove(a, r, strings.TrimPrefix(path, PathHosts+"/"))
-	case path == PathStatus || path == PathHosts || strings.HasPrefix(path, PathHosts+"/"):
-		a.Error(http.StatusMethodNotAllowed, fmt.Sprintf("%s %s is not part of the admin API (GET %s, POST %s, DELETE %s/{id})", r.Method, path, PathStatus, PathHosts, PathHosts))
+	case path == PathStop && r.Method == http.MethodPost:
+		h.stop(a, body)
+	case path == PathStatus || path == PathHosts || strings.HasPrefix(path, PathHosts+"/") || path == PathStop:
+		a.Error(http.StatusMethodNotAllowed, fmt.Sprintf("%s %s is not part of the admin API (GET %s, POST %s, DELETE %s/{id}, POST %s)", r.Method, path, PathStatus, PathHosts, PathHosts, PathStop))
 	default:
-		a.Error(http.StatusNotFound, fmt.Sprintf("no %s in the admin API (GET %s, POST %s, DELETE %s/{id})", path, PathStatus, PathHosts, PathHosts))
+		a.Error(http.StatusNotFound, fmt.Sprintf("no %s in the admin API (GET %s, POST %s, DELETE %s/{id}, POST %s)", path, PathStatus, PathHosts, PathHosts, PathStop))
 	}
 }
 
@@ -197,6 +214,37 @@ func (h *Handler) add(a protocol.Answer, body []byte) {
 	}
 	h.log.Info("admin: host "+action+"; the job takes it at the next discovery poll", "host", added.ID, "addr", added.Addr, "slots", added.Slots)
 	a.JSON(Change{Action: action, Host: Host{ID: added.ID, Addr: added.Addr, Slots: added.Slots}, Status: h.snapshot()})
+}
+
+// Stops makes POST /v1/admin/stop end the running job through ch (driver.Options.Stops).
+func (h *Handler) Stops(ch chan<- string) { h.stops = ch }
+
+func (h *Handler) stop(a protocol.Answer, body []byte) {
+	var in StopRequest
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil {
+			a.Error(http.StatusBadRequest, `malformed JSON body: `+err.Error()+`; want {"reason": "..."}`)
+			return
+		}
+	}
+	if len(in.Reason) > 200 || strings.ContainsAny(in.Reason, "\r\n") {
+		a.Error(http.StatusBadRequest, `"reason": one line of at most 200 characters`)
+		return
+	}
+	if h.stops == nil {
+		a.Error(http.StatusServiceUnavailable, "this driver cannot be stopped through the admin API")
+		return
+	}
+	select {
+	case h.stops <- in.Reason:
+	case <-time.After(5 * time.Second):
+		a.Error(http.StatusServiceUnavailable, "the job did not take the stop within 5s (it is ending already?)")
+		return
+	}
+	h.log.Warn("admin: the job is stopped by the operator", "reason", in.Reason)
+	a.JSON(StopAnswer{Stopping: true, Status: h.snapshot()})
 }
 
 // Releases makes adding a host that is already in the job bring back its quarantined

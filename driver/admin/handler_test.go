@@ -289,3 +289,33 @@ func TestClientChecksAnswers(t *testing.T) {
 		t.Fatal("a 5-byte secret was accepted")
 	}
 }
+
+// POST /v1/admin/stop hands the operator's reason to the job; a malformed or multi-line
+// reason is refused, and so is a stop no job takes.
+func TestStop(t *testing.T) {
+	h, err := admin.NewHandler(secret, admin.NewOverlay(providers.NewFixed(nil), 1), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	c, err := admin.NewClient(srv.URL, secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Stop(t.Context(), "x"); err == nil || !strings.Contains(err.Error(), "cannot be stopped") {
+		t.Fatalf("stop with no job: %v", err)
+	}
+	stops := make(chan string, 1)
+	h.Stops(stops)
+	if _, err := c.Stop(t.Context(), "line one\nline two"); err == nil || !strings.Contains(err.Error(), "one line") {
+		t.Fatalf("a two-line reason: %v", err)
+	}
+	ans, err := c.Stop(t.Context(), "loss plateaued")
+	if err != nil || !ans.Stopping {
+		t.Fatalf("stop: %+v, %v", ans, err)
+	}
+	if got := <-stops; got != "loss plateaued" {
+		t.Fatalf("the job got %q", got)
+	}
+}
