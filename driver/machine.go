@@ -411,6 +411,7 @@ func (m *Machine) Step(ev Event) []Action {
 		m.j.started, m.j.rdvStart = now, now
 	}
 	m.j.now = now
+	before := m.phase
 	var acts []Action
 	switch e := ev.(type) {
 	case HostsDiscovered:
@@ -454,9 +455,13 @@ func (m *Machine) Step(ev Event) []Action {
 	if m.phase == phaseDone {
 		return acts
 	}
-	acts = append(acts, m.loseGone(now)...)
+	// Only a discovery, or a reset or restart just begun, can find a member's host gone: the
+	// READY reports of a large job's reset do not each look again.
+	if _, discovered := ev.(HostsDiscovered); discovered || m.phase != before {
+		acts = append(acts, m.loseGone(now)...)
+	}
 	acts = append(acts, m.advance(now)...)
-	if m.fl != nil {
+	if _, report := ev.(WorkerReported); m.fl != nil && !report { // a reset's reports change nothing it looks at
 		acts = append(acts, m.checkQuarantined(now)...)
 		acts = append(acts, m.steer(now)...)
 	}
@@ -1153,6 +1158,9 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 			acts = append(acts, Stop{Worker: id, Reason: "not part of generation " + strconv.FormatUint(m.gen, 10)})
 			m.j.event(now, EventLeave, "%s left: not part of generation %d", id, m.gen)
 		}
+	}
+	if m.fl != nil && m.fl.fb != nil {
+		m.fallbackUse(now) // the generation's members changed: whether fallback hosts are among them
 	}
 	acts = append(acts, Note{"generation started", []any{"generation", m.gen, "world_size", len(order), "resets", m.resets.All}})
 	m.j.point(now, m.gen, len(order))
