@@ -705,3 +705,49 @@ func TestPyTorchRestartDriverRestartAdoptsWorkers(t *testing.T) {
 		a.stop(t)
 	}
 }
+
+// TestPyTorchInProcessFallsBackAndReturns: a script written for Elastic Horovod
+// (elastic_hvd.py, in-process) on the simulated cloud with --manage-capacity and an
+// on-demand fallback group: spot runs short (a host reclaimed after its notice), the job falls
+// back on an on-demand host, and moves back to spot when it returns, at a commit. Rank 0
+// keeps its process throughout, no committed step goes back by more than the one a reclaim
+// may cost, and the groups end at zero.
+func TestPyTorchInProcessFallsBackAndReturns(t *testing.T) {
+	py := torchPython(t)
+	scenario := filepath.Join(t.TempDir(), "scenario")
+	if err := os.WriteFile(scenario, []byte("20s spot-capacity 1\n55s spot-capacity unlimited\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j := startJob(t, "run", "--provider", "sim", "-np", "4", "--min-np", "2", "--slots-per-host", "2", "--comm-timeout", "5s",
+		"--manage-capacity", "--sim-fallback", "--fallback-after", "4s", "--sim-interrupt-warning", "3s", "--sim-scenario", scenario, "--",
+		py, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "25", "--samples", "2048", "--batch-size", "16", "--hidden", "64", "--step-delay", "0.1")
+	j.waitFor(`setting the group's desired size" group="sim group ondemand" from=0 to=1`, 2*time.Minute)
+	j.waitFor(`spot capacity is back: moving off the on-demand fallback hosts`, 2*time.Minute)
+	if code := j.wait(4 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	out := j.output()
+	var steps []int
+	pid0 := 0
+	for _, m := range hvdStepRe.FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		steps = append(steps, n)
+		p, _ := strconv.Atoi(m[3])
+		if pid0 == 0 {
+			pid0 = p
+		} else if p != pid0 {
+			t.Fatalf("rank 0 changed process (%d → %d)", pid0, p)
+		}
+	}
+	for i := 1; i < len(steps); i++ {
+		if steps[i] > steps[i-1]+2 || steps[i] < steps[i-1]-1 {
+			t.Fatalf("committed steps jump %d → %d: more than one step lost or skipped", steps[i-1], steps[i])
+		}
+	}
+	if !regexp.MustCompile(`sim group spot: 2 → 0; fallback sim group ondemand: 0 → 1, 1 → 0 \(kept the job going`).MatchString(out) {
+		t.Errorf("the last lines do not say what the fallback did")
+	}
+	if !regexp.MustCompile(`rollbacks threw away [01] steps`).MatchString(out) {
+		t.Error("the summary should give at most one step rolled back")
+	}
+}
