@@ -2,10 +2,18 @@ package worker
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/rendezvous"
+	"github.com/elasticd/elasticd/protocol"
 )
 
 // Checkpoints are written whole or not at all, the newest valid one is read back, and a torn
@@ -44,5 +52,69 @@ func TestCheckpointFiles(t *testing.T) {
 	}
 	if c := newestCheckpoint(t.TempDir(), skip); c != nil {
 		t.Fatalf("an empty directory gave %+v", c)
+	}
+}
+
+// A commit at which the ranks agree on a host change (a notice, a scale-in, the job stopping
+// for its budget) is written to the checkpoint directory, whatever CheckpointEvery: a job
+// that ends there resumes from it.
+func TestCheckpointAtAPlannedChange(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	srv, err := rendezvous.NewServer(rendezvous.ServerConfig{Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() { srv.Close(); hs.Close() })
+	ids := []protocol.WorkerID{{Host: "h0"}, {Host: "h1"}}
+	plan := map[protocol.WorkerID]protocol.Assignment{}
+	for r, w := range ids {
+		plan[w] = protocol.Assignment{Generation: 1, Rank: r, Size: 2, LocalRank: r, LocalSize: 2}
+	}
+	srv.Publish(1, plan)
+	dir := t.TempDir()
+	commits := make([]int, 2)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			w, err := New(ctx, Config{Rendezvous: hs.URL, Secret: secret, ID: ids[i], Generation: 1, HostAddr: "127.0.0.1",
+				CommTimeout: 10 * time.Second, CheckpointDir: dir, CheckpointEvery: 1_000_000}, nil)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer w.Close(context.Background(), nil)
+			st := NewState(w)
+			for c := 1; c <= 100000; c++ {
+				if c == 7 && i == 0 {
+					srv.NotifyHostsUpdated()
+				}
+				err := st.Commit(ctx)
+				if errors.Is(err, ErrHostsUpdated) {
+					commits[i] = c
+					return
+				}
+				if err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("worker %d: %v", i, err)
+		}
+	}
+	c := newestCheckpoint(dir, func(path string, err error) { t.Errorf("%s: %v", path, err) })
+	if c == nil || c.version != uint64(commits[0]) {
+		t.Fatalf("newest checkpoint %+v; want the commit of the host change, %d (CheckpointEvery is a million)", c, commits[0])
+	}
+	if n := len(ckptFiles(dir)); n != 1 {
+		t.Fatalf("%d checkpoint files %v, want the one of the host change (commits %v)", n, ckptFiles(dir), commits)
 	}
 }

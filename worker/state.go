@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/gob"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -142,8 +143,16 @@ func (s *State) Save() error {
 // checkpoint writes rank 0's commit to the checkpoint directory every ckptEvery commits. A
 // failed write is logged, not fatal: the in-memory commit stands.
 func (s *State) checkpoint() {
+	if s.w.ckptDir == "" || s.version%uint64(s.w.ckptEvery) != 0 {
+		return
+	}
+	s.writeCheckpoint()
+}
+
+// writeCheckpoint writes rank 0's commit to the checkpoint directory, if there is one.
+func (s *State) writeCheckpoint() {
 	w := s.w
-	if w.ckptDir == "" || w.comm == nil || w.comm.Rank() != 0 || s.version%uint64(w.ckptEvery) != 0 {
+	if w.ckptDir == "" || w.comm == nil || w.comm.Rank() != 0 {
 		return
 	}
 	if err := writeCheckpoint(w.ckptDir, s.version, s.total, s.blob()); err != nil {
@@ -229,11 +238,20 @@ func (s *State) Restore() error {
 
 // Commit saves the state, then checks for host updates; it returns ErrHostsUpdated when the
 // ranks agree (one small allreduce) that the hosts changed, all at this same step.
+//
+// A commit at which the ranks agree on a host change is where a planned change takes the job
+// (a notice, a scale-in, the job stopping for its --max-cost): rank 0 also writes it to the
+// checkpoint directory then, whatever --checkpoint-every, so that a job ended there resumes
+// from it.
 func (s *State) Commit(ctx context.Context) error {
 	if err := s.Save(); err != nil {
 		return err
 	}
-	return s.CheckHosts(ctx)
+	err := s.CheckHosts(ctx)
+	if errors.Is(err, ErrHostsUpdated) && s.w.ckptDir != "" && s.version%uint64(s.w.ckptEvery) != 0 {
+		s.writeCheckpoint()
+	}
+	return err
 }
 
 // CheckHosts returns ErrHostsUpdated when any rank has heard of a host change. Every rank

@@ -130,6 +130,11 @@ def fake_runtime(test: unittest.TestCase, **attrs: Any) -> Any:
     return rt
 
 
+def _runtime_of() -> Any:
+    from elasticd.torch import _runtime
+    return _runtime._runtime
+
+
 class PiggybackTest(unittest.TestCase):
     """The host-update versions reduced with the gradients spare check_host_updates() its own
     collective when no rank heard of a change, and only then."""
@@ -195,6 +200,28 @@ class CheckpointTest(unittest.TestCase):
             f.truncate(os.path.getsize(c.path) // 2)
         with self.assertRaisesRegex(ValueError, "torn"):
             _checkpoint.read(c.path)
+
+    def test_planned_change_writes_its_commit(self) -> None:
+        """A commit at which the ranks agree on a host change is written whatever
+        --checkpoint-every (2 here): a job that ends there resumes from it."""
+        from elasticd.torch import _checkpoint
+        rt = _runtime_of()
+        state = TorchState(torch.nn.Linear(2, 1), epoch=0, step=0)
+        state.step = 1
+        state.commit()  # commit 1: not the count's turn, no change
+        self.assertEqual(os.listdir(self.dir), [])
+        rt.heard = 7
+        state.step = 2
+        with self.assertRaises(hvd.HostsUpdatedInterrupt):
+            state.commit()  # commit 2, the count's turn, at a change: written once
+        self.assertEqual(len(os.listdir(self.dir)), 1)
+        rt.heard = 9
+        state.step = 3
+        with self.assertRaises(hvd.HostsUpdatedInterrupt):
+            state.commit()  # commit 3 at a host change: written, though not the count's turn
+        c = _checkpoint.newest(self.dir)
+        assert c is not None
+        self.assertEqual(c.commits, 3)
 
     def test_state_writes_and_resumes(self) -> None:
         model = torch.nn.Linear(2, 1)

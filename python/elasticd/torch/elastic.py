@@ -121,19 +121,30 @@ class ObjectState:
         self._steps = self._steps_at_commit
 
     def commit(self) -> None:
-        """save() and check_host_updates(): call it every few batches."""
+        """save() and check_host_updates(): call it every few batches. A commit at which the
+        ranks agree on a host change is where a planned change takes the job (a notice, a
+        scale-in, the job stopping for its --max-cost): rank 0 writes it to --checkpoint-dir
+        then too, whatever --checkpoint-every, so that a job ended there resumes from it."""
         self._before_save()
         self.save()
         self._commits += 1
         self._report()
         self._checkpoint()
-        self.check_host_updates()
+        try:
+            self.check_host_updates()
+        except HostsUpdatedInterrupt:
+            self._checkpoint(planned=True)
+            raise
 
-    def _checkpoint(self) -> None:
-        """Rank 0 writes its commit to --checkpoint-dir every --checkpoint-every commits; a
-        failed write is reported, not fatal (the in-memory commit stands)."""
+    def _checkpoint(self, planned: bool = False) -> None:
+        """Rank 0 writes its commit to --checkpoint-dir every --checkpoint-every commits, and at
+        a planned change (once: not again when the count wrote it already); a failed write is
+        reported, not fatal (the in-memory commit stands)."""
         rt = _runtime.runtime()
-        if rt is None or not rt.ckpt_dir or self._commits % rt.ckpt_every != 0 or _hvd().rank() != 0:
+        if rt is None or not rt.ckpt_dir or _hvd().rank() != 0:
+            return
+        due = self._commits % rt.ckpt_every == 0
+        if due == planned:  # not its turn; or a planned change whose commit the count wrote already
             return
         try:
             _checkpoint.write(rt.ckpt_dir, self._commits, self._steps_at_commit,
