@@ -95,6 +95,12 @@ type Options struct {
 	Capacity providers.Capacity
 	// Fallback is the on-demand fallback group (Config.Capacity.Fallback); required with it.
 	Fallback providers.Capacity
+	// Claim and FallbackClaim are the claims (providers.Claimer) taken on Capacity and
+	// Fallback before Run, nil where none was (a cloud that cannot tag its groups, a tag the
+	// cloud refused). Run refreshes each with every read of its group's size; when another
+	// driver holds the group instead, it stops steering (as after a refused call: no final
+	// zero either). At the job's end, after the final sizes, it removes them.
+	Claim, FallbackClaim *providers.GroupClaim
 }
 
 // DefaultAdoptTimeout is how long a restarted driver waits for its agents to list the
@@ -165,6 +171,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		rand.Read(secret)
 	}
 	d := &runner{o: o, log: o.Logger, secret: secret, procs: map[protocol.WorkerID]*running{}, launching: map[protocol.WorkerID]context.CancelFunc{}, events: make(chan Event, 256)}
+	d.claims[0] = newHeldClaim(o.Capacity, o.Claim, o.Config.Capacity, false)
+	d.claims[1] = newHeldClaim(o.Fallback, o.FallbackClaim, o.Config.Capacity, true)
 	// A random ID, independent of the secret: it is shown on the unauthenticated status page,
 	// in /metrics and in every log line.
 	d.jobID = o.JobID
@@ -232,6 +240,9 @@ type runner struct {
 	// final are the groups' sizes at the job's end (--manage-capacity), set once the workers
 	// are stopped (shutdown).
 	final []SetCapacity
+	// claims are the claims on the steered group and the fallback group (Options.Claim,
+	// FallbackClaim); nil where none is held.
+	claims [2]*heldClaim
 }
 
 // inputs are the sources the fan-in forwards to the loop as events.

@@ -399,6 +399,12 @@ func (m *Machine) fleetEvent(now time.Time, ev Event) []Action {
 // needs); anything else is tried again at the next read.
 func (m *Machine) fleetFailed(now time.Time, what string, err error) []Action {
 	f := m.fl
+	if errors.Is(err, providers.ErrClaimed) {
+		f.refused = err.Error()
+		msg := fmt.Sprintf("%s: another driver steers it now (%v); this job goes on, but no longer steers the group, nor sets it to zero at its end", f.cfg.Group, err)
+		m.j.event(now, EventCapacity, "%s", msg)
+		return []Action{Warn{msg, nil}}
+	}
 	if errors.Is(err, providers.ErrRefused) {
 		f.refused = fmt.Sprintf("could not %s: %v", what, err)
 		msg := fmt.Sprintf("%s: %s; the job goes on, but the group is no longer managed (grant what the error names, or drop --manage-capacity)", f.cfg.Group, f.refused)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -281,6 +282,10 @@ func (d *runner) steer(a Action) {
 			defer cancel()
 			ev := CapacityRead{Fallback: a.Fallback}
 			ev.Size, ev.Err = c.GroupSize(cctx)
+			if ev.Err == nil {
+				// Another driver's claim reads as a refusal: the machine stops steering.
+				ev.Err = d.refreshClaim(cctx, a.Fallback)
+			}
 			if ev.Err == nil && a.Failures {
 				// Without them the fallback cannot tell a stockout; the size read stands.
 				fs, err := c.LaunchFailures(cctx)
@@ -319,8 +324,10 @@ func (d *runner) steer(a Action) {
 }
 
 // finalCapacity sets the groups' sizes for the job's end (zero: nothing bills after it), now
-// that no worker runs, and says so in the job's result. Bounded, whatever ended the job.
+// that no worker runs, and says so in the job's result; then it releases the groups' claims.
+// Bounded, whatever ended the job.
 func (d *runner) finalCapacity(res *Result) {
+	defer d.releaseClaims()
 	for _, a := range d.final {
 		c, group := d.o.Capacity, d.o.Config.Capacity.Group
 		if a.Fallback {
@@ -430,5 +437,94 @@ func (d *runner) watchUnconnected(ctx context.Context) {
 					Reason: fmt.Sprintf("listed since %s, its agent never connected within --agent-timeout %v (a bad image, a failed cloud-init, a firewall?)", u.Since.Format("15:04:05"), d.o.Config.Capacity.AgentTimeout)})
 			}
 		}
+	}
+}
+
+// heldClaim is this driver's claim on one group (providers.Claimer). Refreshes run in the
+// group's read tasks, one at a time (the machine reads a group once its last read is done),
+// and the release after every task; mu guards the little they share.
+type heldClaim struct {
+	c     providers.Claimer
+	claim providers.GroupClaim
+	group string
+
+	mu sync.Mutex
+	// refused: the cloud refused a refresh (a permission); no more are made. lost: another
+	// driver holds the group; neither refreshed nor released.
+	refused, lost bool
+}
+
+// newHeldClaim is the claim taken on c before Run, or nil when none was (or c cannot hold one).
+func newHeldClaim(c providers.Capacity, claim *providers.GroupClaim, cfg *CapacityConfig, fallback bool) *heldClaim {
+	cl, ok := c.(providers.Claimer)
+	if !ok || claim == nil || cfg == nil {
+		return nil
+	}
+	group := cfg.Group
+	if fallback && cfg.Fallback != nil {
+		group = cfg.Fallback.Group
+	}
+	return &heldClaim{c: cl, claim: *claim, group: group}
+}
+
+// refreshClaim refreshes the claim on the group just read (a task). It returns an error only
+// when another driver holds the group now (this one's claim lapsed, or the two raced at
+// start): a refusal, which ends the steering without a fight, and without the job's final
+// zero. A refresh that fails otherwise is said, and tried again at the next read; one the
+// cloud refuses is said once, and not tried again.
+func (d *runner) refreshClaim(ctx context.Context, fallback bool) error {
+	h := d.claims[0]
+	if fallback {
+		h = d.claims[1]
+	}
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	stopped, c := h.refused || h.lost, h.claim
+	h.mu.Unlock()
+	if stopped {
+		return nil
+	}
+	c.At = time.Now()
+	held, err := h.c.Claim(ctx, c)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case err != nil && errors.Is(err, providers.ErrRefused):
+		h.refused = true
+		d.log.Warn("could not refresh the group's claim: once it lapses, another driver would not learn of this one; the job goes on", "group", h.group, "lapses", c.At.Add(providers.ClaimLapse).Format(time.RFC3339), "err", err)
+	case err != nil:
+		d.log.Warn("could not refresh the group's claim; trying again at the next check", "group", h.group, "err", err)
+	case held != nil:
+		h.lost = true
+		return providers.Refused("steer the group", "", fmt.Errorf("%w: %s holds it now (this driver's claim lapsed, or the two started together): this driver leaves the group to it", providers.ErrClaimed, held))
+	default:
+		h.claim = c
+	}
+	return nil
+}
+
+// releaseClaims removes this driver's claims at the job's end, each bounded: a group another
+// driver holds now is left alone.
+func (d *runner) releaseClaims() {
+	for _, h := range d.claims {
+		if h == nil {
+			continue
+		}
+		h.mu.Lock()
+		lost, c := h.lost, h.claim
+		h.mu.Unlock()
+		if lost {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := h.c.Unclaim(ctx, c.Owner)
+		cancel()
+		if err != nil {
+			d.log.Warn("could not remove the group's claim: it lapses on its own", "group", h.group, "tag", providers.ClaimTagKey, "lapses", c.Lapses().Format(time.RFC3339), "err", err)
+			continue
+		}
+		d.log.Info("the group's claim removed", "group", h.group, "tag", providers.ClaimTagKey)
 	}
 }

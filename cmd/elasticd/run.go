@@ -131,7 +131,7 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.Float64Flag{Name: "slot-gradient", Value: hosts.DefaultSlotGradient, Usage: "loadaware: each faster group gets (1+gradient)× the slots of the next slower one", EnvVars: []string{"ELASTICD_SLOT_GRADIENT"}},
 			&cli.StringFlag{Name: "slot-weights", Value: hosts.DefaultSlotPolicy().Weights.String(), Usage: "loadaware: `STEPTIME,BUSY,ACTIVE` weights of a host's score (step time in seconds, GPU busy 0..1, active slots); lower scores are faster", EnvVars: []string{"ELASTICD_SLOT_WEIGHTS"}},
 			&cli.StringFlag{Name: "prices", Usage: "price `FILE` (YAML): on-demand and spot price per instance-hour of each instance type, for the cost and savings; the cloud's own spot prices win where it publishes them (AWS)", EnvVars: []string{"ELASTICD_PRICES"}},
-			&cli.BoolFlag{Name: "manage-capacity", Usage: "steer the cloud group's size (--provider aws, gcp, azure, ibm or sim): its desired size follows what the job can use (enough hosts for --max-np, never above the group's own maximum), a host with a failed GPU or every slot quarantined is handed back for a replacement once its workers left, and when the job ends (success, failure, SIGTERM, --max-cost) the group goes to zero, so nothing bills after it. Each call is logged with its reason; one the cloud refuses (a permission) is said once and the job goes on unmanaged. A driver that crashes changes nothing. One driver per group", EnvVars: []string{"ELASTICD_MANAGE_CAPACITY"}},
+			&cli.BoolFlag{Name: "manage-capacity", Usage: "steer the cloud group's size (--provider aws, gcp, azure, ibm or sim): its desired size follows what the job can use (enough hosts for --max-np, never above the group's own maximum), a host with a failed GPU or every slot quarantined is handed back for a replacement once its workers left, and when the job ends (success, failure, SIGTERM, --max-cost) the group goes to zero, so nothing bills after it. Each call is logged with its reason; one the cloud refuses (a permission) is said once and the job goes on unmanaged. A driver that crashes changes nothing. One driver per group: on AWS, Azure and sim the group is claimed with a tag (elasticd-driver), and a second driver refuses to start (exit 2)", EnvVars: []string{"ELASTICD_MANAGE_CAPACITY"}},
 			&cli.IntFlag{Name: "replace-per-hour", Value: driver.DefaultReplacePerHour, Usage: "with --manage-capacity: at most this many broken hosts handed back for a replacement in any hour (each instance once)", EnvVars: []string{"ELASTICD_REPLACE_PER_HOUR"}},
 			&cli.DurationFlag{Name: "agent-timeout", Value: driver.DefaultAgentTimeout, Usage: "with --manage-capacity and --launcher agent: a host the group lists this long with no agent connecting for it (a bad image, a failed cloud-init, a firewall) is handed back for a replacement", EnvVars: []string{"ELASTICD_AGENT_TIMEOUT"}},
 			&cli.StringFlag{Name: "fallback-asg", Usage: "with --manage-capacity, --provider aws: an on-demand Auto Scaling group `NAME` in the same region, normally at zero, that the job falls back on while spot capacity has run out (see --fallback-after); the job moves back to spot at a commit when spot returns, and the group goes back to zero", EnvVars: []string{"ELASTICD_FALLBACK_ASG"}},
@@ -174,9 +174,13 @@ func runJob(c *cli.Context) error {
 				return err
 			}
 		}
+		if err := claimGroups(c.Context, &o); err != nil {
+			return err
+		}
 	}
 	res, err := driver.Run(c.Context, o)
 	if err != nil {
+		releaseClaims(c.Context, o) // the job never ran: its claims would hold its groups for nothing
 		return cli.Exit(err.Error(), 1)
 	}
 	fmt.Fprintf(c.App.ErrWriter, "elasticd: %s (generations %d, resets %d of which %d after failures)\n", res.Reason, res.Generations, res.Resets, res.FailureResets)
@@ -466,6 +470,74 @@ func checkFallback(ctx context.Context, o driver.Options) error {
 	}
 	o.Logger.Info("the on-demand fallback group", "group", name, "size", size.String())
 	return nil
+}
+
+// claimGroups claims the steered groups (and the fallback group) for this job, where their
+// cloud tags them (providers.Claimer), before the job starts: a group that another driver's
+// fresh claim holds stops this one (exit 2), having changed nothing; a claim the cloud refuses
+// (a permission) or fails to make is said, and the job goes on without one. A group whose
+// cloud cannot be tagged (GCP, IBM) has no claim: one driver per group is the user's to keep.
+// The job's ID, which owns the claims, is chosen here when nothing chose it yet.
+func claimGroups(ctx context.Context, o *driver.Options) error {
+	if o.JobID == "" { // as driver.Run would choose it
+		var id [4]byte
+		rand.Read(id[:])
+		o.JobID = hex.EncodeToString(id[:])
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	type group struct {
+		c     providers.Capacity
+		name  string
+		claim **providers.GroupClaim
+	}
+	groups := []group{{o.Capacity, o.Config.Capacity.Group, &o.Claim}}
+	if o.Fallback != nil {
+		groups = append(groups, group{o.Fallback, o.Config.Capacity.Fallback.Group, &o.FallbackClaim})
+	}
+	for _, g := range groups {
+		cl, ok := g.c.(providers.Claimer)
+		if !ok {
+			o.Logger.Info("the group's cloud takes no tag: nothing tells a second driver that this one steers it; run one job per group", "group", g.name)
+			continue
+		}
+		claim := providers.GroupClaim{Owner: o.JobID, Host: host, At: time.Now()}
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		held, err := cl.Claim(cctx, claim)
+		cancel()
+		switch {
+		case err != nil:
+			o.Logger.Warn("could not claim the group: a second driver would not learn of this one; the job goes on", "group", g.name, "tag", providers.ClaimTagKey, "err", err)
+		case held != nil:
+			releaseClaims(ctx, *o) // those taken already
+			return cli.Exit(fmt.Sprintf("--manage-capacity: %s is steered by job %s on host %s (claimed at %s); stop that driver, or wait until its claim lapses at %s",
+				g.name, held.Owner, held.Host, held.At.UTC().Format(time.RFC3339), held.Lapses().UTC().Format(time.RFC3339)), 2)
+		default:
+			*g.claim = &claim
+			o.Logger.Info("claimed the group for this job", "group", g.name, "tag", providers.ClaimTagKey, "claim", claim.Value())
+		}
+	}
+	return nil
+}
+
+// releaseClaims removes the claims claimGroups took, for a job that does not run.
+func releaseClaims(ctx context.Context, o driver.Options) {
+	for _, g := range []struct {
+		c     providers.Capacity
+		claim *providers.GroupClaim
+	}{{o.Capacity, o.Claim}, {o.Fallback, o.FallbackClaim}} {
+		cl, ok := g.c.(providers.Claimer)
+		if !ok || g.claim == nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		if err := cl.Unclaim(cctx, g.claim.Owner); err != nil {
+			o.Logger.Warn("could not remove the group's claim: it lapses on its own", "tag", providers.ClaimTagKey, "err", err)
+		}
+		cancel()
+	}
 }
 
 // fallbackFlags are each cloud's fallback group flag.

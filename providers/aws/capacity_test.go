@@ -46,7 +46,7 @@ func TestCapacityConformance(t *testing.T) {
 			Replaced: func(t *testing.T) []string { return f.terminatedIDs() },
 			RunOut:   func(t *testing.T) { f.runOut("us-east-1b") },
 			Deny: func(t *testing.T) {
-				f.deny("SetDesiredCapacity", "UpdateAutoScalingGroup", "TerminateInstanceInAutoScalingGroup")
+				f.deny("SetDesiredCapacity", "UpdateAutoScalingGroup", "TerminateInstanceInAutoScalingGroup", "CreateOrUpdateTags", "DeleteTags")
 			},
 			Stall: func(t *testing.T) {
 				f.mu.Lock()

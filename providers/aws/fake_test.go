@@ -68,6 +68,14 @@ type fakeAWS struct {
 	activities        []*fakeActivity // the group's scaling activities, newest first
 	denied            map[string]bool // operations answered AccessDenied
 	nextActivity      int
+	tags              []fakeTag // the group's tags, in the order they were made
+	afterTagWrite     func()    // when set, called after each CreateOrUpdateTags is applied (as another driver's write)
+}
+
+// fakeTag is one of the group's tags.
+type fakeTag struct {
+	Key, Value string
+	Propagate  bool // PropagateAtLaunch
 }
 
 // fakeActivity is one scaling activity, as DescribeScalingActivities answers it.
@@ -348,6 +356,10 @@ func (f *fakeAWS) serve(w http.ResponseWriter, r *http.Request) {
 		f.terminate(w, form)
 	case "DescribeScalingActivities":
 		f.describeActivities(w, form)
+	case "CreateOrUpdateTags":
+		f.createOrUpdateTags(w, form)
+	case "DeleteTags":
+		f.deleteTags(w, form)
 	case "ReceiveMessage":
 		f.receive(w, r, body)
 	case "DeleteMessageBatch":
@@ -441,6 +453,7 @@ type groupData struct {
 	Name, Status      string
 	Min, Desired, Max int
 	Instances         []*fakeInst
+	Tags              []fakeTag
 }
 
 func (f *fakeAWS) describeGroups(w http.ResponseWriter, form url.Values) {
@@ -459,7 +472,8 @@ func (f *fakeAWS) describeGroups(w http.ResponseWriter, form url.Values) {
 		onThisPage := token == "" && !f.emptyPage || token == "page-2" && f.emptyPage
 		if f.exists && slices.Contains(names, f.group) && onThisPage {
 			min, desired, max := f.sizeLocked()
-			data.Group = &groupData{Name: f.group, Status: f.status, Min: min, Desired: desired, Max: max, Instances: f.insts}
+			data.Group = &groupData{Name: f.group, Status: f.status, Min: min, Desired: desired, Max: max, Instances: f.insts,
+				Tags: slices.Clone(f.tags)}
 		}
 		if f.emptyPage && token == "" {
 			data.NextToken = "page-2"
@@ -1052,4 +1066,146 @@ func (f *fakeAWS) describeActivities(w http.ResponseWriter, form url.Values) {
 		}
 	}
 	f.writeTemplate(w, http.StatusOK, "describe_scaling_activities.xml.tmpl", data)
+}
+
+// The group's tags, as Auto Scaling's CreateOrUpdateTags and DeleteTags take them: a list
+// Tags.member.N of ResourceId (the group's name), ResourceType (auto-scaling-group), Key,
+// Value and PropagateAtLaunch; a group holds at most 50 tags.
+
+// maxTags is Auto Scaling's limit of tags per group.
+const maxTags = 50
+
+// setTag sets one of the group's tags, as its owner would in the console.
+func (f *fakeAWS) setTag(key, value string) {
+	f.change(func() { f.putTagLocked(fakeTag{Key: key, Value: value}) })
+}
+
+// tag is the group's tag key, if it has one.
+func (f *fakeAWS) tag(key string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, t := range f.tags {
+		if t.Key == key {
+			return t.Value, true
+		}
+	}
+	return "", false
+}
+
+// tagList is the group's tags, key=value, in order.
+func (f *fakeAWS) tagList() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, t := range f.tags {
+		out = append(out, t.Key+"="+t.Value)
+	}
+	return out
+}
+
+func (f *fakeAWS) putTagLocked(t fakeTag) {
+	if i := slices.IndexFunc(f.tags, func(x fakeTag) bool { return x.Key == t.Key }); i >= 0 {
+		f.tags[i] = t
+		return
+	}
+	f.tags = append(f.tags, t)
+}
+
+// tagParams reads Tags.member.N; the error message is a ValidationError's, "" when none.
+func tagParams(form url.Values, needValue bool) ([]fakeTag, []string, string) {
+	var tags []fakeTag
+	var groups []string
+	for i := 1; ; i++ {
+		p := fmt.Sprintf("Tags.member.%d.", i)
+		if !form.Has(p+"Key") && !form.Has(p+"ResourceId") {
+			break
+		}
+		key, id, typ := form.Get(p+"Key"), form.Get(p+"ResourceId"), form.Get(p+"ResourceType")
+		switch {
+		case key == "":
+			return nil, nil, fmt.Sprintf("1 validation error detected: Value null at 'tags.%d.member.key' failed to satisfy constraint: Member must not be null", i)
+		case len(key) > 128 || strings.HasPrefix(key, "aws:"):
+			return nil, nil, fmt.Sprintf("Tag key %q is not valid", key)
+		case typ != "auto-scaling-group":
+			return nil, nil, fmt.Sprintf("Invalid resource type %q; the only valid value is auto-scaling-group", typ)
+		case len(form.Get(p+"Value")) > 256:
+			return nil, nil, fmt.Sprintf("1 validation error detected: Value at 'tags.%d.member.value' failed to satisfy constraint: Member must have length less than or equal to 256", i)
+		}
+		propagate := form.Get(p + "PropagateAtLaunch")
+		if needValue && propagate != "" && propagate != "true" && propagate != "false" {
+			return nil, nil, "Value " + propagate + " for PropagateAtLaunch is not a boolean"
+		}
+		tags = append(tags, fakeTag{Key: key, Value: form.Get(p + "Value"), Propagate: propagate == "true"})
+		groups = append(groups, id)
+	}
+	if len(tags) == 0 {
+		return nil, nil, "1 validation error detected: Value null at 'tags' failed to satisfy constraint: Member must not be null"
+	}
+	return tags, groups, ""
+}
+
+func (f *fakeAWS) createOrUpdateTags(w http.ResponseWriter, form url.Values) {
+	const op = "CreateOrUpdateTags"
+	tags, groups, msg := tagParams(form, true)
+	f.mu.Lock()
+	for _, g := range groups {
+		if msg == "" {
+			msg = f.groupMissingLocked(g)
+		}
+	}
+	limit := false
+	if msg == "" {
+		n := len(f.tags)
+		for _, t := range tags {
+			if !slices.ContainsFunc(f.tags, func(x fakeTag) bool { return x.Key == t.Key }) {
+				n++
+			}
+		}
+		limit = n > maxTags
+	}
+	after := func() {}
+	if msg == "" && !limit {
+		for _, t := range tags {
+			f.putTagLocked(t)
+		}
+		f.touchLocked()
+		if f.afterTagWrite != nil {
+			after = f.afterTagWrite
+		}
+	}
+	f.mu.Unlock()
+	after()
+	switch {
+	case msg != "":
+		f.invalid(w, op, msg)
+	case limit:
+		f.writeFault(w, op, false, fault{status: 400, code: "LimitExceeded", msg: fmt.Sprintf("The quota of %d tags per Auto Scaling group has been reached.", maxTags)})
+	default:
+		f.writeFile(w, http.StatusOK, "text/xml", "create_or_update_tags.xml")
+	}
+}
+
+// deleteTags removes the tags named by key (a Value given must match, as Auto Scaling's does);
+// a tag the group does not have is not an error.
+func (f *fakeAWS) deleteTags(w http.ResponseWriter, form url.Values) {
+	tags, groups, msg := tagParams(form, false)
+	f.mu.Lock()
+	for _, g := range groups {
+		if msg == "" {
+			msg = f.groupMissingLocked(g)
+		}
+	}
+	if msg == "" {
+		for i, t := range tags {
+			valued := form.Has(fmt.Sprintf("Tags.member.%d.Value", i+1))
+			f.tags = slices.DeleteFunc(f.tags, func(x fakeTag) bool { return x.Key == t.Key && (!valued || x.Value == t.Value) })
+		}
+		f.touchLocked()
+	}
+	f.mu.Unlock()
+	if msg != "" {
+		f.invalid(w, "DeleteTags", msg)
+		return
+	}
+	f.writeFile(w, http.StatusOK, "text/xml", "delete_tags.xml")
 }

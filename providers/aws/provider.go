@@ -29,6 +29,8 @@ type (
 		UpdateAutoScalingGroup(context.Context, *autoscaling.UpdateAutoScalingGroupInput, ...func(*autoscaling.Options)) (*autoscaling.UpdateAutoScalingGroupOutput, error)
 		TerminateInstanceInAutoScalingGroup(context.Context, *autoscaling.TerminateInstanceInAutoScalingGroupInput, ...func(*autoscaling.Options)) (*autoscaling.TerminateInstanceInAutoScalingGroupOutput, error)
 		DescribeScalingActivities(context.Context, *autoscaling.DescribeScalingActivitiesInput, ...func(*autoscaling.Options)) (*autoscaling.DescribeScalingActivitiesOutput, error)
+		CreateOrUpdateTags(context.Context, *autoscaling.CreateOrUpdateTagsInput, ...func(*autoscaling.Options)) (*autoscaling.CreateOrUpdateTagsOutput, error)
+		DeleteTags(context.Context, *autoscaling.DeleteTagsInput, ...func(*autoscaling.Options)) (*autoscaling.DeleteTagsOutput, error)
 	}
 	ec2API interface {
 		DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
@@ -40,9 +42,10 @@ type (
 	}
 )
 
-// Provider is one Auto Scaling group. It implements providers.Provider and
-// providers.Capacity (capacity.go), and with a queue configured also providers.Noticer and
-// providers.NoticeCompleter. Safe for concurrent use; it starts no goroutines.
+// Provider is one Auto Scaling group. It implements providers.Provider,
+// providers.Capacity (capacity.go) and providers.Claimer (claim.go), and with a queue
+// configured also providers.Noticer and providers.NoticeCompleter. Safe for concurrent use;
+// it starts no goroutines.
 type Provider struct {
 	cfg Config
 	log *slog.Logger

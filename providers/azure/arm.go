@@ -31,6 +31,9 @@ type api interface {
 	// then the wait for its long-running operation (the scale-out or scale-in), polled
 	// every when ARM names no Retry-After.
 	setCapacity(ctx context.Context, n int64, every time.Duration) error
+	// setTags is PATCH …/virtualMachineScaleSets/{vmss} with {"tags":{…}}, which replaces
+	// the set's tags with these, then the wait for its long-running operation.
+	setTags(ctx context.Context, tags map[string]*string, every time.Duration) error
 	// deleteInstance is POST …/virtualMachineScaleSets/{vmss}/delete with
 	// {"instanceIds":[id]}, then the wait for its long-running operation. ARM lowers
 	// sku.capacity by one.
@@ -138,6 +141,18 @@ func (s *sdk) scaleSet(ctx context.Context) (armcompute.VirtualMachineScaleSet, 
 func (s *sdk) setCapacity(ctx context.Context, n int64, every time.Duration) error {
 	update := armcompute.VirtualMachineScaleSetUpdate{SKU: &armcompute.SKU{Capacity: &n}}
 	pl, err := s.sets.BeginUpdate(ctx, s.rg, s.vmss, update, nil)
+	if err != nil {
+		return err
+	}
+	_, err = pl.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: every})
+	return waited(err)
+}
+
+func (s *sdk) setTags(ctx context.Context, tags map[string]*string, every time.Duration) error {
+	if tags == nil {
+		tags = map[string]*string{} // {"tags":{}} removes them all; no "tags" would change nothing
+	}
+	pl, err := s.sets.BeginUpdate(ctx, s.rg, s.vmss, armcompute.VirtualMachineScaleSetUpdate{Tags: tags}, nil)
 	if err != nil {
 		return err
 	}

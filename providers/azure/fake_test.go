@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -58,6 +59,9 @@ type fakeARM struct {
 	runOut   string              // when set, VMs the set creates fail to allocate with this code
 	ops      map[string]*fakeOp  // long-running operations by name
 	opPolls  int                 // status reads that answer InProgress before the end
+
+	tags       map[string]string // the scale set's tags
+	afterPatch func()            // when set, called after each PATCH of the tags is taken (as another driver's)
 }
 
 // fakeOp is one long-running operation: its status resource answers InProgress polls times,
@@ -133,6 +137,7 @@ func newFake(t testing.TB, vms ...fakeVM) *fakeARM {
 		reqs:     map[string][]string{},
 		ops:      map[string]*fakeOp{},
 		opPolls:  1,
+		tags:     map[string]string{"elasticd": "gpu-pool"},
 	}
 	for _, v := range vms {
 		f.nextID = max(f.nextID, atoi(v.ID)+1)
@@ -604,6 +609,8 @@ func (f *fakeARM) setData(provisioning string) map[string]any {
 	d := f.data()
 	d["SKU"], d["Priority"], d["Mode"], d["Capacity"] = f.set.SKU, f.set.Priority, f.set.Mode, f.capacity
 	d["SinglePlacement"], d["Provisioning"] = f.set.SinglePlacement, provisioning
+	tags, _ := json.Marshal(f.tags)
+	d["Tags"] = string(tags)
 	return d
 }
 
@@ -650,14 +657,23 @@ func (f *fakeARM) newOp(code string) string {
 // update is PATCH of the scale set: ARM takes the new capacity into the model at once and
 // answers 200 with the set, provisioningState Updating, and an Azure-AsyncOperation header
 // naming the operation that creates or removes the VMs.
+//
+// A PATCH of "tags" replaces the set's tags with those it names (ARM's PATCH of a resource's
+// tags is not a merge); ARM refuses more than 50 of them, and names longer than 512 or
+// values longer than 256 characters.
 func (f *fakeARM) update(w http.ResponseWriter, r *http.Request, body []byte) {
 	var req struct {
 		SKU *struct {
 			Capacity *int `json:"capacity"`
 		} `json:"sku"`
+		Tags *map[string]string `json:"tags"`
 	}
-	if err := json.Unmarshal(body, &req); err != nil || req.SKU == nil || req.SKU.Capacity == nil {
+	if err := json.Unmarshal(body, &req); err != nil || (req.SKU == nil || req.SKU.Capacity == nil) && req.Tags == nil {
 		f.write(w, reply{status: http.StatusBadRequest, raw: []byte(`{"error":{"code":"InvalidRequestContent","message":"The request content was invalid and could not be deserialized."}}`)})
+		return
+	}
+	if req.Tags != nil {
+		f.updateTags(w, *req.Tags)
 		return
 	}
 	f.mu.Lock()
@@ -734,4 +750,47 @@ func (f *fakeARM) operation(w http.ResponseWriter, r *http.Request, name string)
 	}
 	f.mu.Unlock()
 	f.write(w, reply{raw: f.render("operation.json.tmpl", d)})
+}
+
+// updateTags takes a PATCH of the set's tags: 200 with the set, and an operation that ends
+// Succeeded (the model changes; no VM does).
+func (f *fakeARM) updateTags(w http.ResponseWriter, tags map[string]string) {
+	bad := ""
+	for k, v := range tags {
+		if len(k) > 512 || len(v) > 256 || strings.ContainsAny(k, "<>%&\\?/") {
+			bad = k
+		}
+	}
+	if len(tags) > 50 || bad != "" {
+		f.write(w, reply{status: http.StatusBadRequest, raw: []byte(`{"error":{"code":"InvalidTag","message":"The tag names or values are invalid, or there are more than 50 tags."}}`)})
+		return
+	}
+	f.mu.Lock()
+	f.tags = maps.Clone(tags)
+	if f.tags == nil {
+		f.tags = map[string]string{}
+	}
+	op := f.newOp("")
+	data := f.setData("Updating")
+	after := f.afterPatch
+	f.mu.Unlock()
+	if after != nil {
+		after()
+	}
+	f.write(w, reply{raw: f.render("scaleset.json.tmpl", data),
+		header: map[string]string{"Azure-AsyncOperation": op, "Azure-AsyncNotification": "Enabled"}})
+}
+
+// setTag sets one of the set's tags, as its owner would in the portal.
+func (f *fakeARM) setTag(key, value string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tags[key] = value
+}
+
+// tagsNow is a copy of the set's tags.
+func (f *fakeARM) tagsNow() map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.tags)
 }

@@ -49,7 +49,8 @@ type CapacityGroup struct {
 //   - after a stockout, LaunchFailures lists a NoCapacity failure with a non-empty ID and
 //     the cloud's Code, under the same ID in the next poll;
 //   - a refused call's error wraps ErrRefused and names what it needs;
-//   - an ended context makes each call return promptly with an error wrapping ctx.Err().
+//   - an ended context makes each call return promptly with an error wrapping ctx.Err();
+//   - a provider that is a providers.Claimer passes RunClaim's cases too.
 func RunCapacity(t *testing.T, h CapacityHarness) {
 	t.Helper()
 	capOf := func(t *testing.T, g CapacityGroup) providers.Capacity {
@@ -200,6 +201,14 @@ func RunCapacity(t *testing.T, h CapacityHarness) {
 		if !errors.Is(err, providers.ErrRefused) {
 			t.Errorf("Replace without permission: error %v; want one wrapping ErrRefused", err)
 		}
+		if cl, ok := g.Provider.(providers.Claimer); ok {
+			claim := providers.GroupClaim{Owner: "job-denied", Host: "driver-1", At: time.Now()}
+			err = call(t, func(ctx context.Context) error { _, err := cl.Claim(ctx, claim); return err })
+			if !errors.Is(err, providers.ErrRefused) {
+				t.Errorf("Claim without permission: error %v; want one wrapping ErrRefused", err)
+			}
+			t.Logf("the claim's refusal reads: %v", err)
+		}
 	})
 	t.Run("CancelledContext", func(t *testing.T) {
 		g := h.NewGroup(t)
@@ -210,12 +219,20 @@ func RunCapacity(t *testing.T, h CapacityHarness) {
 			g.Stall(t)
 			after = 50 * time.Millisecond
 		}
-		for name, op := range map[string]func(context.Context) error{
+		ops := map[string]func(context.Context) error{
 			"GroupSize":      func(ctx context.Context) error { _, err := c.GroupSize(ctx); return err },
 			"SetDesired":     func(ctx context.Context) error { return c.SetDesired(ctx, 1) },
 			"Replace":        func(ctx context.Context) error { return c.Replace(ctx, member) },
 			"LaunchFailures": func(ctx context.Context) error { _, err := c.LaunchFailures(ctx); return err },
-		} {
+		}
+		if cl, ok := g.Provider.(providers.Claimer); ok {
+			ops["Claim"] = func(ctx context.Context) error {
+				_, err := cl.Claim(ctx, providers.GroupClaim{Owner: "job-a", Host: "h", At: time.Now()})
+				return err
+			}
+			ops["Unclaim"] = func(ctx context.Context) error { return cl.Unclaim(ctx, "job-a") }
+		}
+		for name, op := range ops {
 			ctx, cancel := context.WithTimeout(t.Context(), after)
 			start := time.Now()
 			err := op(ctx)
@@ -228,6 +245,94 @@ func RunCapacity(t *testing.T, h CapacityHarness) {
 			}
 		}
 	})
+	t.Run("Claim", func(t *testing.T) { RunClaim(t, h) })
+}
+
+// RunClaim runs the cases of a providers.Claimer (skipped for a provider that is not one).
+// The contract:
+//   - a group no one claimed is claimed, and Claim returns no claim held;
+//   - another owner's claim, before it lapses, is returned, and the group stays its;
+//   - the owner claims again (a refresh) and keeps the group;
+//   - a claim older than providers.ClaimLapse is taken over;
+//   - Unclaim by an owner that does not hold the claim leaves it; by the owner, frees it.
+func RunClaim(t *testing.T, h CapacityHarness) {
+	t.Helper()
+	claimer := func(t *testing.T) providers.Claimer {
+		t.Helper()
+		cl, ok := h.NewGroup(t).Provider.(providers.Claimer)
+		if !ok {
+			t.Skip("the provider does not implement providers.Claimer")
+		}
+		return cl
+	}
+	now := time.Now().Truncate(time.Second) // the tag keeps seconds
+	a := providers.GroupClaim{Owner: "job-a", Host: "driver-a", At: now}
+	b := providers.GroupClaim{Owner: "job-b", Host: "driver-b", At: now.Add(time.Second)}
+	t.Run("FreeThenHeld", func(t *testing.T) {
+		cl := claimer(t)
+		mustClaim(t, cl, a)
+		held := claimOf(t, cl, b)
+		if held == nil || held.Owner != a.Owner || held.Host != a.Host || !held.At.Equal(a.At) {
+			t.Fatalf("a second owner's Claim while the first holds the group: held %v; want %v", held, a)
+		}
+		// The first owner again: a refresh, which keeps the group from the second.
+		refresh := a
+		refresh.At = now.Add(providers.ClaimLapse - time.Second)
+		mustClaim(t, cl, refresh)
+		later := b
+		later.At = now.Add(providers.ClaimLapse + time.Second) // the first claim's lapse, not the refresh's
+		if held := claimOf(t, cl, later); held == nil || held.Owner != a.Owner || !held.At.Equal(refresh.At) {
+			t.Errorf("after the first owner's refresh, a second owner's Claim: held %v; want the refreshed claim", held)
+		}
+	})
+	t.Run("Lapsed", func(t *testing.T) {
+		cl := claimer(t)
+		stale := a
+		stale.At = now.Add(-providers.ClaimLapse - time.Minute) // a driver that died an hour of checks ago
+		mustClaim(t, cl, stale)
+		mustClaim(t, cl, b)
+		if held := claimOf(t, cl, a); held == nil || held.Owner != b.Owner {
+			t.Errorf("after the take-over, the first owner's Claim: held %v; want the second owner's", held)
+		}
+	})
+	t.Run("Unclaim", func(t *testing.T) {
+		cl := claimer(t)
+		mustClaim(t, cl, a)
+		if err := call(t, func(ctx context.Context) error { return cl.Unclaim(ctx, b.Owner) }); err != nil {
+			t.Fatalf("Unclaim by an owner that does not hold the claim: %v", err)
+		}
+		if held := claimOf(t, cl, b); held == nil || held.Owner != a.Owner {
+			t.Fatalf("after another owner's Unclaim, a Claim: held %v; want the first owner's claim, left as it was", held)
+		}
+		if err := call(t, func(ctx context.Context) error { return cl.Unclaim(ctx, a.Owner) }); err != nil {
+			t.Fatalf("Unclaim by the owner: %v", err)
+		}
+		mustClaim(t, cl, b) // freed
+		if err := call(t, func(ctx context.Context) error { return cl.Unclaim(ctx, b.Owner) }); err != nil {
+			t.Fatalf("Unclaim: %v", err)
+		}
+		if err := call(t, func(ctx context.Context) error { return cl.Unclaim(ctx, b.Owner) }); err != nil {
+			t.Errorf("Unclaim of a group no one claims: %v; want nil", err)
+		}
+	})
+}
+
+// claimOf is Claim's answer, failing the test on an error.
+func claimOf(t *testing.T, cl providers.Claimer, c providers.GroupClaim) *providers.GroupClaim {
+	t.Helper()
+	var held *providers.GroupClaim
+	if err := call(t, func(ctx context.Context) (err error) { held, err = cl.Claim(ctx, c); return err }); err != nil {
+		t.Fatalf("Claim(%v): %v", c, err)
+	}
+	return held
+}
+
+// mustClaim claims the group for c, which must get it.
+func mustClaim(t *testing.T, cl providers.Claimer, c providers.GroupClaim) {
+	t.Helper()
+	if held := claimOf(t, cl, c); held != nil {
+		t.Fatalf("Claim(%v): the group is held by %v; want it claimed", c, held)
+	}
 }
 
 func size(t *testing.T, c providers.Capacity) providers.GroupSize {

@@ -124,6 +124,7 @@ type group struct {
 	insts             []*instance // members in launch order
 	failures          []providers.LaunchFailure
 	retryAt           time.Time
+	claim             string // the group's providers.ClaimTagKey tag; "" when none
 }
 
 type instance struct {
@@ -267,7 +268,7 @@ func (c *Cloud) SetOutage(ctx context.Context, on bool) error {
 }
 
 // SetDenied makes the providers refuse their mutating calls (SetDesired, Replace,
-// CompleteNotice) while on, as a cloud without the permission does: the errors wrap
+// CompleteNotice, the writes of Claim and Unclaim) while on, as a cloud without the permission does: the errors wrap
 // providers.ErrRefused.
 func (c *Cloud) SetDenied(ctx context.Context, on bool) error {
 	return c.control(ctx, "set denied", func(time.Time) error { c.w.denied = on; return nil })

@@ -11,8 +11,8 @@ import (
 
 // Provider is one group of a Cloud as the driver sees a cloud's group: its hosts
 // (providers.Provider), interruption and scale-in notices (providers.Noticer,
-// providers.NoticeCompleter), its size and launch failures (providers.Capacity) and its spot
-// prices (providers.SpotPricer). Each call is one answer from the cloud's loop; a Provider
+// providers.NoticeCompleter), its size and launch failures (providers.Capacity), the claim of
+// the driver that steers it (providers.Claimer) and its spot prices (providers.SpotPricer). Each call is one answer from the cloud's loop; a Provider
 // starts no goroutines.
 type Provider struct {
 	c    *Cloud
@@ -24,6 +24,7 @@ var (
 	_ providers.Noticer         = (*Provider)(nil)
 	_ providers.NoticeCompleter = (*Provider)(nil)
 	_ providers.Capacity        = (*Provider)(nil)
+	_ providers.Claimer         = (*Provider)(nil)
 	_ providers.SpotPricer      = (*Provider)(nil)
 )
 
@@ -219,4 +220,40 @@ func (p *Provider) record(call Call, err error) {
 		call.Err = err.Error()
 	}
 	p.c.record(call)
+}
+
+// Claim claims the group for c.Owner (providers.ClaimTag) through the group's tag, which the
+// cloud keeps in memory, as AWS keeps a group's tags: a read, a write, a read back, each a
+// call of its own, so that another driver's call can come between them.
+func (p *Provider) Claim(ctx context.Context, c providers.GroupClaim) (*providers.GroupClaim, error) {
+	return providers.ClaimTag(ctx, groupTag{p}, c)
+}
+
+// Unclaim removes the group's claim when owner holds it.
+func (p *Provider) Unclaim(ctx context.Context, owner string) error {
+	return providers.UnclaimTag(ctx, groupTag{p}, owner)
+}
+
+// groupTag is the group's claim tag (providers.TagStore). Writing it needs a permission, as
+// on a cloud: SetDenied refuses it.
+type groupTag struct{ p *Provider }
+
+func (t groupTag) ReadTag(ctx context.Context) (string, error) {
+	var v string
+	err := t.p.call(ctx, "read the group's tags", "", func(_ time.Time, g *group) error { v = g.claim; return nil })
+	return v, err
+}
+
+func (t groupTag) WriteTag(ctx context.Context, value string) error {
+	return t.p.call(ctx, "tag the group "+providers.ClaimTagKey, "sim:CreateOrUpdateTags", func(_ time.Time, g *group) error {
+		g.claim = value
+		return nil
+	})
+}
+
+func (t groupTag) DeleteTag(ctx context.Context) error {
+	return t.p.call(ctx, "untag the group "+providers.ClaimTagKey, "sim:DeleteTags", func(_ time.Time, g *group) error {
+		g.claim = ""
+		return nil
+	})
 }
