@@ -112,14 +112,15 @@ func cliFlags(dir, fn string) ([]string, error) {
 
 // flagLists are the lists of driver_flags' validations in the shared module: the flags the
 // modules set themselves ("must not set"), those of --provider sim, a cloud on one machine that
-// a cloud's cluster has no use for ("--provider sim"), both refused, and every flag of
+// a cloud's cluster has no use for ("--provider sim"), the fallback groups of the clouds whose
+// module creates none ("do not create a fallback group"), all refused, and every flag of
 // elasticd run ("does not have").
 type flagLists struct {
-	set, sim, known []string
+	set, sim, fallback, known []string
 }
 
 // refused is every flag driver_flags refuses.
-func (l flagLists) refused() []string { return slices.Concat(l.set, l.sim) }
+func (l flagLists) refused() []string { return slices.Concat(l.set, l.sim, l.fallback) }
 
 // driverFlagLists reads the lists of driver_flags' validations, each by its error message.
 func driverFlagLists(m *module) (flagLists, error) {
@@ -149,6 +150,8 @@ func driverFlagLists(m *module) (flagLists, error) {
 			l.set = list
 		case strings.Contains(msg, "--provider sim"):
 			l.sim = list
+		case strings.Contains(msg, "do not create a fallback group"):
+			l.fallback = list
 		case strings.Contains(msg, "does not have"):
 			l.known = list
 		}
@@ -176,6 +179,23 @@ func compareFlags(cliNames, refused, known []string) []string {
 	for _, f := range cliNames {
 		if !slices.Contains(known, f) {
 			bad = append(bad, fmt.Sprintf("elasticd run has the flag %q, which driver_flags does not know: add it to the list of %s/variables.tf (and to the refused ones if the modules set it)", f, sharedModule))
+		}
+	}
+	return bad
+}
+
+// compareFallbackFlags reports each fallback group flag of the CLI that driver_flags does not
+// refuse exactly once: as a flag the modules set (a module creates the group and writes it),
+// or as the group of a cloud whose module creates none.
+func compareFallbackFlags(cliNames []string, l flagLists) []string {
+	var bad []string
+	for _, f := range cliNames {
+		if !strings.HasPrefix(f, "fallback-") {
+			continue
+		}
+		set, none := slices.Contains(l.set, f), slices.Contains(l.fallback, f)
+		if set == none {
+			bad = append(bad, fmt.Sprintf("driver_flags refuses --%s as a flag the modules set: %v, as a fallback group they do not create: %v; want exactly one", f, set, none))
 		}
 	}
 	return bad
@@ -212,10 +232,21 @@ func TestDriverFlagsMatchCLI(t *testing.T) {
 	if got := slices.Sorted(slices.Values(lists.sim)); !slices.Equal(got, simNames) {
 		t.Errorf("driver_flags refuses %v as --provider sim's flags, but elasticd run's are %v", got, simNames)
 	}
-	// What the modules write: the shared module's job flags and each cloud's provider flags.
+	// What the modules write: the shared module's job flags, each cloud's provider flags and
+	// its fallback group's (the AWS module's on_demand_fallback).
 	written := literalStrings(shared.locals["driver_args"].Expr)
 	for _, c := range clouds {
 		written = append(written, c.wantArgs...)
+		m, err := loadModule(c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := m.modules[sharedCall(t, m)].Body.Attributes["fallback_args"]; a != nil {
+			written = append(written, literalStrings(a.Expr)...)
+		}
+	}
+	for _, msg := range compareFallbackFlags(cliNames, lists) {
+		t.Error(msg)
 	}
 	for _, w := range written {
 		if f, ok := strings.CutPrefix(w, "-"); ok {
@@ -227,7 +258,8 @@ func TestDriverFlagsMatchCLI(t *testing.T) {
 }
 
 // TestDriverFlagsCheckCanFail: a flag added to the CLI that the module does not know, a flag
-// it knows or refuses that the CLI lacks, are each reported.
+// it knows or refuses that the CLI lacks, a fallback group flag refused twice or not at all,
+// are each reported.
 func TestDriverFlagsCheckCanFail(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "run.go", `package main
@@ -266,5 +298,13 @@ func providerFlags() []cli.Flag {
 	}
 	if len(bad) != 3 {
 		t.Errorf("%d problems, want 3:\n%s", len(bad), strings.Join(bad, "\n"))
+	}
+
+	// A fallback group flag refused twice, one not refused, and one refused once.
+	bad = compareFallbackFlags([]string{"fallback-asg", "fallback-mig", "fallback-vmss", "np"},
+		flagLists{set: []string{"fallback-asg", "np"}, fallback: []string{"fallback-asg", "fallback-vmss"}})
+	if len(bad) != 2 || !strings.Contains(bad[0], "--fallback-asg as a flag the modules set: true, as a fallback group they do not create: true") ||
+		!strings.Contains(bad[1], "--fallback-mig as a flag the modules set: false, as a fallback group they do not create: false") {
+		t.Errorf("fallback group flags refused twice and not at all: %q", bad)
 	}
 }

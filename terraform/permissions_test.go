@@ -59,6 +59,10 @@ var (
 		"autoscaling.UpdateAutoScalingGroup":              {"autoscaling:UpdateAutoScalingGroup"},
 		"autoscaling.TerminateInstanceInAutoScalingGroup": {"autoscaling:TerminateInstanceInAutoScalingGroup"},
 		"autoscaling.DescribeScalingActivities":           {"autoscaling:DescribeScalingActivities"},
+		// The driver's claim on its group (providers.Claimer): one tag of the group, written
+		// and removed; its read is DescribeAutoScalingGroups, which brings the group's tags.
+		"autoscaling.CreateOrUpdateTags": {"autoscaling:CreateOrUpdateTags"},
+		"autoscaling.DeleteTags":         {"autoscaling:DeleteTags"},
 	}
 	gcpPerms = map[string][]string{
 		// listManagedInstances, zonal and regional, is authorized by the group's get.
@@ -96,8 +100,8 @@ var (
 		// The scale set's NICs, listed under the scale set; docs/providers/azure.md names the action.
 		"armnetwork.InterfacesClient.NewListVirtualMachineScaleSetNetworkInterfacesPager":   {"Microsoft.Network/networkInterfaces/read"},
 		"armnetwork.InterfacesClient.NewListVirtualMachineScaleSetVMNetworkInterfacesPager": {"Microsoft.Network/networkInterfaces/read"},
-		// Steering the scale set (--manage-capacity): the capacity is a PATCH of the scale set
-		// (its write); deleting instances is the scale set's delete/action ("Deletes the
+		// Steering the scale set (--manage-capacity): the capacity, and the driver's claim on
+		// the set (one of its tags), are PATCHes of the scale set (its write); deleting instances is the scale set's delete/action ("Deletes the
 		// instances"), not the VMs' delete. Their long-running operations are read by the
 		// caller that started them, without an action of their own (docs/providers/azure.md).
 		"armcompute.VirtualMachineScaleSetsClient.BeginUpdate":          {"Microsoft.Compute/virtualMachineScaleSets/write"},
@@ -130,6 +134,7 @@ var (
 	awsSteering = []string{
 		"autoscaling.SetDesiredCapacity", "autoscaling.UpdateAutoScalingGroup",
 		"autoscaling.TerminateInstanceInAutoScalingGroup", "autoscaling.DescribeScalingActivities",
+		"autoscaling.CreateOrUpdateTags", "autoscaling.DeleteTags",
 	}
 	gcpSteering = []string{
 		"compute.InstanceGroupManagersClient.Resize", "compute.RegionInstanceGroupManagersClient.Resize",
@@ -396,6 +401,9 @@ func onlyWhenSteering(b *hclsyntax.Block, attr string) (bool, error) {
 		case strings.HasPrefix(ref, manageCapacity):
 			steering = true
 		case ref == "local.profile" || ref == "local.release_upload":
+		case ref == fallbackSwitch:
+			// A grant on the AWS fallback group: checkFallbackGrants (fallback_test.go) checks
+			// that it is made on that group only, with --manage-capacity too.
 		default:
 			return false, fmt.Errorf("%s: %s depends on %s: a grant is made always or with %s only", a.SrcRange, attr, ref, manageCapacity)
 		}

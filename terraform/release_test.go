@@ -275,7 +275,7 @@ func TestCloudsTakeEveryJobInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	own := []string{"name", "provider_args", "driver_environment", "driver_ip", "agent_metadata", "elasticd_release_object"}
+	own := []string{"name", "provider_args", "fallback_args", "driver_environment", "driver_ip", "agent_metadata", "elasticd_release_object"}
 	for _, c := range clouds {
 		m, err := loadModule(c.name)
 		if err != nil {

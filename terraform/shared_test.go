@@ -555,6 +555,7 @@ func TestSharedModuleWithTerraform(t *testing.T) {
 			"agent_secret":            {`"short"`, "agent_secret must be at least 32 characters on one line, or null to generate one."},
 			"agent_metadata":          {`"oracle"`, "agent_metadata must be aws, gcp, azure or none."},
 			"provider_args":           {`["--asg", "demo-gpu"]`, "provider_args must start with --provider and the provider's name."},
+			"fallback_args":           {`["--asg", "demo-gpu-ondemand"]`, "fallback_args must be pairs of a --fallback-* flag and its value"},
 			"driver_files":            {`{ "/etc/passwd" = "x" }`, "driver_files: each path must be absolute"},
 		}
 		main := jobCall("fine", nil)
@@ -569,6 +570,8 @@ func TestSharedModuleWithTerraform(t *testing.T) {
 			"np_equals":   {`["-np=3"]`, "driver_flags must not set what the module sets itself"},
 			"asg":         {`["--reset-limit", "3", "-asg", "other"]`, "driver_flags must not set what the module sets itself"},
 			"dashes":      {`["--", "./train"]`, "driver_flags must not set what the module sets itself"},
+			"fallback":    {`["--manage-capacity", "--fallback-asg", "od"]`, "driver_flags must not set what the module sets itself"},
+			"other_group": {`["--manage-capacity", "--fallback-mig=od"]`, "driver_flags must not name a fallback group"},
 			"unknown":     {`["--no-such-flag"]`, "driver_flags names a flag that `elasticd run` does not have"},
 			"two_lines":   {`["--output-dir", "/var/lib/elasticd/out\nExecStart=/bin/sh"]`, "driver_flags: each element must be one line."},
 			"object_url":  {`{ fetch = "s3", url = "https://x/y'; reboot; '" }`, "elasticd_release_object: url without quotes"},
@@ -610,14 +613,18 @@ func TestSharedModuleWithTerraform(t *testing.T) {
 			maps.Copy(out, changes)
 			return out
 		}
+		fallback := map[string]string{"fallback_args": `["--fallback-asg", "demo-gpu-ondemand", "--fallback-after", "10m"]`}
 		checkPlanErrors(t, tf, jobCall("fine", nil)+jobCall("fine_uploaded", uploaded)+
+			jobCall("fine_fallback", map[string]string{"fallback_args": fallback["fallback_args"], "driver_flags": `["--manage-capacity"]`})+
+			jobCall("bad_fallback", fallback)+
 			jobCall("bad_order", map[string]string{"min_np": `5`})+
 			jobCall("bad_both", with(map[string]string{"elasticd_release_url": `"https://example.com/e.tar.gz"`}))+
 			jobCall("bad_neither", map[string]string{"elasticd_release_url": "null"})+
 			jobCall("bad_no_object", with(map[string]string{"elasticd_release_object": "null"}))+
 			jobCall("bad_sum", with(map[string]string{"elasticd_release_sha256": `"` + strings.Repeat("0a", 32) + `"`})),
-			[]string{"fine", "fine_uploaded"},
+			[]string{"fine", "fine_uploaded", "fine_fallback"},
 			[]string{
+				"Module output value precondition failed: An on-demand fallback group (on_demand_fallback) needs \"--manage-capacity\" in driver_flags",
 				"Module output value precondition failed: Need min_np <= np <= max_np.",
 				"Module output value precondition failed: Set exactly one of elasticd_release_url",
 				"Module output value precondition failed: Set exactly one of elasticd_release_url",

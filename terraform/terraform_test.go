@@ -185,11 +185,11 @@ func TestPermissionCheckCanFail(t *testing.T) {
 	if bad := compareSteering(ops, awsPerms, awsSteering, steering); len(bad) != 0 {
 		t.Fatalf("the AWS module's steering grants: %q", bad)
 	}
-	i = slices.Index(steering, "autoscaling:SetDesiredCapacity")
-	if i < 0 {
+	if !slices.Contains(steering, "autoscaling:SetDesiredCapacity") {
 		t.Fatalf("the AWS policy grants %v with --manage-capacity, without autoscaling:SetDesiredCapacity", steering)
 	}
-	always := slices.Delete(slices.Clone(steering), i, i+1)
+	// Every grant of it (on the spot group, and on the fallback group) made always.
+	always := slices.DeleteFunc(slices.Clone(steering), func(p string) bool { return p == "autoscaling:SetDesiredCapacity" })
 	bad := compareSteering(ops, awsPerms, awsSteering, append(always, "ec2:DescribeInstances"))
 	if len(bad) != 2 || !strings.Contains(bad[0], "grants autoscaling:SetDesiredCapacity always") ||
 		!strings.Contains(bad[1], "grants ec2:DescribeInstances only with --manage-capacity") {
@@ -348,9 +348,10 @@ const sharedModule = "modules/elasticd-job"
 
 // TestDriverCommandLine: each module's driver runs `elasticd run` with the flags of the CLI
 // contract, in order, followed by the training command. The shared module writes the command
-// line as concat([elasticd run], var.provider_args, [the job's flags...], var.driver_flags,
-// ["--"], var.training_command), and each cloud passes its provider_args, its driver_flags and
-// its training_command.
+// line as concat([elasticd run], var.provider_args, var.fallback_args, [the job's flags...],
+// var.driver_flags, ["--"], var.training_command), and each cloud passes its provider_args, its
+// driver_flags and its training_command (and the AWS module its fallback group's flags, which
+// TestFallbackGroup checks).
 func TestDriverCommandLine(t *testing.T) {
 	shared, err := loadModule(sharedModule)
 	if err != nil {
@@ -361,10 +362,10 @@ func TestDriverCommandLine(t *testing.T) {
 		t.Fatalf("%s has no local driver_args", sharedModule)
 	}
 	call, ok := a.Expr.(*hclsyntax.FunctionCallExpr)
-	if !ok || call.Name != "concat" || len(call.Args) != 6 {
-		t.Fatalf("%s: driver_args must be concat([elasticd run], var.provider_args, [the job's args...], var.driver_flags, [\"--\"], var.training_command)", a.SrcRange)
+	if !ok || call.Name != "concat" || len(call.Args) != 7 {
+		t.Fatalf("%s: driver_args must be concat([elasticd run], var.provider_args, var.fallback_args, [the job's args...], var.driver_flags, [\"--\"], var.training_command)", a.SrcRange)
 	}
-	for i, want := range map[int]string{1: "var.provider_args", 3: "var.driver_flags", 5: "var.training_command"} {
+	for i, want := range map[int]string{1: "var.provider_args", 2: "var.fallback_args", 4: "var.driver_flags", 6: "var.training_command"} {
 		if got := traversalOf(call.Args[i]); got != want {
 			t.Errorf("driver_args's part %d is %q, want %s", i+1, got, want)
 		}
@@ -373,13 +374,13 @@ func TestDriverCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v", a.SrcRange, err)
 	}
-	job, err := stringLiterals(call.Args[2])
+	job, err := stringLiterals(call.Args[3])
 	if err != nil {
 		t.Fatalf("%s: %v", a.SrcRange, err)
 	}
-	dashes, err := stringLiterals(call.Args[4])
+	dashes, err := stringLiterals(call.Args[5])
 	if err != nil || !slices.Equal(dashes, []string{"--"}) {
-		t.Fatalf("%s: the fifth part of driver_args must be [\"--\"], the end of the flags (%v)", a.SrcRange, err)
+		t.Fatalf("%s: the sixth part of driver_args must be [\"--\"], the end of the flags (%v)", a.SrcRange, err)
 	}
 	job = append(job, dashes...)
 	for _, c := range clouds {

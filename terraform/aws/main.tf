@@ -43,6 +43,11 @@ locals {
   # The group, as IAM names it: the driver's writes to the group are granted on it alone.
   asg_arn = "arn:${data.aws_partition.current.partition}:autoscaling:${var.region}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${local.asg_name}"
 
+  # The on-demand fallback group (on_demand_fallback), as the driver and IAM name it: the
+  # driver's writes to it are granted on it alone, and only when it exists.
+  fallback_asg_name = "${var.name}-gpu-ondemand"
+  fallback_asg_arn  = "arn:${data.aws_partition.current.partition}:autoscaling:${var.region}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${local.fallback_asg_name}"
+
   # A release given as a local file (elasticd_release_path) is uploaded to S3 and read by the
   # instances with their roles; one given as a URL is fetched as it is.
   release_upload = var.elasticd_release_path != null
@@ -62,6 +67,11 @@ module "job" {
     "--region", var.region,
     "--sqs-queue-url", aws_sqs_queue.notices.url,
   ]
+  # With on_demand_fallback (the shared module refuses it without --manage-capacity).
+  fallback_args = var.on_demand_fallback ? [
+    "--fallback-asg", local.fallback_asg_name,
+    "--fallback-after", var.fallback_after,
+  ] : []
   driver_environment      = { AWS_REGION = var.region }
   driver_ip               = aws_instance.driver.private_ip
   agent_metadata          = "aws"
@@ -271,6 +281,35 @@ data "aws_iam_policy_document" "driver" {
     }
   }
 
+  # Only with on_demand_fallback too: the same three calls on the fallback group, which the
+  # driver grows while spot is out, sets back to zero and hands broken instances of. It reads
+  # it with the unscoped Describe* above, and never reads its scaling activities.
+  dynamic "statement" {
+    for_each = module.job.manage_capacity && var.on_demand_fallback ? ["SteerFallback"] : []
+
+    content {
+      sid = statement.value
+      actions = [
+        "autoscaling:SetDesiredCapacity",
+        "autoscaling:UpdateAutoScalingGroup",
+        "autoscaling:TerminateInstanceInAutoScalingGroup",
+      ]
+      resources = [local.fallback_asg_arn]
+    }
+  }
+
+  # And, with the fallback too, the driver's claim on the fallback group, which it claims with
+  # the spot group (cmd/elasticd claimGroups): the same elasticd-driver tag, on that group alone.
+  dynamic "statement" {
+    for_each = module.job.manage_capacity && var.on_demand_fallback ? ["ClaimFallback"] : []
+
+    content {
+      sid       = statement.value
+      actions   = ["autoscaling:CreateOrUpdateTags", "autoscaling:DeleteTags"]
+      resources = [local.fallback_asg_arn]
+    }
+  }
+
   # And reads the group's failed launches: Describe* has no resource-level permissions.
   dynamic "statement" {
     for_each = module.job.manage_capacity ? ["LaunchFailures"] : []
@@ -279,6 +318,21 @@ data "aws_iam_policy_document" "driver" {
       sid       = statement.value
       actions   = ["autoscaling:DescribeScalingActivities"]
       resources = ["*"]
+    }
+  }
+
+  # --- The driver's claim on its group (--manage-capacity only) ---
+  # The driver tags the group it steers, elasticd-driver = "job=<id>;host=<h>;at=<time>", so
+  # that a second driver started on it refuses (docs/operations.md, "One driver per group"),
+  # refreshes the tag every check and removes it at the job's end. One tag of this group
+  # alone: the tag is read with DescribeAutoScalingGroups, granted above.
+  dynamic "statement" {
+    for_each = module.job.manage_capacity ? ["ClaimGroup"] : []
+
+    content {
+      sid       = statement.value
+      actions   = ["autoscaling:CreateOrUpdateTags", "autoscaling:DeleteTags"]
+      resources = [local.asg_arn]
     }
   }
 }
@@ -514,5 +568,79 @@ resource "aws_autoscaling_group" "gpu" {
 
   # The rules and the queue policy first, so that no notice of the first instances is lost.
   # The GPU role's policy, so that the first instances can read the release.
+  depends_on = [aws_cloudwatch_event_target.notices, aws_sqs_queue_policy.notices, aws_iam_role_policy.gpu_release]
+}
+
+# --- The on-demand fallback group (on_demand_fallback) ---
+
+# What the job falls back on while spot is out: the spot group's launch template (same image,
+# cloud-init and agent, joining the same driver), instance types and subnets, on-demand. It
+# stays at zero, and costs nothing, until the driver grows it by the hosts missing; the driver
+# sets it back to zero once the job has moved back to spot.
+resource "aws_autoscaling_group" "fallback" {
+  count = var.on_demand_fallback ? 1 : 0
+
+  name                = local.fallback_asg_name
+  min_size            = 0
+  max_size            = coalesce(var.fallback_max_size, var.max_size)
+  desired_capacity    = 0
+  vpc_zone_identifier = var.gpu_subnet_ids
+
+  # On-demand only: every instance above a base of none is on-demand, in the order of
+  # gpu_instance_types. (The launch template has no market options: the spot group gets spot
+  # from its own instances_distribution.)
+  mixed_instances_policy {
+    instances_distribution {
+      on_demand_base_capacity                  = 0
+      on_demand_percentage_above_base_capacity = 100
+      on_demand_allocation_strategy            = "prioritized"
+    }
+
+    launch_template {
+      launch_template_specification {
+        launch_template_id = aws_launch_template.gpu.id
+        version            = aws_launch_template.gpu.latest_version
+      }
+
+      dynamic "override" {
+        for_each = var.gpu_instance_types
+
+        content {
+          instance_type = override.value
+        }
+      }
+    }
+  }
+
+  # As the spot group: a new launch template version replaces the instances.
+  instance_refresh {
+    strategy = "Rolling"
+
+    preferences {
+      min_healthy_percentage = 0
+    }
+  }
+
+  # No terminate lifecycle hook: the driver reads no notice queue for this group, so nothing
+  # would complete it. It moves the workers off before it shrinks the group or hands an
+  # instance back.
+
+  dynamic "tag" {
+    for_each = merge(local.tags, { Name = local.fallback_asg_name })
+
+    content {
+      key                 = tag.key
+      value               = tag.value
+      propagate_at_launch = true
+    }
+  }
+
+  # The size is the driver's, as the spot group's: it grows and shrinks the group, and an
+  # apply must not put it back.
+  lifecycle {
+    ignore_changes = [desired_capacity, min_size]
+  }
+
+  # The same as the spot group's first instances: the GPU role's policy, to read the release.
   depends_on = [aws_cloudwatch_event_target.notices, aws_sqs_queue_policy.notices, aws_iam_role_policy.gpu_release]
 }

@@ -28,6 +28,11 @@ output "autoscaling_group_name" {
   value       = aws_autoscaling_group.gpu.name
 }
 
+output "fallback_autoscaling_group_name" {
+  description = "With on_demand_fallback: name of the on-demand fallback Auto Scaling group (--fallback-asg), at zero until spot runs out; null otherwise."
+  value       = var.on_demand_fallback ? aws_autoscaling_group.fallback[0].name : null
+}
+
 output "sqs_queue_url" {
   description = "URL of the notice queue the EventBridge rules feed (--sqs-queue-url)."
   value       = aws_sqs_queue.notices.url

@@ -172,6 +172,34 @@ variable "lifecycle_hook_timeout" {
   }
 }
 
+variable "on_demand_fallback" {
+  description = "Whether to create an on-demand Auto Scaling group (<name>-gpu-ondemand) that the job falls back on while spot capacity is out: same launch template, instance types and subnets as the spot group, at zero until the driver grows it (--fallback-asg). Needs \"--manage-capacity\" in driver_flags (the plan fails without it); the driver is then granted the calls that steer it, on that group only."
+  type        = bool
+  default     = false
+}
+
+variable "fallback_after" {
+  description = "With on_demand_fallback: how long the job must have had fewer than np slots on spot, with the spot group's launches failing for capacity, before the fallback group grows (--fallback-after), as a Go duration such as 10m or 1h30m."
+  type        = string
+  default     = "10m"
+
+  validation {
+    condition     = can(regex("^([0-9]+(h|m|s))+$", var.fallback_after)) && can(regex("[1-9]", var.fallback_after))
+    error_message = "fallback_after must be a positive duration of hours, minutes and seconds, such as 10m, 90s or 1h30m."
+  }
+}
+
+variable "fallback_max_size" {
+  description = "With on_demand_fallback: most instances in the fallback group, a cap on the on-demand hosts the driver may start. Null (the default): max_size."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.fallback_max_size == null || try(var.fallback_max_size >= 1 && var.fallback_max_size <= 1000 && floor(var.fallback_max_size) == var.fallback_max_size, false)
+    error_message = "fallback_max_size must be a whole number between 1 and 1000, or null (max_size)."
+  }
+}
+
 # The job's settings, np to agent_secret: passed to ../modules/elasticd-job (agent_secret, when
 # null, as the generated one), which validates them for every cloud.
 
@@ -202,7 +230,7 @@ variable "worker_setup_commands" {
 }
 
 variable "driver_flags" {
-  description = "More flags of `elasticd run` for the driver, one argument per element, before -- (e.g. [\"--reset-limit\", \"5\", \"--prices\", \"/etc/elasticd/prices.yaml\"]); not the ones the module sets (--provider and its flags, --launcher, --listen, --agent-secret-file, --state-dir, -np, --min-np, --max-np, --)."
+  description = "More flags of `elasticd run` for the driver, one argument per element, before -- (e.g. [\"--reset-limit\", \"5\", \"--prices\", \"/etc/elasticd/prices.yaml\"]); not the ones the module sets (--provider and its flags, --fallback-asg and --fallback-after: on_demand_fallback and fallback_after, --launcher, --listen, --agent-secret-file, --state-dir, -np, --min-np, --max-np, --)."
   type        = list(string)
   default     = []
 }

@@ -398,8 +398,9 @@ resource "azurerm_role_assignment" "driver" {
   principal_type     = "ServicePrincipal"
 }
 
-# Only with --manage-capacity in driver_flags: set the scale set's capacity (its write, a PATCH)
-# and delete one broken VM from it (delete/action), assigned on the scale set alone like the
+# Only with --manage-capacity in driver_flags: set the scale set's capacity (its write, a PATCH,
+# which also writes the driver's claim, the set's elasticd-driver tag) and delete one broken VM
+# from it (delete/action), assigned on the scale set alone like the
 # role above. A role of its own, so that a driver that does not steer its set cannot change it.
 resource "azurerm_role_definition" "capacity" {
   count = module.job.manage_capacity ? 1 : 0

@@ -12,6 +12,8 @@ locals {
   driver_args = concat(
     ["/usr/local/bin/elasticd", "run"],
     var.provider_args,
+    # The on-demand group the job falls back on while spot is out, when the cloud module made one.
+    var.fallback_args,
     [
       "--launcher", "agent",
       "--listen", "0.0.0.0:${local.driver_port}",

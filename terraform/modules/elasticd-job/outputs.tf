@@ -35,6 +35,12 @@ output "driver_user_data" {
     error_message = "Need min_np <= np <= max_np."
   }
 
+  # elasticd refuses a fallback group without --manage-capacity at start; the plan says so first.
+  precondition {
+    condition     = length(var.fallback_args) == 0 || local.manage_capacity
+    error_message = "An on-demand fallback group (on_demand_fallback) needs \"--manage-capacity\" in driver_flags: only a driver that steers capacity grows it while spot is out and sets it back to zero, and the module grants the calls for that only then."
+  }
+
   precondition {
     condition     = (var.elasticd_release_url == null) != (var.elasticd_release_path == null)
     error_message = "Set exactly one of elasticd_release_url (an https:// URL of a release) and elasticd_release_path (a tarball from make release, which the module uploads)."

@@ -17,6 +17,17 @@ variable "provider_args" {
   }
 }
 
+variable "fallback_args" {
+  description = "The cloud's flags of the on-demand fallback group it created (e.g. [\"--fallback-asg\", \"demo-gpu-ondemand\", \"--fallback-after\", \"10m\"]), placed after provider_args; empty (the default) without one. Needs --manage-capacity in driver_flags."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for i, a in var.fallback_args : i % 2 == 1 || startswith(a, "--fallback-")]) && length(var.fallback_args) % 2 == 0
+    error_message = "fallback_args must be pairs of a --fallback-* flag and its value, e.g. [\"--fallback-asg\", \"demo-gpu-ondemand\", \"--fallback-after\", \"10m\"]."
+  }
+}
+
 variable "np" {
   description = "Workers the job starts with (elasticd run -np)."
   type        = number
@@ -58,7 +69,7 @@ variable "training_command" {
 }
 
 variable "driver_flags" {
-  description = "More flags of `elasticd run` for the driver, one argument per element, placed before -- (e.g. [\"--reset-limit\", \"5\", \"--manage-capacity\"]). Not the flags this module sets: --provider and the provider's flags, --launcher, --listen, --agent-secret-file, --state-dir, -np, --min-np, --max-np, or --; nor those of --provider sim (--sim-*). With --manage-capacity the cloud module also grants the driver the calls that steer its group."
+  description = "More flags of `elasticd run` for the driver, one argument per element, placed before -- (e.g. [\"--reset-limit\", \"5\", \"--manage-capacity\"]). Not the flags this module sets: --provider and the provider's flags, --fallback-asg and --fallback-after (fallback_args), --launcher, --listen, --agent-secret-file, --state-dir, -np, --min-np, --max-np, or --; nor those of --provider sim (--sim-*), nor a fallback group the cloud module does not create (--fallback-mig, --fallback-vmss, --fallback-instance-group). With --manage-capacity the cloud module also grants the driver the calls that steer its group."
   type        = list(string)
   default     = []
 
@@ -70,8 +81,9 @@ variable "driver_flags" {
       "", "provider", "hosts", "H", "host-discovery-script", "region", "zone", "project", "endpoint",
       "asg", "sqs-queue-url", "mig", "subscription", "resource-group", "vmss", "instance-group",
       "launcher", "listen", "agent-secret-file", "state-dir", "np", "min-np", "max-np",
+      "fallback-asg", "fallback-after",
     ], replace(split("=", f)[0], "/^--?/", "")))])
-    error_message = "driver_flags must not set what the module sets itself: --provider and the provider's flags (-H, --host-discovery-script, --region, --asg, --mig, ...), --launcher, --listen, --agent-secret-file, --state-dir, -np, --min-np, --max-np, or \"--\" (the command is training_command)."
+    error_message = "driver_flags must not set what the module sets itself: --provider and the provider's flags (-H, --host-discovery-script, --region, --asg, --mig, ...), --launcher, --listen, --agent-secret-file, --state-dir, -np, --min-np, --max-np, \"--\" (the command is training_command), or --fallback-asg and --fallback-after (the aws module's on_demand_fallback and fallback_after create the fallback group and set them)."
   }
 
   validation {
@@ -100,13 +112,14 @@ variable "driver_flags" {
     error_message = "driver_flags must not hold the flags of --provider sim (--sim-hosts, --sim-max, --sim-spot-capacity, --sim-interrupt-warning, --sim-scenario, --sim-fallback): they set up a simulated cloud on one machine, and this driver runs on a real cloud's group."
   }
 
-  # A fallback group is a second group that these modules neither create nor grant anything
-  # on: a driver given one here could not steer it. Refused at plan, until they do.
+  # The gcp, azure and ibm modules neither create a fallback group nor grant anything on one:
+  # a driver given one here could not steer it. Refused at plan, until they do. (The aws
+  # module creates one with on_demand_fallback, and sets its flags itself: refused above.)
   validation {
     condition = alltrue([for f in var.driver_flags : !(startswith(f, "-") && contains([
-      "fallback-asg", "fallback-mig", "fallback-vmss", "fallback-instance-group", "fallback-after",
+      "fallback-mig", "fallback-vmss", "fallback-instance-group",
     ], replace(split("=", f)[0], "/^--?/", "")))])
-    error_message = "driver_flags must not name a fallback group (--fallback-asg, --fallback-mig, --fallback-vmss, --fallback-instance-group, --fallback-after): these modules do not create one nor grant the driver its calls yet; run such a driver with your own group and grants (docs/operations.md)."
+    error_message = "driver_flags must not name a fallback group (--fallback-mig, --fallback-vmss, --fallback-instance-group): the gcp, azure and ibm modules do not create a fallback group yet, nor grant the driver its calls; run such a driver with your own group and grants (docs/operations.md). On AWS, set on_demand_fallback instead."
   }
 
   validation {

@@ -33,4 +33,8 @@ module "cluster" {
   ssh_cidr                = var.ssh_cidr
   live_page_cidrs         = var.live_page_cidrs
   key_name                = var.key_name
+
+  # An on-demand group at zero that the job falls back on while spot is out; needs
+  # "--manage-capacity" in driver_flags (see ../spot-with-fallback).
+  on_demand_fallback = var.on_demand_fallback
 }

@@ -100,3 +100,9 @@ variable "driver_subnet_id" {
   type        = string
   default     = null
 }
+
+variable "on_demand_fallback" {
+  description = "Whether to create an on-demand group at zero that the job falls back on while spot is out (<name>-gpu-ondemand); needs \"--manage-capacity\" in driver_flags."
+  type        = bool
+  default     = false
+}
