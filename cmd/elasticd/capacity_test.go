@@ -93,6 +93,7 @@ func TestCapacityUsageErrors(t *testing.T) {
 		{[]string{"run", "-np", "2", "--manage-capacity", "--", "true"}, "--manage-capacity: --provider local has no group to steer"},
 		{[]string{"run", "-np", "2", "--replace-per-hour", "3", "--", "true"}, "--replace-per-hour: only used with --manage-capacity"},
 		{[]string{"run", "-np", "2", "--max-cost", "-1", "--", "true"}, "--max-cost: -1: want a positive amount"},
+		{[]string{"run", "-np", "2", "--max-cost", "10", "--", "true"}, "--max-cost: --provider local has no prices of its own: give --prices FILE"},
 		{[]string{"run", "-np", "2", "--sim-scenario", bad, "--", "true"}, "--sim-scenario: only used with --provider sim"},
 		{[]string{"run", "--provider", "sim", "-np", "2", "--sim-scenario", bad, "--", "true"}, `line 1: "spot-capacty"`},
 		{[]string{"run", "--provider", "sim", "-np", "2", "--sim-spot-capacity", "lots", "--", "true"}, `--sim-spot-capacity: "lots"`},
@@ -176,6 +177,31 @@ func TestCtlStopEndsAManagedJob(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, tail(out, 10))
 		}
+	}
+	waitGone(t, simPIDs(out), 10*time.Second)
+}
+
+// TestSimHandsBackABrokenHost: every worker on one simulated host fails a second after it
+// starts (a broken host the cloud calls healthy). Its slot flaps until it is quarantined; the
+// host, every slot of it quarantined, is handed back to the group, which replaces it; the job
+// grows back onto the new instance and completes.
+func TestSimHandsBackABrokenHost(t *testing.T) {
+	script := `case "$ELASTICD_WORKER_ID" in sim-spot-0002/*) sleep 1; exit 1 ;; esac; exec "$0" "$@"`
+	j := startJob(t, "run", "--provider", "sim", "-np", "2", "--min-np", "1", "--manage-capacity",
+		"--flap-window", "1m", "--flap-limit", "2", "--blacklist-cooldown-range", "1s,2s",
+		"--", "/bin/sh", "-c", script, trainer, "--log-every", "1000", "--steps", "4000", "--step-delay", "5ms")
+	j.waitFor(`handing a host back to the cloud for a replacement" group="sim group spot" host=sim-spot-0002 reason="all its 1 slots are quarantined`, 90*time.Second)
+	j.waitFor(`sim: launching an instance" provider=sim group=spot host=sim-spot-0003`, 30*time.Second)
+	j.waitFor(`generation started" generation=\d+ world_size=2`, 60*time.Second)
+	if code := j.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("job exit %d, want 0\n%s", code, tail(j.output(), 20))
+	}
+	out := j.output()
+	if n := strings.Count(out, "handing a host back to the cloud"); n != 1 {
+		t.Errorf("%d hand-backs, want exactly one", n)
+	}
+	if !strings.Contains(out, "host sim-spot-0002 handed back to sim group spot for a replacement") && !strings.Contains(out, "host handed back for a replacement") {
+		t.Errorf("the hand-back is not confirmed in the log")
 	}
 	waitGone(t, simPIDs(out), 10*time.Second)
 }

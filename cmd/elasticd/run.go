@@ -404,6 +404,9 @@ func manageCapacity(c *cli.Context, o *driver.Options) error {
 		if !(o.MaxCost > 0) || math.IsInf(o.MaxCost, 0) {
 			return usageError("max-cost", "%v: want a positive amount in the prices' currency, e.g. 250", c.Float64("max-cost"))
 		}
+		if p := providerName(c); !c.IsSet("prices") && (p == "local" || p == "fixed" || p == "script" || p == "agents") {
+			return usageError("max-cost", "--provider %s has no prices of its own: give --prices FILE with each host type's price per hour (examples/prices.yaml), or the budget cannot be kept", p)
+		}
 	}
 	if n := c.Int("replace-per-hour"); n < 1 {
 		return usageError("replace-per-hour", "%d: must be at least 1", n)
