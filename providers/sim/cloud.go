@@ -178,8 +178,9 @@ func Start(ctx context.Context, cfg Config) (*Cloud, error) {
 }
 
 // Close stops the cloud: every instance's process group gets SIGTERM, then SIGKILL after
-// TerminateGrace, and Close returns once every process has been reaped and every goroutine
-// of the cloud has returned. It may be called more than once.
+// TerminateGrace, and Close returns once every instance's process has been reaped (what it
+// started in its group is SIGKILLed with it) and every goroutine of the cloud has returned.
+// It may be called more than once.
 func (c *Cloud) Close() {
 	c.cancel()
 	<-c.done
