@@ -37,7 +37,7 @@ func TestSimManagedJob(t *testing.T) {
 	scenario := writeScenario(t, "3s spot-capacity 1\n10s spot-capacity unlimited\n")
 	j := startJob(t, append([]string{"run", "--provider", "sim", "-np", "4", "--min-np", "2", "--slots-per-host", "2",
 		"--manage-capacity", "--sim-interrupt-warning", "4s", "--sim-scenario", scenario},
-		trainArgs("--steps", "2500", "--step-delay", "5ms", "--events")...)...)
+		trainArgs("--steps", "5000", "--step-delay", "5ms", "--events")...)...)
 	j.waitFor(`generation 1: world size 4`, 60*time.Second)
 	j.waitFor(`moving off the host before the cloud takes it`, 30*time.Second)
 	j.waitFor(`generation \d+: world size 2`, 30*time.Second)
@@ -126,7 +126,7 @@ func TestSimFallbackAndReturn(t *testing.T) {
 	scenario := writeScenario(t, "3s spot-capacity 1\n22s spot-capacity unlimited\n")
 	j := startJob(t, append([]string{"run", "--provider", "sim", "-np", "4", "--min-np", "2", "--slots-per-host", "2",
 		"--manage-capacity", "--sim-fallback", "--fallback-after", "4s", "--sim-interrupt-warning", "3s", "--sim-scenario", scenario},
-		trainArgs("--steps", "6000", "--step-delay", "5ms", "--events")...)...)
+		trainArgs("--steps", "9000", "--step-delay", "5ms", "--events")...)...)
 	j.waitFor(`generation 1: world size 4`, 60*time.Second)
 	j.waitFor(`setting the group's desired size" group="sim group ondemand" from=0 to=1 reason="the job has had 2 of -np 4 slots on spot`, 60*time.Second)
 	j.waitFor(`sim: instance running" provider=sim group=ondemand`, 30*time.Second)
@@ -142,8 +142,8 @@ func TestSimFallbackAndReturn(t *testing.T) {
 			t.Fatalf("committed steps not contiguous at %d → %d: a step was lost or rolled back", s[i-1], s[i])
 		}
 	}
-	if len(s) == 0 || s[len(s)-1] != 6000 {
-		t.Fatalf("last committed step %v, want 6000", s[len(s)-1:])
+	if len(s) == 0 || s[len(s)-1] != 9000 {
+		t.Fatalf("last committed step %v, want 9000", s[len(s)-1:])
 	}
 	last := tail(out, 4)
 	if !strings.Contains(last, "sim group spot: 2 → 0; fallback sim group ondemand: 0 → 1, 1 → 0 (kept the job going") {
@@ -189,7 +189,7 @@ func TestSimHandsBackABrokenHost(t *testing.T) {
 	script := `case "$ELASTICD_WORKER_ID" in sim-spot-0002/*) sleep 1; exit 1 ;; esac; exec "$0" "$@"`
 	j := startJob(t, "run", "--provider", "sim", "-np", "2", "--min-np", "1", "--manage-capacity",
 		"--flap-window", "1m", "--flap-limit", "2", "--blacklist-cooldown-range", "1s,2s",
-		"--", "/bin/sh", "-c", script, trainer, "--log-every", "1000", "--steps", "4000", "--step-delay", "5ms")
+		"--", "/bin/sh", "-c", script, trainer, "--log-every", "1000", "--steps", "8000", "--step-delay", "5ms")
 	j.waitFor(`handing a host back to the cloud for a replacement" group="sim group spot" host=sim-spot-0002 reason="all its 1 slots are quarantined`, 90*time.Second)
 	j.waitFor(`sim: launching an instance" provider=sim group=spot host=sim-spot-0003`, 30*time.Second)
 	j.waitFor(`generation started" generation=\d+ world_size=2`, 60*time.Second)
