@@ -117,7 +117,7 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.DurationFlag{Name: "flap-window", Value: driver.DefaultFlapWindow, Usage: "a slot that fails within this long of coming back after a failure of its own is flapping; its failures then do not count toward --reset-limit", EnvVars: []string{"ELASTICD_FLAP_WINDOW"}},
 			&cli.IntFlag{Name: "flap-limit", Value: driver.DefaultFlapLimit, Usage: "after this many returns in a row that failed within --flap-window, a flapping slot is quarantined: out of the job until 'elasticd ctl add-host HOST' takes it back", EnvVars: []string{"ELASTICD_FLAP_LIMIT"}},
 			&cli.StringFlag{Name: "blacklist-cooldown-range", Value: "10s,5m", Usage: "`MIN,MAX` cooldown of a failed slot: MIN after the first failure, doubling per failure up to MAX (seconds or durations; 'MIN MAX' as two arguments works too)", EnvVars: []string{"ELASTICD_BLACKLIST_COOLDOWN_RANGE"}},
-			&cli.StringFlag{Name: "launcher", Value: "local", Usage: "how workers start: local, ssh or agent", EnvVars: []string{"ELASTICD_LAUNCHER"}},
+			&cli.StringFlag{Name: "launcher", Value: "local", Usage: "how workers start: local (on this machine; refused for hosts that are not this machine), ssh or agent (elasticd agent on each host; the default with --provider aws, gcp, azure, ibm or sim)", EnvVars: []string{"ELASTICD_LAUNCHER"}},
 			&cli.StringFlag{Name: "agent-secret-file", Usage: "with --launcher agent: `FILE` holding the secret shared with every agent (at least 16 bytes, e.g. from head -c 32 /dev/urandom | base64)", EnvVars: []string{"ELASTICD_AGENT_SECRET_FILE"}},
 			&cli.StringFlag{Name: "admin-secret-file", Usage: "turn on the admin API (elasticd ctl add-host, remove-host, status) on the --listen address: `FILE` holding its secret, at least 16 bytes; ctl needs the same file", EnvVars: []string{"ELASTICD_ADMIN_SECRET_FILE"}},
 			&cli.StringFlag{Name: "listen", Usage: "`HOST:PORT` the driver listens on for workers and agents (default: 127.0.0.1:0 with the local launcher, :0 with ssh, :29400 with agent)", EnvVars: []string{"ELASTICD_LISTEN"}},
@@ -159,6 +159,9 @@ func runJob(c *cli.Context) error {
 		return err
 	}
 	o.Stdout, o.Stderr = c.App.Writer, c.App.ErrWriter
+	if err := checkLocalHosts(c.Context, c, o); err != nil {
+		return err
+	}
 	if o.Capacity != nil {
 		// An unknown group, or one the credentials may not read, is said now, not in the
 		// middle of the job.
@@ -309,7 +312,7 @@ func runOptionsOf(c *cli.Context, log *slog.Logger, cleanup *func()) (driver.Opt
 			return o, err
 		}
 		*cleanup = s.Close
-	} else if c.String("launcher") == "agent" && !explicit || c.String("provider") == "agents" {
+	} else if launcherName(c) == "agent" && !explicit || c.String("provider") == "agents" {
 		o.Provider = nil // the agents' hosts: set with the launcher
 		o.ProviderName = "agents"
 	} else if o.Provider, err = buildProvider(c, max(o.MaxNP, o.NP), o.Logger); err != nil {
@@ -329,7 +332,15 @@ func runOptionsOf(c *cli.Context, log *slog.Logger, cleanup *func()) (driver.Opt
 	if err := prices(c, &o); err != nil {
 		return o, err
 	}
-	switch l := c.String("launcher"); l {
+	if cloudProviders[o.ProviderName] != nil && !c.IsSet("launcher") {
+		// The group's hosts are other machines: the local launcher would run every worker on
+		// this one. The agent launcher is what the Terraform modules run.
+		if !c.IsSet("agent-secret-file") {
+			return o, usageError("agent-secret-file", "--provider %s runs the workers on the group's hosts: through an elasticd agent on each (--launcher agent, the default with a cloud provider), which shares the secret in --agent-secret-file FILE with the driver; or over ssh with --launcher ssh", o.ProviderName)
+		}
+		log.Info("the workers start through the elasticd agent on each of the group's hosts (--launcher agent, the default with a cloud provider; --launcher ssh starts them over ssh)", "provider", o.ProviderName)
+	}
+	switch l := launcherName(c); l {
 	case "local":
 		o.Launcher = proc.NewLocal()
 		// elasticd's Python package, from this binary, ahead of the workers' PYTHONPATH.
@@ -368,10 +379,10 @@ func runOptionsOf(c *cli.Context, log *slog.Logger, cleanup *func()) (driver.Opt
 	default:
 		return o, usageError("launcher", "%q: use local, ssh or agent", l)
 	}
-	if c.Bool("warm-start") && c.String("launcher") != "local" {
+	if c.Bool("warm-start") && launcherName(c) != "local" {
 		return o, usageError("warm-start", "only with --launcher local: a spare is handed its worker through a file on this machine")
 	}
-	if c.IsSet("agent-secret-file") && c.String("launcher") != "agent" {
+	if c.IsSet("agent-secret-file") && launcherName(c) != "agent" {
 		return o, usageError("agent-secret-file", "only used with --launcher agent")
 	}
 	return o, finishOptions(c, &o)
@@ -394,6 +405,70 @@ func finishOptions(c *cli.Context, o *driver.Options) error {
 		}
 	}
 	return nil
+}
+
+// launcherName is the launcher the flags mean: --launcher as given, else agent with a cloud
+// provider (its hosts are other machines, each with an agent), else local.
+func launcherName(c *cli.Context) string {
+	if p := providerName(c); !c.IsSet("launcher") && (cloudProviders[p] != nil || p == "sim") {
+		return "agent"
+	}
+	return c.String("launcher")
+}
+
+// checkLocalHosts refuses, before the job starts, the local launcher with hosts that are not
+// this machine: it would run every one of their workers here. One discovery poll says which
+// hosts the provider has; a poll that fails is left to the job's own discovery.
+func checkLocalHosts(ctx context.Context, c *cli.Context, o driver.Options) error {
+	if launcherName(c) != "local" || o.ProviderName == "local" || o.Provider == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.Duration("discovery-timeout"))
+	defer cancel()
+	hosts, err := o.Provider.Hosts(ctx)
+	if err != nil {
+		return nil
+	}
+	for _, h := range hosts {
+		if !thisMachine(ctx, h.Addr) {
+			return cli.Exit(fmt.Sprintf("--launcher local runs every worker on this machine, but --provider %s lists host %s at %s, which is not this machine: use --launcher agent (elasticd agent on each host) or --launcher ssh", o.ProviderName, h.ID, h.Addr), 2)
+		}
+	}
+	return nil
+}
+
+// thisMachine reports whether addr (an IP or a host name) is this machine: a loopback address,
+// one of its interfaces' addresses, its host name, or a name that resolves to one of those.
+func thisMachine(ctx context.Context, addr string) bool {
+	if name, err := os.Hostname(); err == nil && strings.EqualFold(addr, name) || strings.EqualFold(addr, "localhost") {
+		return true
+	}
+	var ips []net.IP
+	if ip := net.ParseIP(strings.Trim(addr, "[]")); ip != nil {
+		ips = []net.IP{ip}
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		as, err := net.DefaultResolver.LookupIPAddr(rctx, addr)
+		if err != nil {
+			return false
+		}
+		for _, a := range as {
+			ips = append(ips, a.IP)
+		}
+	}
+	own, _ := net.InterfaceAddrs()
+	for _, ip := range ips {
+		if ip.IsLoopback() {
+			return true
+		}
+		for _, a := range own {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // manageCapacity reads --manage-capacity, --replace-per-hour and --max-cost. The group is

@@ -373,6 +373,11 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"run", "-np", "2", "--blacklist-cooldown-range", "5m,1s", "--", "true"}, "--blacklist-cooldown-range"},
 		{[]string{"run", "-np", "2", "-H", "a:x", "--", "true"}, "--hosts"},
 		{[]string{"run", "-np", "2", "--host-discovery-script", "/nonexistent", "--", "true"}, "not an executable file"},
+		// A cloud's hosts are other machines: the agent launcher by default, which needs its secret.
+		{[]string{"run", "--provider", "gcp", "--project", "my-project-1", "--zone", "us-central1-a", "--mig", "m", "-np", "2", "--", "true"}, "--agent-secret-file: --provider gcp runs the workers on the group's hosts"},
+		// The local launcher never runs another machine's workers here.
+		{[]string{"run", "-np", "2", "-H", "10.1.2.3:2", "--", "true"}, "--launcher local runs every worker on this machine, but --provider fixed lists host 10.1.2.3 at 10.1.2.3, which is not this machine"},
+		{[]string{"run", "-np", "2", "-H", "10.1.2.3:2", "--launcher", "local", "--", "true"}, "use --launcher agent (elasticd agent on each host) or --launcher ssh"},
 	} {
 		cmd := exec.CommandContext(ctx, binary, tc.args...)
 		out, err := cmd.CombinedOutput()

@@ -45,6 +45,7 @@ func TestEndToEndSpotInterruption(t *testing.T) {
 	cmd := exec.Command(filepath.Join(bin, "elasticd"), "run",
 		"--provider", "aws", "--asg", fakeGroup, "--region", "us-east-1",
 		"--endpoint", f.srv.URL, "--sqs-queue-url", f.queueURL,
+		"--launcher", "local", // the fake's instances are this machine's loopback addresses
 		"-np", "3", "--min-np", "2",
 		"--", filepath.Join(bin, "train"), "--steps", "100000", "--step-delay", "5ms", "--events")
 	cmd.Dir = t.TempDir()
