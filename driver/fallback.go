@@ -145,9 +145,7 @@ func (m *Machine) steerFallback(now time.Time) []Action {
 		fb.busy = true
 		acts = append(acts, ReadCapacity{Fallback: true})
 	}
-	m.fallbackUse(now)
-	acts = append(acts, m.pendingWarn...)
-	m.pendingWarn = nil
+	acts = append(acts, m.fallbackUse(now)...)
 	spot := m.spotSlots(now)
 	if spot < m.cfg.NP {
 		if fb.shortSince.IsZero() {
@@ -161,11 +159,7 @@ func (m *Machine) steerFallback(now time.Time) []Action {
 		acts = append(acts, m.leaveFallback(now)...)
 	case !fb.shortSince.IsZero() && !now.Before(fb.shortSince.Add(fb.cfg.After)) && !fb.stockout.Before(fb.shortSince.Add(-fb.cfg.After)):
 		fb.moving = false
-		slots := f.cfg.SlotsPerHost
-		for _, h := range m.raw {
-			slots = max(slots, h.Slots)
-		}
-		slots = max(slots, 1)
+		slots := max(m.hostSlots(), 1)
 		// The fallback hosts already there count toward what is missing.
 		have := 0
 		for _, h := range m.raw {
@@ -210,8 +204,10 @@ func (m *Machine) leaveFallback(now time.Time) []Action {
 	return acts
 }
 
-// fallbackUse keeps the time fallback workers were in the generation, for the status.
-func (m *Machine) fallbackUse(now time.Time) {
+// fallbackUse keeps the time fallback workers were in the generation, for the status, and
+// warns once of a spot instance in the fallback group.
+func (m *Machine) fallbackUse(now time.Time) []Action {
+	var acts []Action
 	fb := m.fl.fb
 	for _, h := range m.raw {
 		if !h.Fallback {
@@ -222,7 +218,7 @@ func (m *Machine) fallbackUse(now time.Time) {
 			fb.spotWarned = true
 			msg := fmt.Sprintf("the fallback group %s launched a spot instance (%s): a fallback group must launch on-demand instances, or it runs out with the spot group; fix its launch template", fb.cfg.Group, h.ID)
 			m.j.event(now, EventCapacity, "%s", msg)
-			m.pendingWarn = append(m.pendingWarn, Warn{msg, nil})
+			acts = append(acts, Warn{msg, nil})
 		}
 	}
 	in := false
@@ -241,6 +237,7 @@ func (m *Machine) fallbackUse(now time.Time) {
 		fb.used += now.Sub(fb.usedSince)
 		fb.usedSince = time.Time{}
 	}
+	return acts
 }
 
 // fallbackRead takes the fallback group's size.

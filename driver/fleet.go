@@ -141,7 +141,6 @@ type fleet struct {
 	lastRead time.Time // the last read that answered
 	refused  string    // a call was refused: the job goes on unmanaged, and says why
 	capped   bool      // said once that the group's maximum holds the job below --max-np
-	overMax  bool      // the job could use more hosts than the group's maximum
 	changes  []string  // "4 → 0" of each size set, oldest first
 
 	broken        map[string]string    // hosts to hand back, with why, until handed back
@@ -181,27 +180,32 @@ func (m *Machine) steerDeadline() time.Time {
 	return t
 }
 
-// wantHosts is the desired size the job can use: enough hosts for --max-np, within the
-// group's bounds (the minimum is not lowered while the job runs, the maximum never raised).
-// Without a host to learn the slots from, a group at zero is asked for one host first, and
-// any other size is left as it is.
-func (m *Machine) wantHosts() int {
-	f := m.fl
-	slots := f.cfg.SlotsPerHost
+// hostSlots is the slot count of one of the group's hosts: --slots-per-host, else the most
+// any listed host has; 0 with neither.
+func (m *Machine) hostSlots() int {
+	slots := m.fl.cfg.SlotsPerHost
 	if slots == 0 {
 		for _, h := range m.raw {
 			slots = max(slots, h.Slots)
 		}
 	}
-	want := f.size.Desired
-	switch {
+	return slots
+}
+
+// wantHosts is the desired size the job can use: enough hosts for --max-np, within the
+// group's bounds (the minimum is not lowered while the job runs, the maximum never raised),
+// and whether the job could use more than the maximum. Without a host to learn the slots
+// from, a group at zero is asked for one host first, and any other size is left as it is.
+func (m *Machine) wantHosts() (want int, overMax bool) {
+	f := m.fl
+	want = f.size.Desired
+	switch slots := m.hostSlots(); {
 	case slots > 0:
 		want = (m.cfg.MaxNP + slots - 1) / slots
 	case f.size.Desired == 0:
 		want = 1
 	}
-	f.overMax = want > f.size.Max
-	return min(max(want, f.size.Min), f.size.Max)
+	return min(max(want, f.size.Min), f.size.Max), want > f.size.Max
 }
 
 // steer makes the fleet's next call, if any is due: a read when its time has come, else a set
@@ -220,7 +224,8 @@ func (m *Machine) steer(now time.Time) []Action {
 		acts = append(acts, ReadCapacity{Failures: f.fb != nil})
 	}
 	if !f.busy && f.known {
-		if want := m.wantHosts(); want != f.size.Desired {
+		want, overMax := m.wantHosts()
+		if want != f.size.Desired {
 			f.busy = true
 			why := fmt.Sprintf("the job uses up to %d slots (--max-np)", m.cfg.MaxNP)
 			if want == 1 && f.size.Desired == 0 && f.cfg.SlotsPerHost == 0 && len(m.raw) == 0 {
@@ -228,7 +233,7 @@ func (m *Machine) steer(now time.Time) []Action {
 			}
 			acts = append(acts, SetCapacity{From: f.size.Desired, To: want, Reason: why})
 		}
-		if !f.capped && f.overMax {
+		if !f.capped && overMax {
 			f.capped = true
 			msg := fmt.Sprintf("%s is at its maximum size %d: the job stays below --max-np %d (elasticd never raises a group's maximum; raise it in the group if the job should grow)", f.cfg.Group, f.size.Max, m.cfg.MaxNP)
 			m.j.event(now, EventCapacity, "%s", msg)

@@ -296,8 +296,7 @@ type Machine struct {
 	adoptUntil time.Time
 	adoptWait  map[protocol.WorkerID]bool
 
-	fl          *fleet   // --manage-capacity; nil without
-	pendingWarn []Action // warnings found while counting, handed out by the same step
+	fl *fleet // --manage-capacity; nil without
 
 	budget   string    // why --max-cost stops the job; "" until it does
 	budgetBy time.Time // when it stops at the latest, if the workers have not committed
@@ -1160,7 +1159,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 		}
 	}
 	if m.fl != nil && m.fl.fb != nil {
-		m.fallbackUse(now) // the generation's members changed: whether fallback hosts are among them
+		acts = append(acts, m.fallbackUse(now)...) // the members changed: are fallback hosts among them?
 	}
 	acts = append(acts, Note{"generation started", []any{"generation", m.gen, "world_size", len(order), "resets", m.resets.All}})
 	m.j.point(now, m.gen, len(order))
