@@ -121,7 +121,8 @@ bench-compare-hosts: build
 # Recovery of a 4-worker DDP job (gloo, ~1M parameters) with one worker SIGKILLed, under
 # torchrun, elasticd's restart mode (cold and --warm-start) and its in-process mode, interleaved
 # ROUNDS times, medians and ratios to torchrun; then what a commit per step costs in-process
-# against a plain DDP step (docs/benchmarks.md §12).
+# against a plain DDP step (docs/benchmarks.md, "PyTorch, against torchrun" and "What a commit
+# costs").
 bench-pytorch: build
 	$(PYTHON) bench/pytorch/recovery.py --rounds $(ROUNDS) --elasticd $(BIN) --out bench-pytorch-recovery.jsonl
 	$(PYTHON) bench/pytorch/commit.py --rounds $(ROUNDS) --np 2 --elasticd $(BIN)

@@ -57,7 +57,7 @@ type Config struct {
 	// namespaces, containers, pods on one node) and its congestion control is BBR: there a
 	// flow's segments leave from several CPUs and arrive out of order, and BBR then keeps
 	// far more in flight than the veth moves and retransmits thousands of segments that were
-	// not lost (docs/benchmarks.md §18); the kernel's autotuning elsewhere, under CUBIC or
+	// not lost (docs/design-notes/allreduce-tuning.md §10); the kernel's autotuning elsewhere, under CUBIC or
 	// Reno on veth too, where the bound made allreduces slower (§21.2), and on real links,
 	// whose round trip needs larger windows. Negative: the kernel's autotuning everywhere.
 	// Positive: this size on every TCP data connection (the kernel doubles it for its
@@ -338,7 +338,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 // vethSendBuffer is Config.TCPSendBuffer's default on veth under BBR: with it, 2 ranks in
 // network namespaces joined by veth reduced 1 MB in 0.41-0.60 ms instead of 1.07-1.11 ms and
 // 16 MB in 6.9-8.2 ms instead of 15.5-16.1 ms, retransmitting ~1 % as many segments
-// (docs/benchmarks.md §18); 64 and 128 KiB did no better, 512 KiB as badly as the kernel's
+// (docs/design-notes/allreduce-tuning.md §10); 64 and 128 KiB did no better, 512 KiB as badly as the kernel's
 // autotuning. Both ends are one machine, whose round trip is tens of microseconds: the
 // window it allows (twice this, as the kernel counts) exceeds what a veth moves in one.
 const vethSendBuffer = 256 << 10
@@ -347,7 +347,7 @@ const vethSendBuffer = 256 << 10
 // TCP_CONGESTION names it) gets vethSendBuffer by default: BBR and its successors, which
 // pace by a bandwidth model that the veth's reordering misleads. Under CUBIC and Reno the
 // kernel's autotuning was faster, side by side: 1 MB 1.07-1.17x, 16 MB 1.13x, 4 KB the same
-// (docs/benchmarks.md §21.2).
+// (docs/design-notes/allreduce-tuning.md §13.2).
 func boundOnVeth(cc string) bool { return strings.HasPrefix(cc, "bbr") }
 
 // tuneTCP sets the send buffer of the data connections that stayed on TCP, as

@@ -34,7 +34,7 @@ const directMaxRanks = 4
 
 // directAutoBytes is the smallest allreduce that reads directly where the machine's copies
 // across processes are fast enough (directMinRatio). On the 16-core Xeon of
-// docs/benchmarks.md §20, reading directly took 1.2-1.5x the rings' time at 512 KB and
+// docs/design-notes/allreduce-tuning.md §12, reading directly took 1.2-1.5x the rings' time at 512 KB and
 // 1 MB with 2, 3 and 4 ranks, and from 2 MB on was faster (1.05-1.67x).
 const directAutoBytes = 2 << 20
 

@@ -65,7 +65,7 @@ const readProbeBytes = 4 << 20
 // fifteen interleaved tries of readProbeBytes; 0 when it cannot tell. The kernel's path is
 // the same whether the memory is another process's or this one's: it pins the pages and
 // copies them. Fifteen, because medians of five and best times of seven spread 0.51-0.83
-// on a machine where medians of sixteen gave 0.73 and 0.77 (docs/benchmarks.md §20). It
+// on a machine where medians of sixteen gave 0.73 and 0.77 (docs/design-notes/allreduce-tuning.md §12). It
 // takes 5-15 ms, in memory of its own that it hands back.
 func measureReadRatio() float64 {
 	mem, err := unix.Mmap(-1, 0, 2*readProbeBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)

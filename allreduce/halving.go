@@ -9,7 +9,7 @@ package allreduce
 // 2·log2(n) steps instead of 2(n-1): each step is a wake-up of a peer, and where ranks
 // outnumber cores each one waits for a scheduler slot. With 4 ranks on 2 vCPUs, shared
 // memory, it took 11-31 % less time than the ring from 128 KB to 64 MB, and over TCP 20-48 %
-// less at 256 KB, 1 MB and 16 MB (docs/benchmarks.md §14).
+// less at 256 KB, 1 MB and 16 MB (docs/design-notes/allreduce-tuning.md §6).
 func (c *Comm) halvingAllreduce(o *opInfo, data []byte, dt dtype, op Op) error {
 	n, r := c.cfg.Size, c.cfg.Rank
 	es := dt.size()

@@ -65,11 +65,11 @@ var machineLLC = sync.OnceValue(lastLevelCache)
 // A non-temporal store skips the cache: the line goes to memory, and the reader fetches it
 // from there. That wins where taking the line back from the reader's core costs more than
 // memory does — cores with caches of their own (an AMD EPYC's CCXs, the 2-vCPU VM of
-// docs/benchmarks.md §17: 256 KB–64 MB 1.4–2.5× faster) — and where the ranks' buffers
+// docs/design-notes/allreduce-tuning.md §9: 256 KB–64 MB 1.4–2.5× faster) — and where the ranks' buffers
 // together overflow the cache anyway. Where one cache serves every core the process may run
 // on, ordinary stores hand lines over inside it: on a 16-core Xeon they were 1.1–1.6× faster
 // from 64 KB to 16 MB, and non-temporal ones only won with 8 ranks at 64 MB, 512 MB of
-// buffers against a 300 MiB cache (docs/benchmarks.md §19). So: with one shared cache,
+// buffers against a 300 MiB cache (docs/design-notes/allreduce-tuning.md §11). So: with one shared cache,
 // non-temporal stores once the ranks' buffers exceed it; with split or unknown caches, always.
 func ntFrom(p policy, hw bool, llc cacheInfo, ranksOnHost int) int64 {
 	switch {

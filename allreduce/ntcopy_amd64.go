@@ -20,7 +20,7 @@ const ntMin = 4 << 10
 // core's cache (the communicator decides when: ntFrom). A normal store must first take each
 // line of the ring back from the core that read it the last time round (the peer's), a
 // round trip between cores per line; the peer then takes it back. With 2 ranks on a 2-vCPU
-// VM that made 256 KB–64 MB allreduces 1.4–2.5× slower (docs/benchmarks.md §17), though not
+// VM that made 256 KB–64 MB allreduces 1.4–2.5× slower (docs/design-notes/allreduce-tuning.md §9), though not
 // where one cache serves both cores (§19). The ends that are not whole aligned blocks are
 // copied normally.
 func ringCopy(dst, src []byte, nt bool) int {

@@ -46,8 +46,8 @@ const (
 // shmYield is how long a waiter yields its core (sched_yield) before it sleeps, whatever
 // the number of cores: with more ranks than cores too, a yield hands the core to a rank
 // that is runnable, most often the one waited for, at once, where a futex sleep and wake
-// cost two trips through the scheduler. Measured with 4 ranks on 2 vCPUs (docs/benchmarks.md
-// §14), yielding for 50 µs took 40-55 % less time than sleeping at once from 64 KB to 16 MB;
+// cost two trips through the scheduler. Measured with 4 ranks on 2 vCPUs (docs/design-notes/allreduce-tuning.md
+// §6), yielding for 50 µs took 40-55 % less time than sleeping at once from 64 KB to 16 MB;
 // 250 µs instead of 50 cut the slowest tenth of 64 KB-1 MB allreduces by a further 25-45 %
 // (§18). A waiter with cores to spare spins that long at most, then sleeps.
 const shmYield = 250 * time.Microsecond

@@ -31,7 +31,7 @@ func futexWait(w *atomic.Uint32, v uint32, d time.Duration) {
 // osYield is sched_yield as a raw system call: Syscall tells the Go scheduler that the
 // thread may block (entersyscall), and the monitor thread then takes its P away from a
 // thread that has yielded for long, handing it back on return; with 4 ranks on 2 vCPUs
-// that cost 15-45 % of a 64 KB-1 MB allreduce (docs/benchmarks.md §18). sched_yield and
+// that cost 15-45 % of a 64 KB-1 MB allreduce (docs/design-notes/allreduce-tuning.md §10). sched_yield and
 // FUTEX_WAKE never block; FUTEX_WAIT, which does, stays a Syscall.
 func osYield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 

@@ -10,7 +10,7 @@ import (
 // waits only when neither can move, on both at once. stream's two goroutines hand every
 // chunk over a channel and each waits on its own ring; on a machine with no core to spare
 // for every rank's goroutines, each hand-off and each wake-up waits for a scheduler slot,
-// which cost about 200 µs per collective on 2 vCPUs (docs/benchmarks.md §14).
+// which cost about 200 µs per collective on 2 vCPUs (docs/design-notes/allreduce-tuning.md §6).
 //
 // Units are numbered from first, on both sides.
 func (c *Comm) shmStream(o *opInfo, next, prev *peer, first int, sends, recvs []unit, dt dtype, op Op) error {

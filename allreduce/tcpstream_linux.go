@@ -22,7 +22,7 @@ import (
 // the communicator's wake-up eventfd at once (poll). goStream's two goroutines each wait in
 // Go's network poller, and every chunk is a hand-off between them: on 2 vCPUs each wake-up
 // waited for a scheduler slot, and a 2-rank 1 MiB allreduce over loopback took 2-3 times as
-// long (docs/benchmarks.md §16).
+// long (docs/design-notes/allreduce-tuning.md §8).
 //
 // Units are numbered from first, on both sides.
 func (c *Comm) tcpStream(o *opInfo, next, prev *peer, first int, sends, recvs []unit, dt dtype, op Op) error {
@@ -185,7 +185,7 @@ type tcpSender struct {
 // step writes as much of unit i (payload b) as the socket takes now; it reports whether it
 // wrote anything. The whole rest of the frame goes to one writev: writing in pieces and
 // reading between them, as shmStream does, made TCP 1.5-2x slower at 16 MiB over loopback
-// and veth here (docs/benchmarks.md §16).
+// and veth here (docs/design-notes/allreduce-tuning.md §8).
 func (s *tcpSender) step(b []byte) (bool, error) {
 	if s.frame == nil {
 		s.c.putHeader(s.p, s.o, s.first+s.i, b)
@@ -285,7 +285,7 @@ func (v *tcpReceiver) step(u unit) (bool, error) {
 // system call, takes it back and hands it off, and so keeps waking every 20 µs: on 2 vCPUs
 // those wake-ups pre-empted the ranks (in a 4 MB run across veth, 1,756 of the ranks' 5,620
 // context switches were sysmon's sleeps); raw calls made 1-64 MB allreduces of 2 ranks
-// there 1.15-1.5x faster under BBR and CUBIC (docs/benchmarks.md §22).
+// there 1.15-1.5x faster under BBR and CUBIC (docs/design-notes/allreduce-tuning.md §14).
 func readNow(fd int, b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil

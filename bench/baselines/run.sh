@@ -67,9 +67,9 @@
 #                the namespaces inherit this machine's. On veth, segments of
 #                one flow can arrive out of order (sent from two CPUs), and
 #                BBR and CUBIC then retransmit many that were not lost
-#                (docs/benchmarks.md §17.1, §18); Reno did not. elasticd bounds
-#                its send buffers on veth under BBR only (§21). A namespace may
-#                set only the algorithms the machine allows
+#                (docs/design-notes/allreduce-tuning.md §9.1, §10); Reno did not.
+#                elasticd bounds its send buffers on veth under BBR only (§13).
+#                A namespace may set only the algorithms the machine allows
 #                (net.ipv4.tcp_allowed_congestion_control; root may add one
 #                there, e.g. cubic where the machine's default is BBR)
 #
