@@ -13,6 +13,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/authorization/armauthorization/v2"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 )
@@ -38,6 +39,12 @@ type api interface {
 	// {"instanceIds":[id]}, then the wait for its long-running operation. ARM lowers
 	// sku.capacity by one.
 	deleteInstance(ctx context.Context, instanceID string, every time.Duration) error
+	// token gets an access token for ARM from the provider's credential, as every call's
+	// bearer token is got (check.go).
+	token(ctx context.Context) (azcore.AccessToken, error)
+	// permissions is GET …/virtualMachineScaleSets/{vmss}/providers/Microsoft.Authorization/
+	// permissions: the caller's RBAC actions and notActions on the scale set (check.go).
+	permissions() pages[*armauthorization.Permission]
 }
 
 // lroError is a long-running operation that ARM accepted and that then ended Failed (or
@@ -72,6 +79,9 @@ type sdk struct {
 	sets     *armcompute.VirtualMachineScaleSetsClient
 	vmc      *armcompute.VirtualMachineScaleSetVMsClient
 	nicc     *armnetwork.InterfacesClient
+	perms    *armauthorization.PermissionsClient
+	cred     azcore.TokenCredential // as the clients have it
+	scope    string                 // of the clients' tokens: the ARM audience's /.default
 }
 
 // SDK retry inside one request: a few quick tries for a transient failure, and Retry-After
@@ -110,7 +120,13 @@ func newSDK(cfg Config, cred azcore.TokenCredential) (*sdk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("azure network client: %w", err)
 	}
-	return &sdk{rg: cfg.ResourceGroup, vmss: cfg.VMSS, sets: sets, vmc: vmc, nicc: nicc}, nil
+	perms, err := armauthorization.NewPermissionsClient(cfg.Subscription, cred, opts)
+	if err != nil {
+		return nil, fmt.Errorf("azure authorization client: %w", err)
+	}
+	// The scope the ARM pipeline asks its bearer tokens for (azcore's arm/runtime).
+	scope := opts.Cloud.Services[cloud.ResourceManager].Audience + "/.default"
+	return &sdk{rg: cfg.ResourceGroup, vmss: cfg.VMSS, sets: sets, vmc: vmc, nicc: nicc, perms: perms, cred: cred, scope: scope}, nil
 }
 
 // cloudFor is the cloud whose ARM endpoint is endpoint: a known sovereign cloud keeps its
@@ -168,6 +184,20 @@ func (s *sdk) deleteInstance(ctx context.Context, instanceID string, every time.
 	}
 	_, err = pl.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: every})
 	return waited(err)
+}
+
+func (s *sdk) token(ctx context.Context) (azcore.AccessToken, error) {
+	return s.cred.GetToken(ctx, policy.TokenRequestOptions{Scopes: []string{s.scope}})
+}
+
+func (s *sdk) permissions() pages[*armauthorization.Permission] {
+	// A scale set is a top-level resource of Microsoft.Compute: no parent path.
+	return sdkPages[armauthorization.PermissionsClientListForResourceResponse, *armauthorization.Permission]{
+		pager: s.perms.NewListForResourcePager(s.rg, "Microsoft.Compute", "", "virtualMachineScaleSets", s.vmss, nil),
+		items: func(r armauthorization.PermissionsClientListForResourceResponse) ([]*armauthorization.Permission, *string) {
+			return r.Value, r.NextLink
+		},
+	}
 }
 
 func (s *sdk) vms() pages[*armcompute.VirtualMachineScaleSetVM] {

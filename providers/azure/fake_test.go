@@ -62,6 +62,17 @@ type fakeARM struct {
 
 	tags       map[string]string // the scale set's tags
 	afterPatch func()            // when set, called after each PATCH of the tags is taken (as another driver's)
+
+	// perms are the caller's RBAC permissions on the scale set, as "Permissions - List For
+	// Resource" answers them: one page each, linked by nextLink.
+	perms [][]fakePerm
+}
+
+// fakePerm is one entry of a permissions listing: the actions and notActions of one role
+// assignment's role. The data actions are always empty: elasticd needs none.
+type fakePerm struct {
+	Actions    []string `json:"actions"`
+	NotActions []string `json:"notActions"`
 }
 
 // fakeOp is one long-running operation: its status resource answers InProgress polls times,
@@ -80,6 +91,7 @@ const (
 	epUpdate = "update" // PATCH of the scale set
 	epDelete = "delete" // POST …/delete
 	epOps    = "operations"
+	epPerms  = "permissions" // GET …/virtualMachineScaleSets/{vmss}/providers/Microsoft.Authorization/permissions
 )
 
 // failMessages are ARM's messages for the failures the fake can make.
@@ -138,6 +150,7 @@ func newFake(t testing.TB, vms ...fakeVM) *fakeARM {
 		ops:      map[string]*fakeOp{},
 		opPolls:  1,
 		tags:     map[string]string{"elasticd": "gpu-pool"},
+		perms:    [][]fakePerm{{{Actions: []string{"*"}}}}, // an Owner or Contributor
 	}
 	for _, v := range vms {
 		f.nextID = max(f.nextID, atoi(v.ID)+1)
@@ -392,6 +405,8 @@ func (f *fakeARM) serve(w http.ResponseWriter, r *http.Request) {
 		f.update(w, r, body)
 	case ep == epDelete:
 		f.deleteInstances(w, r, body)
+	case ep == epPerms:
+		f.permissions(w, r)
 	default:
 		f.page(w, r, ep)
 	}
@@ -421,6 +436,9 @@ func route(path string) (ep, sub, rg, vmss string) {
 		ep = epNICs
 	case len(parts) == 9 && strings.EqualFold(parts[8], "delete"):
 		ep = epDelete
+	case len(parts) == 11 && strings.EqualFold(parts[8], "providers") &&
+		strings.EqualFold(parts[9], "Microsoft.Authorization") && strings.EqualFold(parts[10], "permissions"):
+		ep = epPerms
 	}
 	return ep, sub, rg, vmss
 }
@@ -793,4 +811,50 @@ func (f *fakeARM) tagsNow() map[string]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return maps.Clone(f.tags)
+}
+
+// setPermissions sets the caller's permissions on the scale set: each argument is one page
+// of the listing.
+func (f *fakeARM) setPermissions(pages ...[]fakePerm) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.perms = pages
+}
+
+// permissions serves one page of "Permissions - List For Resource" (api-version 2022-04-01):
+// {"value":[{"actions":[…],"notActions":[…],"dataActions":[],"notDataActions":[]}],
+// "nextLink":"…"}, $skiptoken being the page's index.
+func (f *fakeARM) permissions(w http.ResponseWriter, r *http.Request) {
+	type entry struct {
+		fakePerm
+		DataActions    []string `json:"dataActions"`
+		NotDataActions []string `json:"notDataActions"`
+	}
+	var page struct {
+		Value    []entry `json:"value"`
+		NextLink string  `json:"nextLink,omitempty"`
+	}
+	i, _ := strconv.Atoi(r.URL.Query().Get("$skiptoken"))
+	f.mu.Lock()
+	page.Value = []entry{}
+	if i >= 0 && i < len(f.perms) {
+		for _, p := range f.perms[i] {
+			e := entry{fakePerm: p, DataActions: []string{}, NotDataActions: []string{}}
+			if e.Actions == nil {
+				e.Actions = []string{}
+			}
+			if e.NotActions == nil {
+				e.NotActions = []string{}
+			}
+			page.Value = append(page.Value, e)
+		}
+	}
+	if i+1 < len(f.perms) {
+		q := r.URL.Query()
+		q.Set("$skiptoken", strconv.Itoa(i+1))
+		page.NextLink = f.srv.URL + r.URL.Path + "?" + q.Encode()
+	}
+	f.mu.Unlock()
+	body, _ := json.Marshal(page)
+	f.write(w, reply{raw: body})
 }
