@@ -2,6 +2,7 @@ package ibm_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -142,8 +143,11 @@ func newFake(t testing.TB, instances ...fakeInstance) *fakeVPC {
 		rendered:    make(map[fakeInstance][2][]byte),
 		memberCount: -1,
 	}
-	f.srv = httptest.NewServer(f)
-	f.base = f.srv.URL + "/v1"
+	// The fields the handler reads are set before it starts serving: a request from another
+	// process (the end-to-end test's) is no synchronisation the race detector sees.
+	f.srv = httptest.NewUnstartedServer(f)
+	f.base = "http://" + f.srv.Listener.Addr().String() + "/v1"
+	f.srv.Start()
 	t.Cleanup(func() {
 		close(f.done) // lets stalled handlers go, so that Close does not wait for them
 		f.srv.Close()
@@ -768,4 +772,35 @@ func (f *fakeVPC) serveCapacity(w http.ResponseWriter, r *http.Request, endpoint
 	default:
 		f.t.Errorf("fake: no capacity endpoint %q", endpoint)
 	}
+}
+
+// newIAMAs is a fake IAM token service like newIAM whose tokens, for the key "good-key",
+// carry an identity's claims as IBM's access tokens do (iam_id, sub, account.bss); any other
+// key gets IAM's "API key could not be found" reply.
+func newIAMAs(t *testing.T, iamID, account string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method != http.MethodPost || r.URL.Path != "/identity/token" || r.ParseForm() != nil || r.PostForm.Get("apikey") != "good-key" {
+			body, err := os.ReadFile("testdata/iam_bad_api_key.json")
+			if err != nil {
+				t.Errorf("fake IAM: %v", err)
+			}
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write(body)
+			return
+		}
+		now := time.Now().Unix()
+		seg := func(v any) string {
+			b, _ := json.Marshal(v)
+			return base64.RawURLEncoding.EncodeToString(b)
+		}
+		claims := map[string]any{"iam_id": iamID, "id": iamID, "sub": strings.TrimPrefix(iamID, "iam-"), "sub_type": "ServiceId",
+			"account": map[string]any{"valid": true, "bss": account}, "iat": now, "exp": now + 3600,
+			"iss": "https://iam.cloud.ibm.com/identity", "grant_type": "urn:ibm:params:oauth:grant-type:apikey", "scope": "ibm openid"}
+		jwt := seg(map[string]string{"kid": "20260901", "alg": "RS256"}) + "." + seg(claims) + ".c2lnbmF0dXJl"
+		fmt.Fprintf(w, `{"access_token":%q,"refresh_token":"not-used","token_type":"Bearer","expires_in":3600,"expiration":%d,"scope":"ibm openid"}`, jwt, now+3600)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
 }
