@@ -2,7 +2,11 @@ package gcp_test
 
 import (
 	"bytes"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -63,6 +67,21 @@ type fakeCompute struct {
 	byRequestID map[string]string                      // requestId → operation name
 	opPending   int                                    // operations stay RUNNING until their opPending-th poll (0: DONE at once)
 	opFailure   *opFailure                             // the next operation ends with this error
+
+	// What the check reads (check.go): the group's instance template, and the permissions
+	// that Cloud Resource Manager's projects.testIamPermissions answers with. The compute
+	// endpoints that discovery and the check call answer 403 for a permission not granted.
+	template   *computepb.InstanceTemplate // what instanceTemplates.get serves; nil: 404
+	granted    map[string]bool             // the permissions held on the project (all of allPermissions by default)
+	iamRefusal string                      // testIamPermissions answers 403: "denied", or "disabled" (the API not enabled)
+	tokenError bool                        // the token endpoint answers invalid_grant
+}
+
+// allPermissions are the project's permissions that the fake knows and grants by default.
+var allPermissions = []string{
+	"compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update", "compute.instances.list",
+	"compute.autoscalers.get", "compute.zoneOperations.get", "compute.regionOperations.get",
+	"compute.instanceTemplates.get",
 }
 
 // fakeOperation is an operation the fake returned, and how many polls it stays RUNNING.
@@ -92,6 +111,9 @@ const (
 	epErrors     = "listErrors"
 	epAutoscaler = "autoscaler"
 	epOperation  = "operation"
+	// The check's.
+	epTemplate = "template"
+	epTestIAM  = "testIamPermissions"
 )
 
 type reply struct {
@@ -126,7 +148,17 @@ func newFake(t testing.TB, dir string) *fakeCompute {
 	t.Helper()
 	f := &fakeCompute{t: t, project: testProject, mig: testMIG, instances: map[string][]*computepb.Instance{},
 		scripted: map[string][]reply{}, encoded: map[string][]byte{}, stop: make(chan struct{}),
-		operations: map[string]*fakeOperation{}, byRequestID: map[string]string{}}
+		operations: map[string]*fakeOperation{}, byRequestID: map[string]string{}, granted: map[string]bool{},
+		template: &computepb.InstanceTemplate{
+			Name: proto.String("gpu-tmpl"),
+			Properties: &computepb.InstanceProperties{
+				MachineType: proto.String("a3-highgpu-8g"),
+				Scheduling:  &computepb.Scheduling{ProvisioningModel: proto.String("SPOT")},
+			},
+		}}
+	for _, perm := range allPermissions {
+		f.granted[perm] = true
+	}
 	if dir == "regional" {
 		f.region = testRegion
 	} else {
@@ -165,6 +197,9 @@ func newFake(t testing.TB, dir string) *fakeCompute {
 		mux.HandleFunc("GET /compute/v1/projects/{project}/"+loc+"/{loc}/autoscalers/{name}", f.serveAutoscaler)
 		mux.HandleFunc("GET /compute/v1/projects/{project}/"+loc+"/{loc}/operations/{op}", f.serveOperation)
 	}
+	mux.HandleFunc("GET /compute/v1/projects/{project}/global/instanceTemplates/{name}", f.serveTemplate)
+	mux.HandleFunc("GET /compute/v1/projects/{project}/regions/{loc}/instanceTemplates/{name}", f.serveTemplate)
+	mux.HandleFunc("POST /v1/projects/{resource}", f.serveTestIAM) // {resource}:testIamPermissions
 	mux.HandleFunc("POST /token", f.serveToken)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("fake compute: unexpected request %s %s", r.Method, r.URL)
@@ -317,8 +352,14 @@ func (f *fakeCompute) begin(w http.ResponseWriter, r *http.Request, endpoint, zo
 func (f *fakeCompute) serveToken(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.tokens++
+	refuse := f.tokenError
 	f.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
+	if refuse { // RFC 6749 section 5.2, as Google's token endpoint answers a key it no longer knows
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write([]byte(`{"error":"invalid_grant","error_description":"Invalid JWT Signature."}`))
+		return
+	}
 	w.Write(readFile(f.t, "token.json"))
 }
 
@@ -337,6 +378,9 @@ func (f *fakeCompute) serveManaged(w http.ResponseWriter, r *http.Request) {
 	loc := f.zone
 	if strings.Contains(r.URL.Path, "/regions/") {
 		loc = f.region
+	}
+	if !f.allowed(w, "compute.instanceGroupManagers.get", strings.TrimPrefix(r.URL.Path, "/compute/v1/")) {
+		return
 	}
 	if r.PathValue("project") != f.project || r.PathValue("mig") != f.mig || r.PathValue("loc") != loc || loc == "" {
 		f.writeError(w, 404, "errors/404.json")
@@ -362,6 +406,9 @@ func (f *fakeCompute) serveInstances(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.allowed(w, "compute.instances.list", "projects/"+r.PathValue("project")) {
+		return
+	}
 	if r.PathValue("project") != f.project {
 		f.writeError(w, 404, "errors/404.json")
 		return
@@ -533,6 +580,9 @@ func (f *fakeCompute) serveGroup(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.allowed(w, "compute.instanceGroupManagers.get", strings.TrimPrefix(r.URL.Path, "/compute/v1/")) {
+		return
+	}
 	if !f.ours(r) {
 		f.notFound(w, r)
 		return
@@ -587,6 +637,9 @@ func (f *fakeCompute) serveAutoscaler(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.allowed(w, "compute.autoscalers.get", strings.TrimPrefix(r.URL.Path, "/compute/v1/")) {
+		return
+	}
 	if !f.ours(r) || f.autoscaler == nil || r.PathValue("name") != f.autoscaler.GetName() {
 		f.notFound(w, r)
 		return
@@ -619,7 +672,7 @@ func (f *fakeCompute) serveResize(w http.ResponseWriter, r *http.Request) {
 	case err != nil || size < 0:
 		googleError(w, 400, "invalid", fmt.Sprintf("Invalid value for field 'size': '%s'. Must be greater than or equal to 0.", q.Get("size")))
 		return
-	case f.denied:
+	case f.denied || !f.granted["compute.instanceGroupManagers.update"]:
 		f.deny(w)
 		return
 	}
@@ -651,7 +704,7 @@ func (f *fakeCompute) serveRecreate(w http.ResponseWriter, r *http.Request) {
 		googleError(w, 400, "invalid", "Invalid value for field 'resource.instances': ''. Between 1 and 1000 instances must be given.")
 		return
 	}
-	if f.denied {
+	if f.denied || !f.granted["compute.instanceGroupManagers.update"] {
 		f.deny(w)
 		return
 	}
@@ -833,4 +886,210 @@ func (f *fakeCompute) runOut() {
 			f.igmErrors = append(f.igmErrors, igmError(now, "CREATING", url, "ZONE_RESOURCE_POOL_EXHAUSTED", stockoutMessage(z)))
 		}
 	})
+}
+
+// The check's side of the fake (check.go): permissions that the compute endpoints enforce,
+// the group's instance template (instanceTemplates.get, global or regional), Cloud Resource
+// Manager's projects.testIamPermissions (POST /v1/projects/{resource}:testIamPermissions,
+// {"permissions": [...]} answered with the subset held, its errors in the
+// {"error":{"code","message","status"}} shape), and a Compute Engine metadata server.
+
+// allowed reports whether the project grants perm; when not, it answers 403 as Compute
+// Engine does, naming the permission and the resource. Called under the lock.
+func (f *fakeCompute) allowed(w http.ResponseWriter, perm, resource string) bool {
+	if f.granted[perm] {
+		return true
+	}
+	googleError(w, 403, "forbidden", fmt.Sprintf("Required '%s' permission for '%s'", perm, resource))
+	return false
+}
+
+// grant sets which of allPermissions the project grants: all but those in without.
+func (f *fakeCompute) grant(without ...string) {
+	f.change(func(f *fakeCompute) {
+		for _, perm := range allPermissions {
+			f.granted[perm] = !slices.Contains(without, perm)
+		}
+	})
+}
+
+func (f *fakeCompute) serveTemplate(w http.ResponseWriter, r *http.Request) {
+	if f.begin(w, r, epTemplate, "") {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.allowed(w, "compute.instanceTemplates.get", strings.TrimPrefix(r.URL.Path, "/compute/v1/")) {
+		return
+	}
+	if r.PathValue("project") != f.project || f.template == nil || r.PathValue("name") != f.template.GetName() {
+		f.notFound(w, r)
+		return
+	}
+	t := proto.CloneOf(f.template)
+	t.Kind = proto.String("compute#instanceTemplate")
+	t.SelfLink = proto.String(apiBase + f.project + "/global/instanceTemplates/" + t.GetName())
+	f.writeNow(w, t)
+}
+
+// rpcError writes the error shape of Google's newer REST APIs (Cloud Resource Manager
+// among them): {"error":{"code","message","status"}}, with details when given.
+func rpcError(w http.ResponseWriter, code int, status, message string, details ...any) {
+	e := map[string]any{"code": code, "message": message, "status": status}
+	if len(details) > 0 {
+		e["details"] = details
+	}
+	b, _ := json.MarshalIndent(map[string]any{"error": e}, "", "  ")
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	w.WriteHeader(code)
+	w.Write(b)
+}
+
+func (f *fakeCompute) serveTestIAM(w http.ResponseWriter, r *http.Request) {
+	resource, method, _ := strings.Cut(r.PathValue("resource"), ":")
+	if method != "testIamPermissions" {
+		f.t.Errorf("fake resource manager: unexpected request %s %s", r.Method, r.URL)
+		rpcError(w, 404, "NOT_FOUND", "Method not found.")
+		return
+	}
+	if f.begin(w, r, epTestIAM, "") {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var req struct {
+		Permissions []string `json:"permissions"`
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		rpcError(w, 400, "INVALID_ARGUMENT", "Invalid JSON payload received. "+err.Error())
+		return
+	}
+	switch f.iamRefusal {
+	case "denied":
+		rpcError(w, 403, "PERMISSION_DENIED", "The caller does not have permission")
+		return
+	case "disabled":
+		rpcError(w, 403, "PERMISSION_DENIED", "Cloud Resource Manager API has not been used in project 123456789012 before "+
+			"or it is disabled. Enable it by visiting https://console.developers.google.com/apis/api/"+
+			"cloudresourcemanager.googleapis.com/overview?project=123456789012 then retry.",
+			map[string]any{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "SERVICE_DISABLED",
+				"domain": "googleapis.com", "metadata": map[string]string{
+					"service": "cloudresourcemanager.googleapis.com", "consumer": "projects/123456789012"}})
+		return
+	}
+	if resource != f.project { // a project the caller cannot see, or none: the API does not say which
+		rpcError(w, 403, "PERMISSION_DENIED", "The caller does not have permission")
+		return
+	}
+	held := []string{}
+	for _, perm := range req.Permissions {
+		if strings.Contains(perm, "*") {
+			rpcError(w, 400, "INVALID_ARGUMENT", fmt.Sprintf("Permissions with wildcards (such as '*' or 'storage.*') are not allowed: %s", perm))
+			return
+		}
+		if f.granted[perm] {
+			held = append(held, perm)
+		}
+	}
+	resp := map[string]any{}
+	if len(held) > 0 { // an empty list is left out, as for every empty field
+		resp["permissions"] = held
+	}
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	json.NewEncoder(w).Encode(resp)
+}
+
+// testIAMAsked are the permissions of each testIamPermissions request, in order.
+func (f *fakeCompute) testIAMAsked(t testing.TB) [][]string {
+	var out [][]string
+	for _, r := range f.log() {
+		if r.endpoint != epTestIAM {
+			continue
+		}
+		var req struct{ Permissions []string }
+		if err := json.Unmarshal(r.body, &req); err != nil {
+			t.Fatalf("testIamPermissions body %q: %v", r.body, err)
+		}
+		out = append(out, req.Permissions)
+	}
+	return out
+}
+
+// serviceAccountKey writes a service-account key whose token_uri is the fake's token
+// endpoint into dir and returns its path.
+func (f *fakeCompute) serviceAccountKey(t testing.TB, dir string) string {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(map[string]string{
+		"type": "service_account", "project_id": "sa-project", "private_key_id": "k1",
+		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
+		"client_email": testAccount, "client_id": "1",
+		"token_uri": f.srv.URL + "/token",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "key.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// testAccount is the service account of serviceAccountKey's key and of the fake metadata
+// server.
+const testAccount = "elasticd@sa-project.iam.gserviceaccount.com"
+
+// fakeMetadata is a Compute Engine metadata server for the VM's service account: its token,
+// email and access scopes, and the project, under /computeMetadata/v1/, answering only
+// requests with the header Metadata-Flavor: Google. newMetadata points GCE_METADATA_HOST at
+// it, which also tells the SDK that it runs on a VM.
+type fakeMetadata struct {
+	mu     sync.Mutex
+	scopes []string
+	paths  []string // the paths asked, in order
+}
+
+func newMetadata(t *testing.T, scopes ...string) *fakeMetadata {
+	m := &fakeMetadata{scopes: scopes}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.mu.Lock()
+		m.paths = append(m.paths, r.URL.Path)
+		scopes := strings.Join(m.scopes, "\n")
+		m.mu.Unlock()
+		w.Header().Set("Metadata-Flavor", "Google")
+		if r.Header.Get("Metadata-Flavor") != "Google" {
+			http.Error(w, "Missing Metadata-Flavor:Google header.", http.StatusForbidden)
+			return
+		}
+		const sa = "/computeMetadata/v1/instance/service-accounts/default/"
+		switch r.URL.Path {
+		case sa + "token":
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"access_token":"ya29.vm-token","expires_in":3599,"token_type":"Bearer"}`))
+		case sa + "email":
+			w.Header().Set("Content-Type", "application/text")
+			w.Write([]byte(testAccount))
+		case sa + "scopes":
+			w.Header().Set("Content-Type", "application/text")
+			w.Write([]byte(scopes + "\n"))
+		case "/computeMetadata/v1/project/project-id":
+			w.Header().Set("Content-Type", "application/text")
+			w.Write([]byte(testProject))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("GCE_METADATA_HOST", strings.TrimPrefix(srv.URL, "http://"))
+	return m
 }
