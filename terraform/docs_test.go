@@ -37,6 +37,13 @@ var permissionWhy = map[string]string{
 	"Microsoft.Network/networkInterfaces/read":                       "the VMs' private IPs, from their network interfaces",
 	"is/instanceGroupId/Viewer":                                      "the instance group and its memberships",
 	"is/instanceId/Viewer":                                           "the instances' primary IPs, profiles, zones and availability class",
+	// elasticd check: read-only questions about the driver's own access.
+	"iam:GetRole":                              "`elasticd check`: the driver's role, whose permissions it asks IAM about (this role only)",
+	"iam:SimulatePrincipalPolicy":              "`elasticd check`: asks IAM whether the role may make each call the job needs, without making it (this role only)",
+	"sqs:GetQueueAttributes":                   "`elasticd check`: the notice queue's ARN and policy (may EventBridge send to it?)",
+	"events:ListRuleNamesByTarget":             "`elasticd check`: the EventBridge rules that send to the notice queue",
+	"events:DescribeRule":                      "`elasticd check`: each such rule's pattern and state (does it match spot interruption warnings?)",
+	"Microsoft.Authorization/permissions/read": "`elasticd check`: the driver's own permissions on the scale set, asked without acting",
 	// Steering the group: granted only with --manage-capacity.
 	"autoscaling:SetDesiredCapacity":                          "with `--manage-capacity`: sets the group's size, on the job's groups only (the spot group, and the fallback group with `on_demand_fallback`)",
 	"autoscaling:UpdateAutoScalingGroup":                      "with `--manage-capacity`: lowers the group's minimum to set a size below it (0 when the job ends), on the job's groups only",

@@ -63,6 +63,15 @@ var (
 		// and removed; its read is DescribeAutoScalingGroups, which brings the group's tags.
 		"autoscaling.CreateOrUpdateTags": {"autoscaling:CreateOrUpdateTags"},
 		"autoscaling.DeleteTags":         {"autoscaling:DeleteTags"},
+		// elasticd check (providers/aws/check.go), read-only: who the caller is (which needs
+		// no permission), its role and its permissions asked of IAM, the notice queue's ARN and
+		// policy, and the EventBridge rules that send to it.
+		"sts.GetCallerIdentity":             {},
+		"iam.GetRole":                       {"iam:GetRole"},
+		"iam.SimulatePrincipalPolicy":       {"iam:SimulatePrincipalPolicy"},
+		"sqs.GetQueueAttributes":            {"sqs:GetQueueAttributes"},
+		"eventbridge.ListRuleNamesByTarget": {"events:ListRuleNamesByTarget"},
+		"eventbridge.DescribeRule":          {"events:DescribeRule"},
 	}
 	gcpPerms = map[string][]string{
 		// listManagedInstances, zonal and regional, is authorized by the group's get.
@@ -100,6 +109,9 @@ var (
 		// The scale set's NICs, listed under the scale set; docs/providers/azure.md names the action.
 		"armnetwork.InterfacesClient.NewListVirtualMachineScaleSetNetworkInterfacesPager":   {"Microsoft.Network/networkInterfaces/read"},
 		"armnetwork.InterfacesClient.NewListVirtualMachineScaleSetVMNetworkInterfacesPager": {"Microsoft.Network/networkInterfaces/read"},
+		// elasticd check: the caller's own permissions on the scale set (Permissions - List For
+		// Resource), which Reader and every built-in role include.
+		"armauthorization.PermissionsClient.NewListForResourcePager": {"Microsoft.Authorization/permissions/read"},
 		// Steering the scale set (--manage-capacity): the capacity, and the driver's claim on
 		// the set (one of its tags), are PATCHes of the scale set (its write); deleting instances is the scale set's delete/action ("Deletes the
 		// instances"), not the VMs' delete. Their long-running operations are read by the

@@ -265,6 +265,28 @@ data "aws_iam_policy_document" "driver" {
     resources = [local.asg_arn]
   }
 
+  # elasticd check: the driver's own permissions, asked of IAM without acting (on this role
+  # alone), and the notice queue's attributes and the EventBridge rules that feed it, read.
+  # sts:GetCallerIdentity needs no permission.
+  statement {
+    sid       = "CheckPermissions"
+    actions   = ["iam:SimulatePrincipalPolicy", "iam:GetRole"]
+    resources = [aws_iam_role.driver.arn]
+  }
+
+  statement {
+    sid       = "CheckQueue"
+    actions   = ["sqs:GetQueueAttributes"]
+    resources = [aws_sqs_queue.notices.arn]
+  }
+
+  statement {
+    sid = "CheckNoticeRules"
+    # ListRuleNamesByTarget takes no resource; DescribeRule reads whichever rules it names.
+    actions   = ["events:ListRuleNamesByTarget", "events:DescribeRule"]
+    resources = ["*"]
+  }
+
   # Only with --manage-capacity in driver_flags: the driver sets the group's size (lowering its
   # minimum to go below it) and hands broken instances back, on this group alone.
   dynamic "statement" {

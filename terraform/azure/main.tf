@@ -387,6 +387,8 @@ resource "azurerm_role_definition" "driver" {
       "Microsoft.Compute/virtualMachineScaleSets/read",
       "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
       "Microsoft.Network/networkInterfaces/read",
+      # elasticd check: the driver's own permissions on the scale set, asked without acting.
+      "Microsoft.Authorization/permissions/read",
     ]
   }
 }

@@ -58,15 +58,14 @@ output "driver_user_data" {
 }
 
 output "agent_user_data" {
-  description = "cloud-config of a GPU host: installs elasticd, runs worker_setup_commands, and enables elasticd-agent.service dialling the driver. Plain text: base64-encode it where the cloud wants that."
+  description = "cloud-config of a GPU host: installs elasticd, runs worker_setup_commands, checks the host once (elasticd agent --check, logged to /var/log/elasticd-agent-check.log), and enables elasticd-agent.service dialling the driver. Plain text: base64-encode it where the cloud wants that."
   value = templatefile("${path.module}/templates/agent.yaml.tftpl", {
     name           = var.name
     agent_secret   = var.agent_secret
     install_script = local.install_script
     setup_commands = var.worker_setup_commands
-    driver_ip      = var.driver_ip
-    driver_port    = local.driver_port
-    metadata       = var.agent_metadata
+    # The agent's flags, for its unit and for the check before its first start.
+    agent_flags = "--driver http://${var.driver_ip}:${local.driver_port} --agent-secret-file /etc/elasticd/agent-secret --metadata ${var.agent_metadata}"
   })
   sensitive = true
 }
