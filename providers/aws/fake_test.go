@@ -27,9 +27,10 @@ import (
 	"github.com/elasticd/elasticd/providers"
 )
 
-// fakeAWS is one in-process server for Auto Scaling and EC2 (query protocol, XML) and SQS
-// (JSON 1.0), at one URL, as --endpoint gives it to all three. It holds one group and one
-// queue. Response bodies come from testdata/; rendered pages are kept until the group
+// fakeAWS is one in-process server for Auto Scaling, EC2, STS and IAM (query protocol, XML),
+// SQS (JSON 1.0) and EventBridge (JSON 1.1), at one URL, as --endpoint gives it to all of
+// them. It holds one group, one queue, the rules of the default event bus that feed it, and the
+// caller's identity and grants. Response bodies come from testdata/; rendered pages are kept until the group
 // changes, so that a benchmark measures the client rather than the templates.
 type fakeAWS struct {
 	t        testing.TB
@@ -70,6 +71,34 @@ type fakeAWS struct {
 	nextActivity      int
 	tags              []fakeTag // the group's tags, in the order they were made
 	afterTagWrite     func()    // when set, called after each CreateOrUpdateTags is applied (as another driver's write)
+
+	// Who calls and what they may do (Check): STS, IAM, the queue's attributes, EventBridge.
+	caller      string               // GetCallerIdentity's Arn
+	roles       map[string]string    // the account's roles: name → path
+	users       []string             // the account's users, by name
+	grants      map[string]fakeGrant // IAM action → its simulated decision; absent: allowed
+	simPage     int                  // SimulatePrincipalPolicy's page size; 0: the request's MaxItems
+	rejectKey   string               // an access key ID every service rejects as invalid
+	queuePolicy string               // the queue's Policy attribute; empty: none
+	queueKMS    string               // the queue's KmsMasterKeyId attribute; empty: none
+	rules       []fakeRule           // the default event bus's rules
+	rulePage    int                  // ListRuleNamesByTarget's page size; 0: the request's Limit
+	keys        []string             // the distinct access key IDs calls were signed with
+}
+
+// fakeGrant is what IAM decides about one action. A decision other than allowed also refuses
+// the call itself, as IAM would (AccessDenied, UnauthorizedOperation, AccessDeniedException).
+type fakeGrant struct {
+	Decision string   // allowed (""), implicitDeny or explicitDeny
+	Policy   string   // the policy whose statement an explicitDeny matched
+	By       string   // an implicitDeny's cause beyond the role's policies: "boundary" or "organization"
+	Missing  []string // MissingContextValues: condition keys the simulation cannot know
+}
+
+// fakeRule is one EventBridge rule of the default bus.
+type fakeRule struct {
+	Name, State, Pattern string
+	Targets              []string // target ARNs
 }
 
 // fakeTag is one of the group's tags.
@@ -122,6 +151,21 @@ type receiveCall struct {
 const (
 	fakeGroup   = "gpu-workers"
 	fakeAccount = "123456789012"
+	// fakeCaller is who the dummy credentials are, by default: the driver's role, assumed by an
+	// instance; the role has a path, which only iam:GetRole tells.
+	fakeCaller   = "arn:aws:sts::" + fakeAccount + ":assumed-role/elasticd-driver/i-0123456789abcdef0"
+	fakeRole     = "elasticd-driver"
+	fakeRolePath = "/elasticd/"
+	fakeRoleARN  = "arn:aws:iam::" + fakeAccount + ":role" + fakeRolePath + fakeRole
+	fakeQueueARN = "arn:aws:sqs:us-east-1:" + fakeAccount + ":elasticd-notices"
+	// fakeSpotRule sends spot interruption warnings and rebalance recommendations to the queue.
+	fakeSpotRule    = "elasticd-gpu-workers-spot"
+	fakeSpotPattern = `{"source":["aws.ec2"],"detail-type":["EC2 Spot Instance Interruption Warning","EC2 Instance Rebalance Recommendation"]}`
+	// fakeQueuePolicy lets EventBridge send to the queue from the job's rules, as
+	// docs/providers/aws.md gives it.
+	fakeQueuePolicy = `{"Version":"2012-10-17","Statement":[{"Sid":"EventBridge","Effect":"Allow",` +
+		`"Principal":{"Service":"events.amazonaws.com"},"Action":"sqs:SendMessage","Resource":"` + fakeQueueARN + `",` +
+		`"Condition":{"ArnLike":{"aws:SourceArn":"arn:aws:events:us-east-1:` + fakeAccount + `:rule/elasticd-gpu-workers-*"}}}]}`
 )
 
 var templates = template.Must(template.New("").Funcs(template.FuncMap{
@@ -146,6 +190,9 @@ func startFake(t testing.TB, tls bool, insts []*fakeInst) *fakeAWS {
 		pages: map[string][]byte{}, calls: map[string]int{}, signed: map[string][]string{},
 		inputs: map[string][]url.Values{}, faults: map[string][]fault{}, always: map[string]fault{},
 		arrived: make(chan struct{}), denied: map[string]bool{},
+		caller: fakeCaller, roles: map[string]string{fakeRole: fakeRolePath}, grants: map[string]fakeGrant{},
+		queuePolicy: fakeQueuePolicy,
+		rules:       []fakeRule{{Name: fakeSpotRule, State: "ENABLED", Pattern: fakeSpotPattern, Targets: []string{fakeQueueARN}}},
 	}
 	if tls {
 		f.srv = httptest.NewTLSServer(http.HandlerFunc(f.serve))
@@ -283,9 +330,11 @@ func (f *fakeAWS) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	var op string
 	var form url.Values
-	sqsCall := r.Header.Get("X-Amz-Target") != ""
+	sqsCall := r.Header.Get("X-Amz-Target") != "" // a JSON protocol: SQS's, or EventBridge's
 	if sqsCall {
-		op = strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "AmazonSQS.")
+		op = r.Header.Get("X-Amz-Target")
+		op = strings.TrimPrefix(strings.TrimPrefix(op, "AmazonSQS."), "AWSEvents.")
+		form = jsonFields(body)
 	} else {
 		if form, err = url.ParseQuery(string(body)); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -304,14 +353,23 @@ func (f *fakeAWS) serve(w http.ResponseWriter, r *http.Request) {
 	if form != nil {
 		f.inputs[op] = append(f.inputs[op], form)
 	}
+	if k := accessKey(r); k != "" && !slices.Contains(f.keys, k) {
+		f.keys = append(f.keys, k)
+	}
 	stall := f.stall
 	flt, faulty := f.always[op]
 	if !faulty && len(f.faults[op]) > 0 {
 		flt, faulty = f.faults[op][0], true
 		f.faults[op] = f.faults[op][1:]
 	}
+	if !faulty && f.rejectKey != "" && accessKey(r) == f.rejectKey {
+		flt, faulty = rejection(op), true
+	}
 	if !faulty && f.denied[op] {
 		flt, faulty = f.denial(op), true
+	}
+	if action := fakeAction(op); !faulty && action != "" && cmp.Or(f.grants[action].Decision, "allowed") != "allowed" {
+		flt, faulty = f.refusalLocked(op, action), true
 	}
 	f.mu.Unlock()
 
@@ -324,6 +382,12 @@ func (f *fakeAWS) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if faulty {
 		f.writeFault(w, op, sqsCall, flt)
+		return
+	}
+	if ec2Ops[op] && form.Get("DryRun") == "true" {
+		// Authorized (above), so it would have succeeded.
+		f.writeFault(w, op, false, fault{status: http.StatusPreconditionFailed, code: "DryRunOperation",
+			msg: "Request would have succeeded, but DryRun flag is set."})
 		return
 	}
 	switch op {
@@ -364,6 +428,18 @@ func (f *fakeAWS) serve(w http.ResponseWriter, r *http.Request) {
 		f.receive(w, r, body)
 	case "DeleteMessageBatch":
 		f.deleteBatch(w, body)
+	case "GetQueueAttributes":
+		f.getQueueAttributes(w, body)
+	case "GetCallerIdentity":
+		f.getCallerIdentity(w)
+	case "GetRole":
+		f.getRole(w, form)
+	case "SimulatePrincipalPolicy":
+		f.simulatePrincipalPolicy(w, form)
+	case "ListRuleNamesByTarget":
+		f.listRuleNamesByTarget(w, body)
+	case "DescribeRule":
+		f.describeRule(w, body)
 	default:
 		f.writeFault(w, op, sqsCall, fault{status: 400, code: "InvalidAction", msg: "The action " + op + " is not valid for this web service."})
 	}
@@ -383,6 +459,14 @@ func (f *fakeAWS) writeFault(w http.ResponseWriter, op string, sqsCall bool, flt
 	}
 	data := map[string]string{"Code": flt.code, "Message": flt.msg, "RequestID": "b2c5c8a4-96f5-4d3c-a3f7-5d0b9c1f2e01"}
 	switch {
+	case sqsCall && fakeServices[op] == "events":
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.Header().Set("x-amzn-RequestId", data["RequestID"])
+		w.WriteHeader(flt.status)
+		json.NewEncoder(w).Encode(map[string]string{"__type": flt.code, "message": flt.msg})
+	case fakeServices[op] == "iam" || fakeServices[op] == "sts":
+		data["Namespace"] = queryNamespaces[fakeServices[op]]
+		f.writeTemplate(w, flt.status, "error_query.xml.tmpl", data)
 	case sqsCall:
 		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 		w.Header().Set("x-amzn-query-error", flt.code+";Sender")
@@ -1208,4 +1292,346 @@ func (f *fakeAWS) deleteTags(w http.ResponseWriter, form url.Values) {
 		return
 	}
 	f.writeFile(w, http.StatusOK, "text/xml", "delete_tags.xml")
+}
+
+// Who calls and what they may do, for Check: STS's GetCallerIdentity, IAM's GetRole and
+// SimulatePrincipalPolicy (query protocol, as the IAM and STS API references give them), SQS's
+// GetQueueAttributes (JSON 1.0) and EventBridge's ListRuleNamesByTarget and DescribeRule
+// (JSON 1.1). The grants decide both the simulation and the calls themselves.
+
+// fakeServices is the service of each operation the fake answers.
+var fakeServices = map[string]string{
+	"DescribeAutoScalingGroups": "autoscaling", "CompleteLifecycleAction": "autoscaling", "SetDesiredCapacity": "autoscaling",
+	"UpdateAutoScalingGroup": "autoscaling", "TerminateInstanceInAutoScalingGroup": "autoscaling",
+	"DescribeScalingActivities": "autoscaling", "CreateOrUpdateTags": "autoscaling", "DeleteTags": "autoscaling",
+	"DescribeInstances": "ec2", "DescribeSpotPriceHistory": "ec2",
+	"ReceiveMessage": "sqs", "DeleteMessageBatch": "sqs", "GetQueueAttributes": "sqs",
+	"GetCallerIdentity": "sts", "GetRole": "iam", "SimulatePrincipalPolicy": "iam",
+	"ListRuleNamesByTarget": "events", "DescribeRule": "events",
+}
+
+// queryNamespaces are the XML namespaces of the query services' answers.
+var queryNamespaces = map[string]string{
+	"iam": "https://iam.amazonaws.com/doc/2010-05-08/",
+	"sts": "https://sts.amazonaws.com/doc/2011-06-15/",
+}
+
+// fakeAction is the IAM action that authorizes op; empty for GetCallerIdentity, which needs none.
+func fakeAction(op string) string {
+	switch op {
+	case "GetCallerIdentity", "":
+		return ""
+	case "DeleteMessageBatch":
+		return "sqs:DeleteMessage" // IAM has no action of its own for the batch
+	}
+	if svc := fakeServices[op]; svc != "" {
+		return svc + ":" + op
+	}
+	return ""
+}
+
+var accessKeyIn = regexp.MustCompile(`Credential=([^/]+)/`)
+
+// accessKey is the access key ID a request was signed with.
+func accessKey(r *http.Request) string {
+	if m := accessKeyIn.FindStringSubmatch(r.Header.Get("Authorization")); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// rejection is each service's answer to credentials it does not know.
+func rejection(op string) fault {
+	const msg = "The security token included in the request is invalid."
+	switch fakeServices[op] {
+	case "ec2":
+		return fault{status: 401, code: "AuthFailure", msg: "AWS was not able to validate the provided access credentials"}
+	case "events":
+		return fault{status: 400, code: "UnrecognizedClientException", msg: msg}
+	}
+	return fault{status: 403, code: "InvalidClientTokenId", msg: msg}
+}
+
+// refusalLocked is each service's answer to a call its grants refuse; f.mu held.
+func (f *fakeAWS) refusalLocked(op, action string) fault {
+	why := "because no identity-based policy allows the " + action + " action"
+	if f.grants[action].Decision == "explicitDeny" {
+		why = "with an explicit deny in an identity-based policy"
+	}
+	switch fakeServices[op] {
+	case "autoscaling":
+		return f.denial(op)
+	case "ec2":
+		return fault{status: 403, code: "UnauthorizedOperation", msg: "You are not authorized to perform this operation. User: " +
+			f.caller + " is not authorized to perform: " + action + " " + why}
+	case "events":
+		return fault{status: 400, code: "AccessDeniedException", msg: "User: " + f.caller + " is not authorized to perform: " +
+			action + " on resource: arn:aws:events:us-east-1:" + fakeAccount + ":rule/* " + why}
+	case "sqs":
+		return fault{status: 403, code: "AccessDenied", msg: "User: " + f.caller + " is not authorized to perform: " + action +
+			" on resource: " + fakeQueueARN + " " + why}
+	}
+	return fault{status: 403, code: "AccessDenied", msg: "User: " + f.caller + " is not authorized to perform: " + action +
+		" on resource: " + fakeRoleARN + " " + why}
+}
+
+// grant sets what IAM decides about action.
+func (f *fakeAWS) grant(action string, g fakeGrant) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.grants[action] = g
+}
+
+// set runs fn on the fake's state under the lock (for the fields that are not the group's).
+func (f *fakeAWS) set(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn()
+}
+
+// jsonFields records a JSON request's top-level strings, numbers and lists of strings as
+// form values, so that tests read every call's input alike.
+func jsonFields(body []byte) url.Values {
+	var m map[string]any
+	if json.Unmarshal(body, &m) != nil {
+		return nil
+	}
+	v := url.Values{}
+	for k, x := range m {
+		switch x := x.(type) {
+		case string:
+			v.Set(k, x)
+		case float64:
+			v.Set(k, strconv.FormatFloat(x, 'f', -1, 64))
+		case []any:
+			for _, e := range x {
+				if s, ok := e.(string); ok {
+					v.Add(k, s)
+				}
+			}
+		}
+	}
+	return v
+}
+
+func (f *fakeAWS) getCallerIdentity(w http.ResponseWriter) {
+	f.mu.Lock()
+	caller := f.caller
+	f.mu.Unlock()
+	f.writeTemplate(w, http.StatusOK, "get_caller_identity.xml.tmpl", map[string]string{
+		"Arn": caller, "Account": fakeAccount, "UserID": "AROAELASTICDEXAMPLE01:i-0123456789abcdef0",
+	})
+}
+
+func (f *fakeAWS) getRole(w http.ResponseWriter, form url.Values) {
+	name := form.Get("RoleName")
+	f.mu.Lock()
+	path, ok := f.roles[name]
+	f.mu.Unlock()
+	if !ok {
+		f.writeFault(w, "GetRole", false, fault{status: 404, code: "NoSuchEntity", msg: "The role with name " + name + " cannot be found."})
+		return
+	}
+	f.writeTemplate(w, http.StatusOK, "get_role.xml.tmpl", map[string]string{
+		"Name": name, "Path": path, "Arn": "arn:aws:iam::" + fakeAccount + ":role" + path + name,
+	})
+}
+
+type simResult struct {
+	Action, Resource, Decision                string
+	Statements, Missing                       []string
+	AllowedByOrganizations, AllowedByBoundary bool
+}
+
+// simulatePrincipalPolicy decides each action of ActionNames.member.N on each resource of
+// ResourceArns.member.N ("*" when none) by the grants, for a principal the account has: a role
+// (by name, whatever the path in the ARN) or a user. An STS ARN is not a principal IAM knows.
+// MaxItems (or simPage) results a page; Marker is an offset.
+func (f *fakeAWS) simulatePrincipalPolicy(w http.ResponseWriter, form url.Values) {
+	const op = "SimulatePrincipalPolicy"
+	src := form.Get("PolicySourceArn")
+	list := func(prefix string) []string {
+		var out []string
+		for i := 1; form.Has(fmt.Sprintf("%s.member.%d", prefix, i)); i++ {
+			out = append(out, form.Get(fmt.Sprintf("%s.member.%d", prefix, i)))
+		}
+		return out
+	}
+	actions, resources := list("ActionNames"), list("ResourceArns")
+	if len(resources) == 0 {
+		resources = []string{"*"}
+	}
+	invalid := func(msg string) { f.writeFault(w, op, false, fault{status: 400, code: "InvalidInput", msg: msg}) }
+	kind, name, ok := strings.Cut(strings.TrimPrefix(src, "arn:aws:iam::"+fakeAccount+":"), "/")
+	name = name[strings.LastIndex(name, "/")+1:]
+	switch {
+	case !strings.HasPrefix(src, "arn:aws:iam::"+fakeAccount+":") || !ok || (kind != "role" && kind != "user"):
+		invalid("Invalid ARN: Could not be parsed!")
+		return
+	case len(actions) == 0:
+		invalid("1 validation error detected: Value null at 'actionNames' failed to satisfy constraint: Member must not be null")
+		return
+	}
+	f.mu.Lock()
+	_, known := f.roles[name]
+	if kind == "user" {
+		known = slices.Contains(f.users, name)
+	}
+	var results []simResult
+	for _, a := range actions {
+		for _, res := range resources {
+			g := f.grants[a]
+			r := simResult{Action: a, Resource: res, Decision: cmp.Or(g.Decision, "allowed"), Missing: g.Missing,
+				AllowedByOrganizations: g.By != "organization", AllowedByBoundary: g.By != "boundary"}
+			if r.Decision == "explicitDeny" {
+				r.Statements = []string{cmp.Or(g.Policy, "deny-policy")}
+			}
+			results = append(results, r)
+		}
+	}
+	page := f.simPage
+	f.mu.Unlock()
+	if !known {
+		f.writeFault(w, op, false, fault{status: 404, code: "NoSuchEntity", msg: fmt.Sprintf("The %s with name %s cannot be found.", kind, name)})
+		return
+	}
+	size, set, ok := f.intParam(w, op, form, "MaxItems", false)
+	if !ok {
+		return
+	}
+	if !set {
+		size = 100
+	}
+	size = cmp.Or(page, size)
+	offset := 0
+	if m := form.Get("Marker"); m != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(m, "m-"))
+		if err != nil || n < 0 || n > len(results) {
+			invalid("Invalid Marker: " + m)
+			return
+		}
+		offset = n
+	}
+	data := struct {
+		Truncated bool
+		Marker    string
+		Results   []simResult
+	}{}
+	end := min(offset+size, len(results))
+	data.Results = results[offset:end]
+	if end < len(results) {
+		data.Truncated, data.Marker = true, "m-"+strconv.Itoa(end)
+	}
+	f.writeTemplate(w, http.StatusOK, "simulate_principal_policy.xml.tmpl", data)
+}
+
+// getQueueAttributes answers the attributes asked for ("All": every one) of the queue.
+func (f *fakeAWS) getQueueAttributes(w http.ResponseWriter, body []byte) {
+	var in struct {
+		QueueUrl       string
+		AttributeNames []string
+	}
+	f.mu.Lock()
+	queueURL := f.queueURL
+	attrs := map[string]string{"QueueArn": fakeQueueARN, "VisibilityTimeout": "30", "MessageRetentionPeriod": "345600"}
+	if f.queuePolicy != "" {
+		attrs["Policy"] = f.queuePolicy
+	}
+	if f.queueKMS != "" {
+		attrs["KmsMasterKeyId"] = f.queueKMS
+	}
+	f.mu.Unlock()
+	if err := json.Unmarshal(body, &in); err != nil || in.QueueUrl != queueURL {
+		f.writeFault(w, "GetQueueAttributes", true, fault{status: 400, code: "QueueDoesNotExist", msg: "The specified queue does not exist."})
+		return
+	}
+	out := map[string]string{}
+	for k, v := range attrs {
+		if slices.Contains(in.AttributeNames, k) || slices.Contains(in.AttributeNames, "All") {
+			out[k] = v
+		}
+	}
+	f.sqsReply(w, map[string]any{"Attributes": out})
+}
+
+// eventsReply answers an EventBridge call.
+func (f *fakeAWS) eventsReply(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+	w.Header().Set("x-amzn-RequestId", "e8f1c2d3-0000-4000-8000-000000000002")
+	json.NewEncoder(w).Encode(v)
+}
+
+// defaultBus: EventBusName names the default bus (or is left out).
+func defaultBus(name string) bool {
+	return name == "" || name == "default" || name == "arn:aws:events:us-east-1:"+fakeAccount+":event-bus/default"
+}
+
+// listRuleNamesByTarget pages the names of the default bus's rules that target TargetArn;
+// NextToken is an offset.
+func (f *fakeAWS) listRuleNamesByTarget(w http.ResponseWriter, body []byte) {
+	const op = "ListRuleNamesByTarget"
+	var in struct {
+		TargetArn, EventBusName, NextToken string
+		Limit                              int
+	}
+	if err := json.Unmarshal(body, &in); err != nil || in.TargetArn == "" {
+		f.writeFault(w, op, true, fault{status: 400, code: "ValidationException", msg: "1 validation error detected: Value null at 'targetArn' failed to satisfy constraint: Member must not be null"})
+		return
+	}
+	if !defaultBus(in.EventBusName) {
+		f.writeFault(w, op, true, fault{status: 400, code: "ResourceNotFoundException", msg: "Event bus " + in.EventBusName + " does not exist."})
+		return
+	}
+	f.mu.Lock()
+	var names []string
+	for _, r := range f.rules {
+		if slices.Contains(r.Targets, in.TargetArn) {
+			names = append(names, r.Name)
+		}
+	}
+	size := cmp.Or(f.rulePage, in.Limit, 100)
+	f.mu.Unlock()
+	offset := 0
+	if in.NextToken != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(in.NextToken, "rules-"))
+		if err != nil || n < 0 || n > len(names) {
+			f.writeFault(w, op, true, fault{status: 400, code: "ValidationException", msg: "The provided token is invalid"})
+			return
+		}
+		offset = n
+	}
+	end := min(offset+size, len(names))
+	out := map[string]any{"RuleNames": append([]string{}, names[offset:end]...)}
+	if end < len(names) {
+		out["NextToken"] = "rules-" + strconv.Itoa(end)
+	}
+	f.eventsReply(w, out)
+}
+
+func (f *fakeAWS) describeRule(w http.ResponseWriter, body []byte) {
+	const op = "DescribeRule"
+	var in struct{ Name, EventBusName string }
+	if err := json.Unmarshal(body, &in); err != nil || in.Name == "" {
+		f.writeFault(w, op, true, fault{status: 400, code: "ValidationException", msg: "1 validation error detected: Value null at 'name' failed to satisfy constraint: Member must not be null"})
+		return
+	}
+	f.mu.Lock()
+	i := slices.IndexFunc(f.rules, func(r fakeRule) bool { return r.Name == in.Name })
+	var r fakeRule
+	if i >= 0 {
+		r = f.rules[i]
+	}
+	f.mu.Unlock()
+	if i < 0 || !defaultBus(in.EventBusName) {
+		f.writeFault(w, op, true, fault{status: 400, code: "ResourceNotFoundException", msg: "Rule " + in.Name + " does not exist on EventBus default."})
+		return
+	}
+	out := map[string]any{
+		"Name": r.Name, "Arn": "arn:aws:events:us-east-1:" + fakeAccount + ":rule/" + r.Name, "State": r.State,
+		"EventBusName": "default", "CreatedBy": fakeAccount, "Description": "elasticd notices",
+	}
+	if r.Pattern != "" {
+		out["EventPattern"] = r.Pattern
+	}
+	f.eventsReply(w, out)
 }

@@ -13,7 +13,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
 
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/providers/throttle"
@@ -39,13 +42,27 @@ type (
 	sqsAPI interface {
 		ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
 		DeleteMessageBatch(context.Context, *sqs.DeleteMessageBatchInput, ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+		GetQueueAttributes(context.Context, *sqs.GetQueueAttributesInput, ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) // Check only
+	}
+	// The calls only Check makes (check.go): whose the credentials are, what IAM lets them
+	// do, and which EventBridge rules feed the queue.
+	stsAPI interface {
+		GetCallerIdentity(context.Context, *sts.GetCallerIdentityInput, ...func(*sts.Options)) (*sts.GetCallerIdentityOutput, error)
+	}
+	iamAPI interface {
+		GetRole(context.Context, *iam.GetRoleInput, ...func(*iam.Options)) (*iam.GetRoleOutput, error)
+		SimulatePrincipalPolicy(context.Context, *iam.SimulatePrincipalPolicyInput, ...func(*iam.Options)) (*iam.SimulatePrincipalPolicyOutput, error)
+	}
+	eventsAPI interface {
+		ListRuleNamesByTarget(context.Context, *eventbridge.ListRuleNamesByTargetInput, ...func(*eventbridge.Options)) (*eventbridge.ListRuleNamesByTargetOutput, error)
+		DescribeRule(context.Context, *eventbridge.DescribeRuleInput, ...func(*eventbridge.Options)) (*eventbridge.DescribeRuleOutput, error)
 	}
 )
 
-// Provider is one Auto Scaling group. It implements providers.Provider,
-// providers.Capacity (capacity.go) and providers.Claimer (claim.go), and with a queue
-// configured also providers.Noticer and providers.NoticeCompleter. Safe for concurrent use;
-// it starts no goroutines.
+// Provider is one Auto Scaling group. It implements providers.Provider, providers.Capacity
+// (capacity.go), providers.Claimer (claim.go) and providers.Checker (check.go), and with a
+// queue configured also providers.Noticer and providers.NoticeCompleter. Safe for concurrent
+// use; it starts no goroutines.
 type Provider struct {
 	cfg Config
 	log *slog.Logger
@@ -60,6 +77,9 @@ type Provider struct {
 	asg    asgAPI
 	ec2    ec2API
 	sqs    sqsAPI
+	sts    stsAPI
+	iam    iamAPI
+	events eventsAPI
 
 	mu      sync.Mutex      // guards what follows: small, never held across a call
 	members map[string]bool // every instance of the group at the last poll; nil before
@@ -91,6 +111,16 @@ func (p *Provider) clients(ctx context.Context) error {
 	if p.ready {
 		return nil
 	}
+	ac, err := p.loadConfig(ctx)
+	if err != nil {
+		return err
+	}
+	return p.useConfigLocked(ac)
+}
+
+// loadConfig loads the SDK's configuration as the provider uses it: cfg's region and endpoint
+// over the SDK's default chain (AWS_* environment, shared config and credentials files).
+func (p *Provider) loadConfig(ctx context.Context) (awssdk.Config, error) {
 	opts := []func(*config.LoadOptions) error{
 		config.WithRetryer(func() awssdk.Retryer { return awssdk.NopRetryer{} }), // backoff.go retries
 	}
@@ -102,8 +132,23 @@ func (p *Provider) clients(ctx context.Context) error {
 	}
 	ac, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
-		return fmt.Errorf("load the AWS configuration (AWS_* environment, ~/.aws/config, AWS_PROFILE): %w", err)
+		return awssdk.Config{}, fmt.Errorf("load the AWS configuration (AWS_* environment, ~/.aws/config, AWS_PROFILE): %w", err)
 	}
+	return ac, nil
+}
+
+// useConfig builds the clients from ac, unless they are built already.
+func (p *Provider) useConfig(ac awssdk.Config) error {
+	p.initMu.Lock()
+	defer p.initMu.Unlock()
+	if p.ready {
+		return nil
+	}
+	return p.useConfigLocked(ac)
+}
+
+// useConfigLocked builds every client from ac; p.initMu held.
+func (p *Provider) useConfigLocked(ac awssdk.Config) error {
 	if ac.Region == "" {
 		return fmt.Errorf("--region is required: no region in the flags, AWS_REGION or the AWS profile")
 	}
@@ -117,6 +162,9 @@ func (p *Provider) clients(ctx context.Context) error {
 	p.asg = autoscaling.NewFromConfig(ac)
 	p.ec2 = ec2.NewFromConfig(ac)
 	p.sqs = sqs.NewFromConfig(ac)
+	p.sts = sts.NewFromConfig(ac)
+	p.iam = iam.NewFromConfig(ac)
+	p.events = eventbridge.NewFromConfig(ac)
 	p.ready = true
 	return nil
 }
