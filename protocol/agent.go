@@ -17,7 +17,27 @@ const (
 	// POST /v1/agents/register, GET /v1/agents/{session}/commands?after=N&wait_ms=M,
 	// POST /v1/agents/{session}/events.
 	AgentPathPrefix = "/v1/agents/"
+	// AgentPathCheck is GET AgentPathCheck?host=NAME, signed: an agent checking its setup
+	// (`elasticd agent --check`) asks whether the driver accepts its secret, without
+	// registering (no session, no host offered to the job). The signed 200 answer is an
+	// AgentCheckAnswer; a driver of an older release answers a signed 404, which proves the
+	// secret as well. host, optional, names the asking host in the driver's log.
+	AgentPathCheck = AgentPathPrefix + "check"
+	// HeaderAgentsProtocol, on every answer of the agents' endpoints, refusals included, is
+	// the protocol version the driver speaks. A 401 without it comes from a driver that does
+	// not serve the agents' protocol (no --launcher agent), or from an older release.
+	HeaderAgentsProtocol = "X-Elasticd-Agents-Protocol"
 )
+
+// AgentCheckAnswer is the body of the 200 answer to GET AgentPathCheck.
+type AgentCheckAnswer struct {
+	Protocol int    `json:"protocol"`
+	Version  string `json:"version,omitempty"`
+	JobID    string `json:"job_id"`
+	// Time is the driver's clock as it answered: signatures allow DefaultReplayWindow
+	// between the agent's clock and the driver's.
+	Time time.Time `json:"time"`
+}
 
 // Command operations.
 const (

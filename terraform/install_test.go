@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +26,11 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/function"
+	"github.com/zclconf/go-cty/cty/function/stdlib"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/elasticd/elasticd/driver/agents"
 )
 
 // renderInstall renders the shared module's install script with HCL's own template engine
@@ -308,4 +316,238 @@ func TestInstallScriptCanFail(t *testing.T) {
 			}
 		})
 	}
+}
+
+// agentFlags evaluates the agent's flags as the shared module's outputs.tf passes them to the
+// agent's cloud-config (agent_flags), for a driver at ip:port and a metadata service.
+func agentFlags(t *testing.T, ip string, port int, metadata string) string {
+	t.Helper()
+	path := filepath.Join(sharedModule, "outputs.tf")
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, diags := hclsyntax.ParseConfig(src, path, hcl.InitialPos)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	ctx := &hcl.EvalContext{Variables: map[string]cty.Value{
+		"var":   cty.ObjectVal(map[string]cty.Value{"driver_ip": cty.StringVal(ip), "agent_metadata": cty.StringVal(metadata)}),
+		"local": cty.ObjectVal(map[string]cty.Value{"driver_port": cty.NumberIntVal(int64(port))}),
+	}}
+	for _, b := range f.Body.(*hclsyntax.Body).Blocks {
+		if b.Type != "output" || len(b.Labels) != 1 || b.Labels[0] != "agent_user_data" {
+			continue
+		}
+		call, ok := b.Body.Attributes["value"].Expr.(*hclsyntax.FunctionCallExpr)
+		if !ok || call.Name != "templatefile" || len(call.Args) != 2 {
+			t.Fatalf("%s: agent_user_data is not templatefile(PATH, {...})", path)
+		}
+		obj, ok := call.Args[1].(*hclsyntax.ObjectConsExpr)
+		if !ok {
+			t.Fatalf("%s: agent_user_data's template variables are not an object", path)
+		}
+		for _, item := range obj.Items {
+			if hcl.ExprAsKeyword(item.KeyExpr) != "agent_flags" {
+				continue
+			}
+			v, diags := item.ValueExpr.Value(ctx)
+			if diags.HasErrors() {
+				t.Fatal(diags)
+			}
+			return v.AsString()
+		}
+	}
+	t.Fatalf("%s: no agent_flags passed to the agent's cloud-config", path)
+	return ""
+}
+
+// renderAgent renders the shared module's agent cloud-config with HCL's template engine and
+// the functions it calls, as templatefile would.
+func renderAgent(t *testing.T, flags string) string {
+	t.Helper()
+	path := filepath.Join(sharedModule, "templates", "agent.yaml.tftpl")
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expr, diags := hclsyntax.ParseTemplate(src, path, hcl.InitialPos)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	base64encode := function.New(&function.Spec{
+		Params: []function.Parameter{{Name: "s", Type: cty.String}},
+		Type:   function.StaticReturnType(cty.String),
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			return cty.StringVal(base64.StdEncoding.EncodeToString([]byte(args[0].AsString()))), nil
+		},
+	})
+	out, diags := expr.Value(&hcl.EvalContext{
+		Variables: map[string]cty.Value{
+			"name":           cty.StringVal("demo"),
+			"agent_secret":   cty.StringVal("0123456789abcdef0123456789abcdef"),
+			"install_script": cty.StringVal("#!/bin/sh\ntrue\n"),
+			"setup_commands": cty.ListVal([]cty.Value{cty.StringVal("echo setup")}),
+			"agent_flags":    cty.StringVal(flags),
+		},
+		Functions: map[string]function.Function{"base64encode": base64encode, "join": stdlib.JoinFunc, "concat": stdlib.ConcatFunc},
+	})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	return out.AsString()
+}
+
+// runAgentCheck runs the rendered check script with sh, elasticd taken from bindir and its log
+// going to a temporary file; it returns the log, the script's output and its error.
+func runAgentCheck(t *testing.T, script, bindir string, env ...string) (string, []byte, error) {
+	t.Helper()
+	log := filepath.Join(t.TempDir(), "elasticd-agent-check.log")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", script)
+	cmd.Env = append(append(os.Environ(), "ELASTICD_BIN_DIR="+bindir, "ELASTICD_AGENT_CHECK_LOG="+log), env...)
+	out, err := cmd.CombinedOutput()
+	got, rerr := os.ReadFile(log)
+	if rerr != nil {
+		t.Errorf("no log at %s: %v\noutput:\n%s", log, rerr, out)
+	}
+	return string(got), out, err
+}
+
+// fakeElasticd writes an elasticd to dir that runs body (sh), and returns dir.
+func fakeElasticd(t *testing.T, body string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "elasticd"), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestAgentCheckAtInstall: a GPU host's cloud-config runs `elasticd agent --check` with the
+// agent's own flags once, after installing elasticd and the worker setup and before the agent
+// starts, and logs what it says; it never fails and never holds the boot up: a failed check,
+// a check that hangs and an elasticd that was never installed all let the agent start.
+func TestAgentCheckAtInstall(t *testing.T) {
+	flags := agentFlags(t, "10.0.0.5", 29400, "aws")
+	if want := "--driver http://10.0.0.5:29400 --agent-secret-file /etc/elasticd/agent-secret --metadata aws"; flags != want {
+		t.Fatalf("agent_flags %q, want %q", flags, want)
+	}
+	doc := renderAgent(t, flags)
+	files := cloudConfigFiles(t, doc)
+	var cc struct{ Runcmd [][]string }
+	if err := yaml.Unmarshal([]byte(doc), &cc); err != nil {
+		t.Fatal(err)
+	}
+	at := func(prog string) int {
+		for i, c := range cc.Runcmd {
+			if len(c) > 0 && c[0] == prog || slices.Contains(c, prog) {
+				return i
+			}
+		}
+		t.Fatalf("runcmd does not run %s: %q", prog, cc.Runcmd)
+		return -1
+	}
+	if !(at("/usr/local/sbin/install-elasticd") < at("/usr/local/sbin/elasticd-worker-setup") &&
+		at("/usr/local/sbin/elasticd-worker-setup") < at("/usr/local/sbin/elasticd-agent-check") &&
+		at("/usr/local/sbin/elasticd-agent-check") < at("elasticd-agent.service")) {
+		t.Errorf("runcmd %q: want the install, the setup, the check, then the agent", cc.Runcmd)
+	}
+	unit := files["/etc/systemd/system/elasticd-agent.service"]
+	if !strings.Contains(unit, "ExecStart=/usr/local/bin/elasticd agent "+flags+"\n") {
+		t.Errorf("elasticd-agent.service does not run the agent with %q:\n%s", flags, unit)
+	}
+	script := files["/usr/local/sbin/elasticd-agent-check"]
+	if !strings.HasPrefix(script, "#!/bin/sh\n") || !strings.Contains(script, `"$bin/elasticd" agent --check `+flags+" ") {
+		t.Fatalf("elasticd-agent-check does not run elasticd agent --check with the agent's flags:\n%s", script)
+	}
+	if !strings.Contains(script, "/var/log/elasticd-agent-check.log") {
+		t.Errorf("elasticd-agent-check does not log to /var/log/elasticd-agent-check.log:\n%s", script)
+	}
+
+	t.Run("check fails", func(t *testing.T) {
+		bin := fakeElasticd(t, `echo "args: $*"; echo "✘ driver: 10.0.0.5:29400 unreachable"; echo "  fix: start the driver"; exit 1`)
+		log, out, err := runAgentCheck(t, script, bin)
+		if err != nil {
+			t.Fatalf("the check script failed: %v\n%s", err, out)
+		}
+		for _, want := range []string{"args: agent --check " + flags + "\n", "✘ driver: 10.0.0.5:29400 unreachable\n  fix: start the driver\n", "a check failed", "the agent starts anyway"} {
+			if !strings.Contains(log, want) {
+				t.Errorf("log lacks %q:\n%s", want, log)
+			}
+		}
+		if !strings.Contains(string(out), "✘ driver") {
+			t.Errorf("the check's lines are not in the script's output (cloud-init's log):\n%s", out)
+		}
+	})
+	t.Run("check hangs", func(t *testing.T) {
+		bin := fakeElasticd(t, "exec sleep 30")
+		start := time.Now()
+		log, out, err := runAgentCheck(t, script, bin, "ELASTICD_AGENT_CHECK_LIMIT=1")
+		if err != nil {
+			t.Fatalf("the check script failed: %v\n%s", err, out)
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("a hanging check held the boot %v", took)
+		}
+		if !strings.Contains(log, "stopped after 1 s") {
+			t.Errorf("log does not say the check was stopped:\n%s", log)
+		}
+	})
+	t.Run("no elasticd", func(t *testing.T) {
+		log, out, err := runAgentCheck(t, script, t.TempDir())
+		if err != nil {
+			t.Fatalf("the check script failed without elasticd: %v\n%s", err, out)
+		}
+		if !strings.Contains(log, "exit 127") {
+			t.Errorf("log does not say elasticd could not run:\n%s", log)
+		}
+	})
+	t.Run("elasticd", func(t *testing.T) {
+		// The real binary reads the rendered flags: a driver registry on loopback answers.
+		secret := []byte("0123456789abcdef0123456789abcdef")
+		reg, err := agents.New(agents.Config{Secret: secret, JobID: "job-tf", Version: "v9.9.9"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(reg.Close)
+		srv := httptest.NewServer(reg)
+		t.Cleanup(srv.Close)
+		_, port, _ := strings.Cut(strings.TrimPrefix(srv.URL, "http://"), ":")
+		p, _ := strconv.Atoi(port)
+		script := cloudConfigFiles(t, renderAgent(t, agentFlags(t, "127.0.0.1", p, "none")))["/usr/local/sbin/elasticd-agent-check"]
+		log, out, err := runAgentCheck(t, script, buildElasticd(t))
+		if err != nil {
+			t.Fatalf("the check script failed: %v\n%s", err, out)
+		}
+		for _, want := range []string{"✔ driver: 127.0.0.1:" + port + " answers", "- metadata service: skipped: --metadata none", "the agent starts anyway"} {
+			if !strings.Contains(log, want) {
+				t.Errorf("log lacks %q:\n%s", want, log)
+			}
+		}
+		if n := len(reg.Agents()); n != 0 {
+			t.Errorf("the check registered %d agents", n)
+		}
+	})
+}
+
+// buildElasticd builds cmd/elasticd into a directory it returns (ELASTICD_TEST_BIN names a
+// prebuilt one instead).
+func buildElasticd(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("ELASTICD_TEST_BIN"); bin != "" {
+		dir := t.TempDir()
+		if err := os.Symlink(bin, filepath.Join(dir, "elasticd")); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "elasticd"), "../cmd/elasticd").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return dir
 }

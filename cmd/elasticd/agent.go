@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -45,7 +46,27 @@ Example (on each GPU host, e.g. as a systemd unit):
 
 Errors (driver unreachable, secret refused, metadata service failing) are logged and
 retried with backoff; the agent only exits when told to (SIGTERM, SIGINT), after stopping
-its workers.`,
+its workers.
+
+Checking a host: --check, with the same flags, checks once what the agent needs and exits
+without starting it (the Terraform modules run it before the agent's first start and keep
+its output in /var/log/elasticd-agent-check.log):
+   - NVIDIA driver: NVML loads (driver, NVML and CUDA versions); without it, a failure if
+     the PCI bus has NVIDIA GPUs (an image without the NVIDIA driver), skipped on a CPU host;
+   - GPUs: count, models and memory, and those offered as slots (CUDA_VISIBLE_DEVICES and
+     --slots applied as the agent applies them); GPU health: a failure per GPU with
+     uncorrectable ECC errors, memory pages or rows waiting for a reset, or lost;
+   - metadata service: the watcher --metadata picks answers (the instance's ID, one poll);
+   - agent-secret: the file is readable, long enough, and not readable by other users;
+   - driver: --driver is reachable and serves the agents' protocol (with its version);
+     secret: it accepts this secret (a signed request that registers nothing); clock: this
+     host's clock is close enough to the driver's for the signatures.
+One line per check: ✔ verified, ✘ wrong (followed by "fix:" and what to do), - skipped
+(with why); --json prints {"ok": bool, "checks": [{"name", "status", "detail", "fix"}]}.
+Each network step gives up after 5s. Exit status: 0 no check failed, 1 a check failed,
+2 bad flags.
+
+   elasticd agent --check --driver http://10.0.0.5:29400 --agent-secret-file /etc/elasticd/agent-secret`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "driver", Usage: "the driver's `URL`, e.g. http://10.0.0.5:29400 (its --listen address)", EnvVars: env("driver")},
 			&cli.StringFlag{Name: "agent-secret-file", Usage: "`FILE` holding the secret shared with the driver", EnvVars: env("agent-secret-file")},
@@ -57,6 +78,13 @@ its workers.`,
 			&cli.DurationFlag{Name: "driver-timeout", Value: 2 * time.Minute, Usage: "stop the workers once the driver has been unreachable this long", EnvVars: env("driver-timeout")},
 			&cli.DurationFlag{Name: "stop-grace", Value: 5 * time.Second, Usage: "time between SIGTERM and SIGKILL when the agent itself stops workers", EnvVars: env("stop-grace")},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also log debug detail (metadata answers skipped)", EnvVars: env("verbose")},
+			// No ELASTICD_CHECK: set in a unit's environment, it would turn the agent into a
+			// check that exits, restarted forever.
+			&cli.BoolFlag{Name: "check", Usage: "check once what the agent needs on this host (NVIDIA driver, GPUs, metadata service, secret file, driver and secret), print one line per check and exit: 0 nothing failed, 1 a check failed"},
+			&cli.BoolFlag{Name: "json", Usage: "with --check: print one JSON object, {\"ok\": bool, \"checks\": [{\"name\", \"status\", \"detail\", \"fix\"}]}, instead of lines"},
+			// Test seams: a fake sysfs (PCI devices, DMI strings) and the NVML library --check loads.
+			&cli.StringFlag{Name: "sys-root", Value: "/sys", Hidden: true, Usage: "where sysfs is mounted", EnvVars: env("sys-root")},
+			&cli.StringFlag{Name: "nvml-library", Hidden: true, Usage: "with --check: the NVML library to load (default: the system's libnvidia-ml.so.1)", EnvVars: env("nvml-library")},
 		},
 		Action: runAgent,
 	}
@@ -65,6 +93,12 @@ its workers.`,
 func runAgent(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("agent: unexpected argument %q (the agent takes flags only; see --help)", c.Args().First()), 2)
+	}
+	if c.Bool("check") {
+		return agentCheck(c)
+	}
+	if c.Bool("json") {
+		return usageError("json", "only with --check")
 	}
 	level := slog.LevelInfo
 	if c.Bool("verbose") {
@@ -95,7 +129,7 @@ func runAgent(c *cli.Context) error {
 	}
 	kind := c.String("metadata")
 	if kind == "auto" {
-		kind = detectCloud()
+		kind = detectCloud(c.String("sys-root"))
 		log.Info("metadata service chosen from the machine's vendor", "metadata", kind)
 	}
 	mcfg := metadata.Config{BaseURL: c.String("metadata-url"), Logger: log}
@@ -173,10 +207,11 @@ func runAgent(c *cli.Context) error {
 }
 
 // detectCloud names the cloud whose metadata service this machine has, from the DMI strings
-// the hypervisor sets (as cloud-init does), without a network call; "none" elsewhere.
-func detectCloud() string {
+// the hypervisor sets (as cloud-init does) in sysfs at sysRoot, without a network call; "none"
+// elsewhere.
+func detectCloud(sysRoot string) string {
 	read := func(name string) string {
-		b, _ := os.ReadFile("/sys/class/dmi/id/" + name)
+		b, _ := os.ReadFile(filepath.Join(sysRoot, "class", "dmi", "id", name))
 		return strings.ToLower(strings.TrimSpace(string(b)))
 	}
 	vendor, product, bios := read("sys_vendor"), read("product_name"), read("bios_version")

@@ -41,6 +41,9 @@ type Config struct {
 	DropGrace time.Duration
 	// MaxBody bounds a request body (default 8 MiB: an events batch carries output).
 	MaxBody int64
+	// Version is the driver's elasticd version, told to an agent that checks its setup
+	// (GET protocol.AgentPathCheck); "" says nothing.
+	Version string
 	// Logger receives the registry's log; nil discards it.
 	Logger *slog.Logger
 }
@@ -326,6 +329,9 @@ func (r *Registry) loseLocked(s *session, why string) {
 // ServeHTTP authenticates and routes a request under PathPrefix.
 func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	now := time.Now()
+	// Even a refusal, unsigned, says that the agents' protocol answered: a driver without
+	// --launcher agent refuses the same requests without it.
+	w.Header().Set(protocol.HeaderAgentsProtocol, strconv.Itoa(protocol.ProtocolVersion))
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.cfg.MaxBody))
 	if err != nil {
 		w.Header().Set("Connection", "close")
@@ -348,6 +354,8 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch {
 	case req.URL.Path == protocol.AgentPathRegister && req.Method == http.MethodPost:
 		r.register(a, req, body, now)
+	case req.URL.Path == protocol.AgentPathCheck && req.Method == http.MethodGet:
+		r.check(a, req, now)
 	case strings.HasSuffix(rest, "/commands") && req.Method == http.MethodGet:
 		r.commands(a, req, strings.TrimSuffix(rest, "/commands"))
 	case strings.HasSuffix(rest, "/events") && req.Method == http.MethodPost:

@@ -81,8 +81,11 @@ func (m *Monitor) inventory() error {
 	return nil
 }
 
-func (m *Monitor) describe(i int) (GPU, nvml.Device, nvml.Return) {
-	d, r := m.lib.DeviceGetHandleByIndex(i)
+func (m *Monitor) describe(i int) (GPU, nvml.Device, nvml.Return) { return describe(m.lib, i) }
+
+// describe reads GPU i's inventory (Inspect's too).
+func describe(lib nvml.Interface, i int) (GPU, nvml.Device, nvml.Return) {
+	d, r := lib.DeviceGetHandleByIndex(i)
 	if r != nvml.SUCCESS {
 		return GPU{}, nil, r
 	}
