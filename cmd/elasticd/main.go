@@ -58,6 +58,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 Start here:
    elasticd run -np 4 --min-np 2 -- ./train          an elastic job on this machine (4 slots)
    elasticd --provider aws --asg NAME -np 4 -- CMD   the same: flags before a command mean run
+   elasticd check --provider aws --asg NAME ...     the same flags: credentials, permissions,
+                                                    hosts, secrets checked before it starts
    elasticd agent --driver URL --agent-secret-file F  on each GPU host, for --launcher agent
    elasticd ctl add-host|remove-host|status         change a running job's hosts (admin API)
    elasticd discover --provider aws --asg NAME      the hosts a provider finds
@@ -83,6 +85,7 @@ Every flag can also be set through an environment variable named ELASTICD_<FLAG>
 		},
 		Commands: []*cli.Command{
 			runCommand(),
+			checkCommand(),
 			agentCommand(),
 			ctlCommand(),
 			statusCommand(),

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/providers/aws"
 )
@@ -33,4 +35,13 @@ type awsWithoutQueue struct {
 	providers.Provider
 	providers.SpotPricer
 	providers.Capacity
+}
+
+// Check is the provider's own (providers.Checker): without a queue, the queue's checks and
+// permissions are not asked.
+func (w awsWithoutQueue) Check(ctx context.Context, needs providers.CheckNeeds) []providers.Check {
+	if c, ok := w.Provider.(providers.Checker); ok {
+		return c.Check(ctx, needs)
+	}
+	return nil
 }

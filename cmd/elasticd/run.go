@@ -153,6 +153,9 @@ func runJob(c *cli.Context) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level, ReplaceAttr: shortTime}))
+	if c.NArg() == 0 {
+		return cli.Exit("run: no command: put the training command after --, e.g. elasticd run -np 4 -- ./train", 2)
+	}
 	o, cleanup, err := runOptions(c, log)
 	defer cleanup()
 	if err != nil {
@@ -222,11 +225,7 @@ func runOptions(c *cli.Context, log *slog.Logger) (o driver.Options, cleanup fun
 }
 
 func runOptionsOf(c *cli.Context, log *slog.Logger, cleanup *func()) (driver.Options, error) {
-	o := driver.Options{Logger: log}
-	if c.NArg() == 0 {
-		return o, cli.Exit("run: no command: put the training command after --, e.g. elasticd run -np 4 -- ./train", 2)
-	}
-	o.Command = c.Args().Slice()
+	o := driver.Options{Logger: log, Command: c.Args().Slice()}
 	var err error
 	if !c.IsSet("np") {
 		return o, usageError("np", "required: how many workers to start with, e.g. -np 4")
@@ -743,7 +742,7 @@ func agentLauncher(c *cli.Context, o *driver.Options, secretFile string) error {
 		o.JobID = hex.EncodeToString(id[:])
 	}
 	o.Secret = protocol.JobSecret(secret, o.JobID)
-	reg, err := agents.New(agents.Config{Secret: secret, JobID: o.JobID, Logger: o.Logger})
+	reg, err := agents.New(agents.Config{Secret: secret, JobID: o.JobID, Version: version, Logger: o.Logger})
 	if err != nil {
 		return usageError("agent-secret-file", "%v", err)
 	}
