@@ -64,6 +64,13 @@ type Options struct {
 	// Stops, when set, ends the job when it receives, with the operator's reason (elasticd
 	// ctl stop): as an interrupt does, the workers stopped and a managed group set to zero.
 	Stops <-chan string
+	// Leave, when set, ends the driver but not the job when it receives (SIGTERM under
+	// --launcher agent with --state-dir: the driver's machine stopping or rebooting): the job's
+	// state is saved as it stands, and the workers are neither stopped nor told anything,
+	// nor is a managed group resized; the agents keep them training for their
+	// --driver-timeout, and a driver started again on StateDir adopts them, as after a crash.
+	// Only for a job whose workers can outlive the driver: Agents and StateDir set.
+	Leave <-chan struct{}
 	// Status, when set, receives a snapshot of the job whenever the state machine has worked
 	// off the events at hand (a burst of them is snapshotted once, after its last step);
 	// else Run makes its own. It backs GET /v1/status, /metrics and the live page at /.
@@ -119,6 +126,9 @@ type Result struct {
 	Resets, FailureResets int
 	// Status is the job's last status, priced until its end (for the summary line).
 	Status *Status
+	// Left is true when the driver left a running job (Options.Leave): Code is 0, and the
+	// job goes on without it.
+	Left bool
 }
 
 // Run drives one job to its end. It returns when the job has finished or ctx ends (then
@@ -132,6 +142,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	if o.MaxCost < 0 {
 		return Result{}, fmt.Errorf("--max-cost %v: must be positive", o.MaxCost)
+	}
+	if o.Leave != nil && (o.Agents == nil || o.StateDir == "") {
+		return Result{}, errors.New("a driver may leave its job running only with agents (--launcher agent) and --state-dir")
 	}
 	if (o.Config.Capacity != nil) != (o.Capacity != nil) {
 		return Result{}, errors.New("--manage-capacity needs both the group's settings and the provider's capacity calls")
@@ -430,7 +443,7 @@ func (d *runner) loop(ctx context.Context) Result {
 	defer timer.Stop()
 	interrupted := ctx.Done()
 	discovered := false // a discovery result was stepped since the last snapshot
-	for !d.m.Done() {
+	for !d.m.Done() && !res.Left {
 		now := time.Now()
 		if dl := d.m.NextDeadline(now); !dl.IsZero() {
 			timer.Reset(max(dl.Sub(now), time.Millisecond))
@@ -458,6 +471,9 @@ func (d *runner) loop(ctx context.Context) Result {
 			var n int
 			n, acts = d.m.Release(time.Now(), r.Host)
 			r.Reply <- n
+		case <-d.o.Leave:
+			res.Left = true
+			res.Reason = fmt.Sprintf("the driver stopped; the job goes on: its agents keep the workers training for their --driver-timeout, and a driver started again on --state-dir %s (with the same --listen) takes them up", d.o.StateDir)
 		}
 		for _, a := range acts {
 			if f, ok := a.(Finish); ok {
@@ -467,7 +483,7 @@ func (d *runner) loop(ctx context.Context) Result {
 		}
 		// A burst of events (a reset's READY reports) is snapshotted once, when it has been
 		// worked off: whenever the loop waits, the board holds the machine's current state.
-		if len(d.events) == 0 || d.m.Done() {
+		if len(d.events) == 0 || d.m.Done() || res.Left {
 			d.board.store(d.m.Snapshot())
 			if discovered { // the board knows the new hosts' types now: price them at once
 				d.o.Prices.Wake()
@@ -506,6 +522,10 @@ func (d *runner) step(ev Event) []Action {
 // removed for a finished one), stops every process and launch still under way, waits for every
 // task, and closes the servers. Nothing outlives the job.
 func (d *runner) shutdown(res *Result, stopServing func()) {
+	if res.Left {
+		d.leave(res, stopServing)
+		return
+	}
 	if d.state != nil {
 		if res.Code == ExitInterrupted { // its workers are being stopped: nothing to adopt
 			d.save(d.srv.HostsVersion(), true)
@@ -535,6 +555,45 @@ func (d *runner) shutdown(res *Result, stopServing func()) {
 		d.o.Agents.Close() // ends the agents' long-polls, which would hold up Shutdown
 	}
 	stopServing()
+}
+
+// leave ends the driver and leaves the job running (Options.Leave): the state saved as the
+// loop left it says where the job stands, and everything the job holds is let go of as a
+// crash would let go of it, tidily: no worker stopped, no command sent to an agent, no group
+// resized, no claim removed (a driver taken up on the state is the same claimant).
+func (d *runner) leave(res *Result, stopServing func()) {
+	res.Generations, res.Resets, res.FailureResets = d.m.Generation(), d.m.Resets().All, d.m.Resets().Failures
+	d.board.Record(time.Now())
+	res.Status = d.board.Current(time.Now())
+	d.log.Info("the driver leaves the job running: the agents keep its workers", "generation", d.m.Generation(), "workers", len(d.procs), "state_dir", d.o.StateDir)
+	if d.o.Capacity != nil {
+		d.log.Warn("the group keeps its size until a driver takes the job up again: if none does, the agents stop the workers after their --driver-timeout, but the instances bill on; end a job for good with elasticd ctl stop or SIGINT", "group", d.o.Config.Capacity.Group)
+	}
+	for _, cancel := range d.launching {
+		cancel()
+	}
+	d.tasks.cancel()
+	// The registry lets go of its sessions: the workers' waits end here (not on the hosts),
+	// and the agents' long-polls end with "shutting down" (503), which an agent retries as it
+	// would an unreachable driver, holding its workers.
+	d.o.Agents.Close()
+	d.drainLeaving()
+	d.srv.Close()
+	stopServing()
+}
+
+// drainLeaving waits for every task while consuming their events, stopping nothing: a
+// worker a launch started meanwhile is the agents' to keep, and the next driver's to adopt.
+func (d *runner) drainLeaving() {
+	done := make(chan struct{})
+	go func() { d.tasks.Wait(); close(done) }() // drainLeaving waits for it
+	for {
+		select {
+		case <-done:
+			return
+		case <-d.events:
+		}
+	}
 }
 
 // drain waits for every task while still consuming their events; a process a launch

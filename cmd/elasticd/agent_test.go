@@ -280,6 +280,14 @@ func TestAgentsDriverRestartResumesFromCheckpoint(t *testing.T) {
 // their workers training through the outage and hand them to the new driver, which takes the
 // generation up. No worker restarts, and the steps run on without a gap to the end.
 func TestAgentsDriverRestartAdoptsWorkers(t *testing.T) {
+	// A crash, and a SIGTERM (systemd stopping the driver for a reboot), which under
+	// --launcher agent with --state-dir leaves the job running the same way.
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) { driverRestartAdoptsWorkers(t, sig) })
+	}
+}
+
+func driverRestartAdoptsWorkers(t *testing.T, sig syscall.Signal) {
 	secret := writeSecret(t)
 	state := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -298,10 +306,23 @@ func TestAgentsDriverRestartAdoptsWorkers(t *testing.T) {
 		agents = append(agents, startAgent(t, "--driver", url, "--agent-secret-file", secret, "--addr", a, "--slots", "1", "--host-id", "host-"+a))
 	}
 	drv.waitFor(`event step=300 `, time.Minute)
-	syscall.Kill(drv.cmd.Process.Pid, syscall.SIGKILL)
-	drv.wait(10 * time.Second)
+	syscall.Kill(drv.cmd.Process.Pid, sig)
+	select {
+	case <-drv.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the driver still runs 10 s after %v:\n%s", sig, tail(drv.output(), 3000))
+	}
+	code := drv.wait(time.Second) // it has exited
+	if sig == syscall.SIGTERM {
+		if code != 0 || !strings.Contains(drv.output(), "the job goes on") {
+			t.Fatalf("after SIGTERM the driver exited %d; want 0, saying the job goes on\n%s", code, tail(drv.output(), 3000))
+		}
+		if strings.Contains(drv.output(), "stopping worker") {
+			t.Fatal("the driver stopped workers on SIGTERM")
+		}
+	}
 	if _, err := os.Stat(filepath.Join(state, "state.json")); err != nil {
-		t.Fatalf("no state after the kill: %v", err)
+		t.Fatalf("no state after the %v: %v", sig, err)
 	}
 	time.Sleep(time.Second) // the workers train on without a driver
 	again := startJob(t, args...)
@@ -428,4 +449,25 @@ func TestAgentHostVanishes(t *testing.T) {
 			a.stop(t)
 		}
 	}
+}
+
+// SIGINT still ends a job that a SIGTERM would leave running (--launcher agent with
+// --state-dir): the workers are stopped, the exit is 130, and the state says they were.
+func TestAgentsSIGINTEndsALeavableJob(t *testing.T) {
+	secret := writeSecret(t)
+	state := t.TempDir()
+	drv := startJob(t, append([]string{"run", "-np", "1", "--launcher", "agent", "--agent-secret-file", secret, "--listen", "127.0.0.1:0", "--state-dir", state},
+		trainArgs("--steps", "100000", "--step-delay", "10ms", "--events")...)...)
+	a := startAgent(t, "--driver", driverURL(drv), "--agent-secret-file", secret, "--addr", "127.0.0.2", "--slots", "1", "--host-id", "host-a")
+	drv.waitFor(`event step=50 `, time.Minute)
+	pids := a.workerPIDs()
+	syscall.Kill(drv.cmd.Process.Pid, syscall.SIGINT)
+	if code := drv.wait(30 * time.Second); code != 130 {
+		t.Fatalf("exit %d after SIGINT, want 130\n%s", code, tail(drv.output(), 2000))
+	}
+	if strings.Contains(drv.output(), "the job goes on") {
+		t.Fatal("SIGINT left the job running")
+	}
+	waitGone(t, pids, 10*time.Second)
+	a.stop(t)
 }

@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -27,9 +28,66 @@ var (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	os.Exit(run(ctx, os.Args, os.Stdout, os.Stderr))
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	term := &sigterm{}
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM)
+	go func() { // lives as long as the process
+		for sig := range ch {
+			if !term.deliver() {
+				cancel(fmt.Errorf("%v signal received", sig))
+			}
+		}
+	}()
+	os.Exit(run(context.WithValue(ctx, sigtermKey{}, term), os.Args, os.Stdout, os.Stderr))
+}
+
+// sigterm says what SIGTERM means to the command being run. By default it ends the command,
+// as SIGINT does. A job whose workers can outlive its driver (run --launcher agent with
+// --state-dir) takes it instead as the driver's machine going away (systemd stopping the
+// driver for a reboot): the driver leaves and the job goes on, for a driver started again on
+// its state to take up. Ending such a job is SIGINT's, or elasticd ctl stop's.
+type sigterm struct {
+	mu    sync.Mutex
+	leave chan struct{} // set by a job that can be left; closed by the first SIGTERM
+	left  bool
+}
+
+type sigtermKey struct{}
+
+// sigtermOf is ctx's sigterm, or nil (tests that call run directly).
+func sigtermOf(ctx context.Context) *sigterm {
+	s, _ := ctx.Value(sigtermKey{}).(*sigterm)
+	return s
+}
+
+// leaveOn makes SIGTERM close leave instead of ending the command. It reports false where
+// nothing delivers SIGTERM this way (run called without main).
+func (s *sigterm) leaveOn(leave chan struct{}) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leave = leave
+	return true
+}
+
+// deliver hands a SIGTERM to the job that can be left, and reports whether there was one.
+func (s *sigterm) deliver() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leave == nil {
+		return false
+	}
+	if !s.left {
+		close(s.leave)
+		s.left = true
+	}
+	return true
 }
 
 // run is main without the process: it returns the exit code (0 success, 1 failure, 2 bad

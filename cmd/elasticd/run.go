@@ -95,8 +95,15 @@ publishes them (AWS), else --prices FILE (on-demand and spot per instance type):
 The job's last line gives the cost, the savings against on-demand and the cost of work
 rolled back after failures.
 
-Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
-3 --max-cost stopped the job; 130 interrupted (every worker is stopped first).`,
+Stopping: SIGINT (Ctrl-C), SIGTERM and 'elasticd ctl stop' end the job, its workers stopped
+first. With --launcher agent and --state-dir, SIGTERM (systemd stopping the driver, a reboot
+of its machine) ends the driver alone: the workers train on under their agents, and the
+driver started again on the same --state-dir and --listen takes them up, no step lost;
+SIGINT or 'elasticd ctl stop' ends such a job.
+
+Exit status: 0 success, or the driver left a running job (SIGTERM, above); 1 the job failed
+(the reason is printed); 2 bad usage; 3 --max-cost stopped the job; 130 interrupted (every
+worker is stopped first).`,
 		Flags: append(append(providerFlags(), simFlags()...),
 			&cli.IntFlag{Name: "np", Usage: "number of workers to start with (required)", EnvVars: []string{"ELASTICD_NP"}},
 			&cli.IntFlag{Name: "min-np", Usage: "fewest workers to keep training with (default: -np)", EnvVars: []string{"ELASTICD_MIN_NP"}},
@@ -112,7 +119,7 @@ Exit status: 0 success; 1 the job failed (the reason is printed); 2 bad usage;
 			&cli.StringFlag{Name: "comm-transport", Value: "auto", Usage: "how workers on the same machine exchange data in collectives: auto (shared memory, TCP with the others) or tcp (TCP with every peer; Go workers only)", EnvVars: []string{"ELASTICD_COMM_TRANSPORT"}},
 			&cli.DurationFlag{Name: "comm-timeout", Value: 30 * time.Second, Usage: "how long a worker waits on a silent peer inside a collective", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
 			&cli.StringFlag{Name: "checkpoint-dir", Usage: "in-process mode: rank 0 writes its commit to `DIR` every --checkpoint-every commits and at the commit where a planned change takes the job (a notice, a scale-in, --max-cost) (atomically, with a digest; the newest two kept), and a job that loses every worker at once starts over from the newest valid one on the slots that come back within --elastic-timeout. Use a volume every host mounts at the same path; one directory per job (a job started on a directory that holds checkpoints resumes from them). Python: elasticd.torch's TorchState writes and reads it too", EnvVars: []string{"ELASTICD_CHECKPOINT_DIR"}},
-			&cli.StringFlag{Name: "state-dir", Usage: "keep the job's state in `DIR` (generation, members, blacklist, reset counts, job ID) so that a driver started again with the same DIR takes the job up after a crash, a SIGKILL or a reboot of its machine. With --launcher agent the workers keep training meanwhile (up to the agents' --driver-timeout) and are adopted, no step lost: start it again with the same --listen. With local and ssh they died with the driver: the job starts again, from --checkpoint-dir. One driver per DIR; a job that ends removes its state", EnvVars: []string{"ELASTICD_STATE_DIR"}},
+			&cli.StringFlag{Name: "state-dir", Usage: "keep the job's state in `DIR` (generation, members, blacklist, reset counts, job ID) so that a driver started again with the same DIR takes the job up after a crash, a SIGKILL or a reboot of its machine. With --launcher agent the workers keep training meanwhile (up to the agents' --driver-timeout) and are adopted, no step lost: start it again with the same --listen; a SIGTERM (a reboot of this machine) then leaves the job running the same way, and SIGINT or elasticd ctl stop ends it. With local and ssh they died with the driver: the job starts again, from --checkpoint-dir. One driver per DIR; a job that ends removes its state", EnvVars: []string{"ELASTICD_STATE_DIR"}},
 			&cli.IntFlag{Name: "checkpoint-every", Value: protocol.DefaultCheckpointEvery, Usage: "with --checkpoint-dir: commits between two checkpoints", EnvVars: []string{"ELASTICD_CHECKPOINT_EVERY"}},
 			&cli.DurationFlag{Name: "flap-window", Value: driver.DefaultFlapWindow, Usage: "a slot that fails within this long of coming back after a failure of its own is flapping; its failures then do not count toward --reset-limit", EnvVars: []string{"ELASTICD_FLAP_WINDOW"}},
 			&cli.IntFlag{Name: "flap-limit", Value: driver.DefaultFlapLimit, Usage: "after this many returns in a row that failed within --flap-window, a flapping slot is quarantined: out of the job until 'elasticd ctl add-host HOST' takes it back", EnvVars: []string{"ELASTICD_FLAP_LIMIT"}},
@@ -165,6 +172,13 @@ func runJob(c *cli.Context) error {
 	if err := checkLocalHosts(c.Context, c, o); err != nil {
 		return err
 	}
+	if o.Agents != nil && o.StateDir != "" && o.ProviderName != "sim" {
+		leave := make(chan struct{})
+		if sigtermOf(c.Context).leaveOn(leave) {
+			o.Leave = leave
+			log.Info("SIGTERM (systemd stopping this machine) leaves the job running, for a driver started again on --state-dir to take up; SIGINT (Ctrl-C) or elasticd ctl stop ends the job", "state_dir", o.StateDir)
+		}
+	}
 	if o.Capacity != nil {
 		// An unknown group, or one the credentials may not read, is said now, not in the
 		// middle of the job.
@@ -188,6 +202,10 @@ func runJob(c *cli.Context) error {
 	if err != nil {
 		releaseClaims(c.Context, o) // the job never ran: its claims would hold its groups for nothing
 		return cli.Exit(err.Error(), 1)
+	}
+	if res.Left {
+		fmt.Fprintf(c.App.ErrWriter, "elasticd: %s\n", res.Reason)
+		return nil
 	}
 	fmt.Fprintf(c.App.ErrWriter, "elasticd: %s (generations %d, resets %d of which %d after failures)\n", res.Reason, res.Generations, res.Resets, res.FailureResets)
 	if res.Status != nil {
