@@ -96,6 +96,25 @@ func (cs Checks) Failed() bool {
 	return false
 }
 
+// Find is the first check named name, and whether there is one.
+func (cs Checks) Find(name string) (Check, bool) {
+	for _, c := range cs {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Check{}, false
+}
+
+// Names are the checks' names, in order: what a test lists when a line it wants is missing.
+func (cs Checks) Names() []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Name
+	}
+	return out
+}
+
 // Prefixed names every check as part of what: "fallback group" + "permission x" is
 // "fallback group: permission x".
 func (cs Checks) Prefixed(what string) Checks {

@@ -1,16 +1,11 @@
 package aws_test
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/elasticd/elasticd/providers"
+	"github.com/elasticd/elasticd/providers/providertest"
 )
 
 // TestEndToEndCheck runs the real binary, `elasticd check --json --provider aws`, with the
@@ -18,62 +13,26 @@ import (
 // nothing wrong exits 0 with every AWS line verified; a denied permission, a missing group
 // and a queue that no rule feeds each exit 1 with the failing line naming what to fix.
 func TestEndToEndCheck(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs elasticd")
-	}
-	bin := filepath.Join(t.TempDir(), "elasticd")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/elasticd/elasticd/cmd/elasticd").CombinedOutput(); err != nil {
-		t.Fatalf("go build elasticd: %v\n%s", err, out)
-	}
+	bin := providertest.BuildElasticd(t)
 	dir := t.TempDir()
-	secret := filepath.Join(dir, "agent-secret")
-	if err := os.WriteFile(secret, []byte("elasticd-e2e-check-secret-0123456789\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	secret := providertest.AgentSecretFile(t)
+	// TestMain left dummy credentials, no config files and no instance metadata.
+	env := append(providertest.EnvWithout("ELASTICD_"), "AWS_EC2_METADATA_DISABLED=true")
 
-	// check runs elasticd check against f; human, the lines instead of JSON.
-	check := func(t *testing.T, f *fakeAWS, human bool) (int, []byte) {
-		t.Helper()
-		args := []string{"check", "--provider", "aws", "--asg", fakeGroup, "--region", "us-east-1",
+	// args are the flags of a job on f's group.
+	args := func(f *fakeAWS) []string {
+		return []string{"--provider", "aws", "--asg", fakeGroup, "--region", "us-east-1",
 			"--endpoint", f.srv.URL, "--sqs-queue-url", f.queueURL, "--manage-capacity",
 			"--agent-secret-file", secret, "--listen", "127.0.0.1:0", "-np", "2", "--", "./train"}
-		if !human {
-			args = append([]string{"check", "--json"}, args[1:]...)
-		}
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = dir
-		// TestMain left dummy credentials, no config files and no instance metadata.
-		cmd.Env = append(os.Environ(), "AWS_EC2_METADATA_DISABLED=true")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		var exit *exec.ExitError
-		switch {
-		case errors.As(err, &exit):
-			code = exit.ExitCode()
-		case err != nil:
-			t.Fatal(err)
-		}
-		t.Logf("elasticd %s: exit %d\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
-		assertNothingChanged(t, f)
-		return code, stdout.Bytes()
-	}
-	type report struct {
-		OK     bool
-		Checks providers.Checks
 	}
 	run := func(t *testing.T, f *fakeAWS, wantCode int) providers.Checks {
 		t.Helper()
-		code, out := check(t, f, false)
-		var r report
-		if err := json.Unmarshal(out, &r); err != nil {
-			t.Fatalf("the output is not one JSON object: %v", err)
+		code, cs := providertest.RunCheckJSON(t, bin, env, dir, args(f)...)
+		assertNothingChanged(t, f)
+		if code != wantCode {
+			t.Errorf("exit %d; want %d", code, wantCode)
 		}
-		if code != wantCode || r.OK != (wantCode == 0) {
-			t.Errorf("exit %d, ok %v; want exit %d", code, r.OK, wantCode)
-		}
-		return r.Checks
+		return cs
 	}
 	// onlyFailure: the one failed line is name's, and its fix holds each of fix.
 	onlyFailure := func(t *testing.T, cs providers.Checks, name string, fix ...string) {
@@ -109,10 +68,11 @@ func TestEndToEndCheck(t *testing.T) {
 		cs := run(t, f, 1)
 		onlyFailure(t, cs, "permission autoscaling:SetDesiredCapacity", "grant autoscaling:SetDesiredCapacity on "+groupARN+" to "+fakeRoleARN)
 		// The same, as a person reads it.
-		code, out := check(t, f, true)
-		if code != 1 || !bytes.Contains(out, []byte("✘ permission autoscaling:SetDesiredCapacity: not allowed on "+groupARN)) ||
-			!bytes.Contains(out, []byte("\n  fix: grant autoscaling:SetDesiredCapacity on "+groupARN)) ||
-			!bytes.Contains(out, []byte("✔ credentials: from the environment")) {
+		out, _, code := providertest.RunCheck(t, bin, env, dir, args(f)...)
+		assertNothingChanged(t, f)
+		if code != 1 || !strings.Contains(out, "✘ permission autoscaling:SetDesiredCapacity: not allowed on "+groupARN) ||
+			!strings.Contains(out, "\n  fix: grant autoscaling:SetDesiredCapacity on "+groupARN) ||
+			!strings.Contains(out, "✔ credentials: from the environment") {
 			t.Errorf("exit %d; want 1, with the ✘ line, its fix and the ✔ lines", code)
 		}
 	})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/providers/aws"
+	"github.com/elasticd/elasticd/providers/providertest"
 )
 
 // everything is a job that steers its group, accounts its cost and reads notices.
@@ -29,34 +30,11 @@ func runCheck(t *testing.T, f *fakeAWS, cfg aws.Config, needs providers.CheckNee
 // withQueue is the fake's group and its queue.
 func withQueue(f *fakeAWS) aws.Config { return aws.Config{SQSQueueURL: f.queueURL} }
 
-// line is the check named name; the test fails without one.
-func line(t *testing.T, cs providers.Checks, name string) providers.Check {
-	t.Helper()
-	for _, c := range cs {
-		if c.Name == name {
-			return c
-		}
-	}
-	t.Fatalf("no check %q in %v", name, names(cs))
-	return providers.Check{}
-}
-
-func names(cs providers.Checks) []string {
-	var out []string
-	for _, c := range cs {
-		out = append(out, c.Name)
-	}
-	return out
-}
-
 // want checks one line's status and that its detail and fix hold each of the strings given
 // (a string in fix only: prefix it with "fix:").
 func want(t *testing.T, cs providers.Checks, name string, status providers.CheckStatus, has ...string) providers.Check {
 	t.Helper()
-	c := line(t, cs, name)
-	if c.Status != status {
-		t.Errorf("%s: status %s, want %s (%s)", name, c.Status, status, c)
-	}
+	c := providertest.WantLine(t, cs, name, status)
 	for _, h := range has {
 		if fix, ok := strings.CutPrefix(h, "fix:"); ok {
 			if !strings.Contains(c.Fix, fix) {
@@ -99,7 +77,7 @@ func TestCheckAllFine(t *testing.T) {
 		wantNames = append(wantNames, "permission "+pm.Action)
 	}
 	wantNames = append(wantNames, "notice queue", "notice queue policy", "notice rules")
-	if got := names(cs); !slices.Equal(got, wantNames) {
+	if got := cs.Names(); !slices.Equal(got, wantNames) {
 		t.Errorf("checks %q, want %q", got, wantNames)
 	}
 	for _, c := range cs {
@@ -168,7 +146,7 @@ func TestCheckWithoutQueue(t *testing.T) {
 	if cs.Failed() {
 		t.Error("a check failed")
 	}
-	if got := names(cs); !slices.Contains(got, "permission ec2:DescribeInstances") || slices.Contains(got, "permission ec2:DescribeSpotPriceHistory") ||
+	if got := cs.Names(); !slices.Contains(got, "permission ec2:DescribeInstances") || slices.Contains(got, "permission ec2:DescribeSpotPriceHistory") ||
 		slices.Contains(got, "permission autoscaling:SetDesiredCapacity") {
 		t.Errorf("without --manage-capacity or prices, checked %q", got)
 	}

@@ -142,14 +142,20 @@ func (p *Provider) checkWhere(ctx context.Context, ss armcompute.VirtualMachineS
 			describeSet(c.VMSS, ss),
 		}, true
 	}
-	var re *azcore.ResponseError
-	if !errors.As(err, &re) {
-		why := "not verified: the scale set could not be read"
+	// unread: the scale set was not read, so neither were its subscription and resource
+	// group; the permissions can still be asked.
+	unread := func(why string, group providers.Check) ([]providers.Check, bool) {
 		return []providers.Check{
 			providers.Skipped("subscription", why, ""),
 			providers.Skipped("resource group", why, ""),
-			providers.Fail("group", p.explain(ctx, opScaleSet, err).Error(), "ARM must be reachable from here (--endpoint, a proxy, the network); retry when it answers"),
+			group,
 		}, true
+	}
+	const notRead = "not verified: the scale set could not be read"
+	var re *azcore.ResponseError
+	if !errors.As(err, &re) {
+		return unread(notRead, providers.Fail("group", p.explain(ctx, opScaleSet, err).Error(),
+			"ARM must be reachable from here (--endpoint, a proxy, the network); retry when it answers"))
 	}
 	code, msg := armError(re)
 	what := fmt.Sprintf("HTTP %d %s: %s", re.StatusCode, code, msg)
@@ -177,21 +183,13 @@ func (p *Provider) checkWhere(ctx context.Context, ss armcompute.VirtualMachineS
 					" --subscription "+c.Subscription+" --query [].name` lists the resource group's scale sets"),
 		}, false
 	case re.StatusCode == http.StatusForbidden:
-		why := "not verified: reading the scale set was refused"
-		return []providers.Check{
-			providers.Skipped("subscription", why, ""),
-			providers.Skipped("resource group", why, ""),
+		return unread("not verified: reading the scale set was refused",
 			providers.Fail("group", fmt.Sprintf("reading scale set %q was refused (%s)", c.VMSS, what),
 				"grant the identity "+actionRead+" on the scale set, its resource group or the subscription "+
-					"(the built-in Reader role has it; see the permission lines and docs/providers/azure.md#permissions)"),
-		}, true
+					"(the built-in Reader role has it; see the permission lines and docs/providers/azure.md#permissions)"))
 	}
-	why := "not verified: the scale set could not be read"
-	return []providers.Check{
-		providers.Skipped("subscription", why, ""),
-		providers.Skipped("resource group", why, ""),
-		providers.Fail("group", p.explain(ctx, opScaleSet, err).Error(), "retry when ARM answers (a throttled subscription is answered again after its Retry-After)"),
-	}, true
+	return unread(notRead, providers.Fail("group", p.explain(ctx, opScaleSet, err).Error(),
+		"retry when ARM answers (a throttled subscription is answered again after its Retry-After)"))
 }
 
 // describeSet is the scale set's line: size, capacity, priority, orchestration; a Flexible

@@ -21,6 +21,7 @@ import (
 
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/providers/azure"
+	"github.com/elasticd/elasticd/providers/providertest"
 )
 
 // The actions checked, in the order of their lines.
@@ -56,26 +57,6 @@ func runCheck(t *testing.T, f *fakeARM, p *azure.Provider, needs providers.Check
 	return cs
 }
 
-// line is the check named name; the test fails without one.
-func line(t *testing.T, cs providers.Checks, name string) providers.Check {
-	t.Helper()
-	for _, c := range cs {
-		if c.Name == name {
-			return c
-		}
-	}
-	t.Fatalf("no %q line among %v", name, names(cs))
-	return providers.Check{}
-}
-
-func names(cs providers.Checks) []string {
-	var out []string
-	for _, c := range cs {
-		out = append(out, c.Name)
-	}
-	return out
-}
-
 // wantLines: the lines are exactly these names with these statuses, in this order.
 func wantLines(t *testing.T, cs providers.Checks, want ...any) {
 	t.Helper()
@@ -88,16 +69,6 @@ func wantLines(t *testing.T, cs providers.Checks, want ...any) {
 	}
 	if !slices.Equal(got, exp) {
 		t.Errorf("lines:\n got  %q\n want %q", got, exp)
-	}
-}
-
-// contains: the line's field holds each of subs.
-func contains(t *testing.T, what, s string, subs ...string) {
-	t.Helper()
-	for _, sub := range subs {
-		if !strings.Contains(s, sub) {
-			t.Errorf("%s %q does not say %q", what, s, sub)
-		}
 	}
 }
 
@@ -136,11 +107,11 @@ func TestCheckAllGranted(t *testing.T) {
 		"permission "+permRead, providers.CheckOK, "permission "+permVMs, providers.CheckOK,
 		"permission "+permNICs, providers.CheckOK, "permission "+permWrite, providers.CheckOK,
 		"permission "+permDelete, providers.CheckOK)
-	contains(t, "group", line(t, cs, "group").Detail, "scale set gpus (--vmss) in eastus", "Standard_ND96asr_v4", "capacity 2", "Spot priority", "Uniform orchestration")
-	contains(t, "subscription", line(t, cs, "subscription").Detail, f.sub+" (--subscription)", f.srv.URL+" (--endpoint)")
-	contains(t, "resource group", line(t, cs, "resource group").Detail, "ml-rg (--resource-group), found")
-	contains(t, "credentials", line(t, cs, "credentials").Detail, "the credential given in azure.Config")
-	contains(t, "write", line(t, cs, "permission "+permWrite).Detail, `by "*"`, "--manage-capacity")
+	providertest.Contains(t, "group", providertest.CheckLine(t, cs, "group").Detail, "scale set gpus (--vmss) in eastus", "Standard_ND96asr_v4", "capacity 2", "Spot priority", "Uniform orchestration")
+	providertest.Contains(t, "subscription", providertest.CheckLine(t, cs, "subscription").Detail, f.sub+" (--subscription)", f.srv.URL+" (--endpoint)")
+	providertest.Contains(t, "resource group", providertest.CheckLine(t, cs, "resource group").Detail, "ml-rg (--resource-group), found")
+	providertest.Contains(t, "credentials", providertest.CheckLine(t, cs, "credentials").Detail, "the credential given in azure.Config")
+	providertest.Contains(t, "write", providertest.CheckLine(t, cs, "permission "+permWrite).Detail, `by "*"`, "--manage-capacity")
 	if n := f.count(epPerms); n != 1 {
 		t.Errorf("%d permission listings; want 1", n)
 	}
@@ -205,7 +176,7 @@ func TestCheckPermissions(t *testing.T) {
 			})
 			cs := runCheck(t, f, p, providers.CheckNeeds{ManageCapacity: true})
 			for _, a := range managePerms {
-				l := line(t, cs, "permission "+a)
+				l := providertest.CheckLine(t, cs, "permission "+a)
 				want := ok
 				if s, ok := c.want[a]; ok {
 					want = s
@@ -214,11 +185,11 @@ func TestCheckPermissions(t *testing.T) {
 					t.Errorf("%s: %s; want %s", a, l, want)
 				}
 				if l.Status == providers.CheckFail {
-					contains(t, a+" fix", l.Fix, "grant "+a, "az role assignment create --assignee "+testOID,
+					providertest.Contains(t, a+" fix", l.Fix, "grant "+a, "az role assignment create --assignee "+testOID,
 						"--scope /subscriptions/"+f.sub+"/resourceGroups/ml-rg/providers/Microsoft.Compute/virtualMachineScaleSets/gpus")
 				}
 				if s := c.says[a]; s != "" {
-					contains(t, a, l.Detail+" "+l.Fix, s)
+					providertest.Contains(t, a, l.Detail+" "+l.Fix, s)
 				}
 			}
 			if n := f.count(epPerms); n != len(c.pages) {
@@ -241,9 +212,9 @@ func TestCheckPermissionsRefused(t *testing.T) {
 	wantLines(t, cs,
 		"credentials", providers.CheckOK, "subscription", providers.CheckOK, "resource group", providers.CheckOK,
 		"group", providers.CheckOK, "claim", providers.CheckOK, "permissions", providers.CheckSkipped)
-	l := line(t, cs, "permissions")
-	contains(t, "permissions", l.Detail, "may not list its own permissions", "HTTP 403 AuthorizationFailed", "not verified: "+strings.Join(managePerms, ", "))
-	contains(t, "permissions fix", l.Fix, "Microsoft.Authorization/permissions/read", "Reader")
+	l := providertest.CheckLine(t, cs, "permissions")
+	providertest.Contains(t, "permissions", l.Detail, "may not list its own permissions", "HTTP 403 AuthorizationFailed", "not verified: "+strings.Join(managePerms, ", "))
+	providertest.Contains(t, "permissions fix", l.Fix, "Microsoft.Authorization/permissions/read", "Reader")
 	if cs.Failed() {
 		t.Error("a refused permission listing failed the check; it is a check not made")
 	}
@@ -254,11 +225,11 @@ func TestCheckPermissionsUnreadable(t *testing.T) {
 	f := newFake(t, vm("0", "10.0.0.4"))
 	f.queue(epPerms, reply{status: http.StatusOK, raw: []byte(`{"nextLink":null}`)})
 	cs := runCheck(t, f, f.provider(t), providers.CheckNeeds{})
-	l := line(t, cs, "permissions")
+	l := providertest.CheckLine(t, cs, "permissions")
 	if l.Status != providers.CheckSkipped {
 		t.Fatalf("permissions: %v; want skipped", l)
 	}
-	contains(t, "permissions", l.Detail, `no "value" list`, "not verified: "+strings.Join(readPerms, ", "))
+	providertest.Contains(t, "permissions", l.Detail, `no "value" list`, "not verified: "+strings.Join(readPerms, ", "))
 }
 
 // TestCheckWhere: a missing scale set, resource group or subscription fails its own line
@@ -287,7 +258,7 @@ func TestCheckWhere(t *testing.T) {
 			wantLines(t, cs, c.want...)
 			for _, l := range cs {
 				if l.Status == fail {
-					contains(t, l.Name+" fix", l.Fix, c.fix)
+					providertest.Contains(t, l.Name+" fix", l.Fix, c.fix)
 				}
 			}
 			if n := f.count(epPerms); n != 0 {
@@ -298,7 +269,7 @@ func TestCheckWhere(t *testing.T) {
 	t.Run("not found says ResourceNotFound", func(t *testing.T) {
 		f := newFake(t)
 		cs := runCheck(t, f, f.provider(t, func(c *azure.Config) { c.VMSS = "gpus-old" }), providers.CheckNeeds{})
-		contains(t, "group", line(t, cs, "group").Detail, `scale set "gpus-old" not found`, "ResourceNotFound")
+		providertest.Contains(t, "group", providertest.CheckLine(t, cs, "group").Detail, `scale set "gpus-old" not found`, "ResourceNotFound")
 	})
 }
 
@@ -313,8 +284,8 @@ func TestCheckReadRefused(t *testing.T) {
 		"credentials", providers.CheckOK, "subscription", providers.CheckSkipped, "resource group", providers.CheckSkipped,
 		"group", providers.CheckFail,
 		"permission "+permRead, providers.CheckFail, "permission "+permVMs, providers.CheckFail, "permission "+permNICs, providers.CheckFail)
-	contains(t, "group", line(t, cs, "group").Detail, `reading scale set "gpus" was refused`, "HTTP 403 AuthorizationFailed")
-	contains(t, "group fix", line(t, cs, "group").Fix, permRead, "Reader")
+	providertest.Contains(t, "group", providertest.CheckLine(t, cs, "group").Detail, `reading scale set "gpus" was refused`, "HTTP 403 AuthorizationFailed")
+	providertest.Contains(t, "group fix", providertest.CheckLine(t, cs, "group").Fix, permRead, "Reader")
 }
 
 // TestCheckFlexible: a Flexible scale set fails the group line, since a poll would.
@@ -322,11 +293,11 @@ func TestCheckFlexible(t *testing.T) {
 	f := newFake(t, vm("0", "10.0.0.4"))
 	f.setScaleSet(setSpec{SKU: "Standard_ND96isr_H100_v5", Priority: "Regular", Mode: "Flexible"})
 	cs := runCheck(t, f, f.provider(t), providers.CheckNeeds{})
-	l := line(t, cs, "group")
+	l := providertest.CheckLine(t, cs, "group")
 	if l.Status != providers.CheckFail {
 		t.Fatalf("group: %v; want failed", l)
 	}
-	contains(t, "group", l.Detail, "Standard_ND96isr_H100_v5", "Regular priority", "Flexible orchestration", "Uniform scale sets only")
+	providertest.Contains(t, "group", l.Detail, "Standard_ND96isr_H100_v5", "Regular priority", "Flexible orchestration", "Uniform scale sets only")
 }
 
 // TestCheckNoCredentials: without a token, the credentials line fails with how to provide
@@ -354,9 +325,9 @@ func wantNoCredentials(t *testing.T, f *fakeARM, cs providers.Checks, says strin
 	t.Helper()
 	skip := providers.CheckSkipped
 	wantLines(t, cs, "credentials", providers.CheckFail, "subscription", skip, "resource group", skip, "group", skip, "claim", skip, "permissions", skip)
-	l := line(t, cs, "credentials")
-	contains(t, "credentials", l.Detail, "no usable Azure credentials", says)
-	contains(t, "credentials fix", l.Fix, "az login", "managed identity", "AZURE_CLIENT_SECRET")
+	l := providertest.CheckLine(t, cs, "credentials")
+	providertest.Contains(t, "credentials", l.Detail, "no usable Azure credentials", says)
+	providertest.Contains(t, "credentials fix", l.Fix, "az login", "managed identity", "AZURE_CLIENT_SECRET")
 	if n := f.count(""); n != 0 {
 		t.Errorf("%d requests to ARM without a token", n)
 	}
@@ -371,9 +342,9 @@ func TestCheckTokenRejected(t *testing.T) {
 	cs := runCheck(t, f, f.provider(t), providers.CheckNeeds{})
 	skip := providers.CheckSkipped
 	wantLines(t, cs, "credentials", providers.CheckFail, "subscription", skip, "resource group", skip, "group", skip, "permissions", skip)
-	l := line(t, cs, "credentials")
-	contains(t, "credentials", l.Detail, "rejected", "InvalidAuthenticationTokenTenant")
-	contains(t, "credentials fix", l.Fix, "az login --tenant", "AZURE_TENANT_ID")
+	l := providertest.CheckLine(t, cs, "credentials")
+	providertest.Contains(t, "credentials", l.Detail, "rejected", "InvalidAuthenticationTokenTenant")
+	providertest.Contains(t, "credentials fix", l.Fix, "az login --tenant", "AZURE_TENANT_ID")
 }
 
 // TestCheckClaim: with --manage-capacity, another driver's fresh claim tag fails the claim
@@ -398,13 +369,13 @@ func TestCheckClaim(t *testing.T) {
 				f.setTag(providers.ClaimTagKey, c.tag)
 			}
 			cs := runCheck(t, f, f.provider(t), providers.CheckNeeds{ManageCapacity: true})
-			l := line(t, cs, "claim")
+			l := providertest.CheckLine(t, cs, "claim")
 			if l.Status != c.want {
 				t.Fatalf("claim: %v; want %s", l, c.want)
 			}
-			contains(t, "claim", l.Detail, c.says)
+			providertest.Contains(t, "claim", l.Detail, c.says)
 			if l.Status == providers.CheckFail {
-				contains(t, "claim fix", l.Fix, "stop that driver (on host driver-2)", "without --manage-capacity")
+				providertest.Contains(t, "claim fix", l.Fix, "stop that driver (on host driver-2)", "without --manage-capacity")
 			}
 			if cs.Failed() != (c.want == providers.CheckFail) {
 				t.Errorf("Failed() = %v", cs.Failed())
@@ -426,11 +397,11 @@ func TestCheckCredentialSource(t *testing.T) {
 		t.Setenv("PATH", bin)
 		f := newFake(t, vm("0", "10.0.0.4"))
 		cs := runCheck(t, f, f.provider(t, func(c *azure.Config) { c.Credential = nil }), providers.CheckNeeds{})
-		l := line(t, cs, "credentials")
+		l := providertest.CheckLine(t, cs, "credentials")
 		if l.Status != providers.CheckOK {
 			t.Fatalf("credentials: %v", l)
 		}
-		contains(t, "credentials", l.Detail, "from the Azure CLI (az login", "as alice@contoso.com (object "+testOID+", tenant "+testTenant+")")
+		providertest.Contains(t, "credentials", l.Detail, "from the Azure CLI (az login", "as alice@contoso.com (object "+testOID+", tenant "+testTenant+")")
 		args, err := os.ReadFile(filepath.Join(bin, "args"))
 		if err != nil || !strings.Contains(string(args), "--resource https://management.core.windows.net/") {
 			t.Errorf("az was run with %q (%v); want a token for ARM's audience", args, err)
@@ -441,7 +412,7 @@ func TestCheckCredentialSource(t *testing.T) {
 		cred := &tokenCred{tok: jwt(map[string]any{"appid": "0d1e2f3a-0000-4000-8000-000000000002", "idtyp": "app", "oid": testOID, "tid": testTenant, "xms_mirid": mirid})}
 		f := newFake(t, vm("0", "10.0.0.4"))
 		cs := runCheck(t, f, f.provider(t, func(c *azure.Config) { c.Credential = cred }), providers.CheckNeeds{})
-		contains(t, "credentials", line(t, cs, "credentials").Detail, "the credential given in azure.Config", "as user-assigned managed identity elasticd-driver")
+		providertest.Contains(t, "credentials", providertest.CheckLine(t, cs, "credentials").Detail, "the credential given in azure.Config", "as user-assigned managed identity elasticd-driver")
 		if len(cred.scopes) == 0 || cred.scopes[0] != "https://management.core.windows.net//.default" {
 			t.Errorf("token asked for scopes %q; want ARM's, as the SDK asks it", cred.scopes)
 		}
@@ -474,6 +445,6 @@ func TestCheckUnreachable(t *testing.T) {
 	cs := runCheck(t, f, f.provider(t), providers.CheckNeeds{ManageCapacity: true})
 	skip := providers.CheckSkipped
 	wantLines(t, cs, "credentials", providers.CheckOK, "subscription", skip, "resource group", skip, "group", providers.CheckFail, "claim", skip, "permissions", skip)
-	contains(t, "group", line(t, cs, "group").Detail, "get scale set: HTTP 500 InternalServerError")
-	contains(t, "permissions", line(t, cs, "permissions").Detail, "HTTP 500 InternalServerError", "not verified: "+strings.Join(managePerms, ", "))
+	providertest.Contains(t, "group", providertest.CheckLine(t, cs, "group").Detail, "get scale set: HTTP 500 InternalServerError")
+	providertest.Contains(t, "permissions", providertest.CheckLine(t, cs, "permissions").Detail, "HTTP 500 InternalServerError", "not verified: "+strings.Join(managePerms, ", "))
 }

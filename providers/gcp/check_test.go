@@ -14,6 +14,7 @@ import (
 
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/providers/gcp"
+	"github.com/elasticd/elasticd/providers/providertest"
 )
 
 func runCheck(t *testing.T, p *gcp.Provider, n providers.CheckNeeds) providers.Checks {
@@ -27,27 +28,11 @@ func runCheck(t *testing.T, p *gcp.Provider, n providers.CheckNeeds) providers.C
 	return cs
 }
 
-// names are the checks' names, in order.
-func names(cs providers.Checks) []string {
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = c.Name
-	}
-	return out
-}
-
 // wantCheck finds the check called name and wants its status, and each part in its detail
 // and fix together.
 func wantCheck(t *testing.T, cs providers.Checks, name string, status providers.CheckStatus, parts ...string) providers.Check {
 	t.Helper()
-	i := slices.IndexFunc(cs, func(c providers.Check) bool { return c.Name == name })
-	if i < 0 {
-		t.Fatalf("no check %q in %q", name, names(cs))
-	}
-	c := cs[i]
-	if c.Status != status {
-		t.Errorf("%s: status %s; want %s", c, c.Status, status)
-	}
+	c := providertest.WantLine(t, cs, name, status)
 	for _, p := range parts {
 		if !strings.Contains(c.Detail+" | "+c.Fix, p) {
 			t.Errorf("%s: want %q in it", c, p)
@@ -61,8 +46,8 @@ func wantCheck(t *testing.T, cs providers.Checks, name string, status providers.
 
 func wantNoCheck(t *testing.T, cs providers.Checks, name string) {
 	t.Helper()
-	if slices.ContainsFunc(cs, func(c providers.Check) bool { return c.Name == name }) {
-		t.Errorf("check %q listed; want none: %q", name, names(cs))
+	if _, ok := cs.Find(name); ok {
+		t.Errorf("check %q listed; want none: %q", name, cs.Names())
 	}
 }
 
@@ -108,7 +93,7 @@ func TestCheckAllHeld(t *testing.T) {
 			for _, p := range c.perms {
 				want = append(want, "permission "+p)
 			}
-			if got := names(cs); !slices.Equal(got, want) {
+			if got := cs.Names(); !slices.Equal(got, want) {
 				t.Errorf("checks %q; want %q", got, want)
 			}
 			if cs.Failed() {
@@ -319,8 +304,8 @@ func TestCheckNoCredentials(t *testing.T) {
 	adc(t)
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", filepath.Join(t.TempDir(), "missing-key.json"))
 	cs := runCheck(t, f.provider(t, withADC), providers.CheckNeeds{ManageCapacity: true})
-	if want := []string{"credentials", "project", "location", "group", "permissions"}; !slices.Equal(names(cs), want) {
-		t.Errorf("checks %q; want %q", names(cs), want)
+	if want := []string{"credentials", "project", "location", "group", "permissions"}; !slices.Equal(cs.Names(), want) {
+		t.Errorf("checks %q; want %q", cs.Names(), want)
 	}
 	wantCheck(t, cs, "credentials", providers.CheckFail, "GOOGLE_APPLICATION_CREDENTIALS=", "missing-key.json",
 		"service-account key", "unset it")
@@ -417,8 +402,8 @@ func TestCheckMetadataServer(t *testing.T) {
 		adc(t)
 		newMetadata(t, cloudPlatform, "https://www.googleapis.com/auth/logging.write")
 		cs := runCheck(t, f.provider(t, withADC), providers.CheckNeeds{ManageCapacity: true})
-		if want := []string{"credentials", "access scopes", "project", "location", "group"}; !slices.Equal(names(cs)[:5], want) {
-			t.Errorf("checks %q; want them to start %q", names(cs), want)
+		if want := []string{"credentials", "access scopes", "project", "location", "group"}; !slices.Equal(cs.Names()[:5], want) {
+			t.Errorf("checks %q; want them to start %q", cs.Names(), want)
 		}
 		wantCheck(t, cs, "credentials", providers.CheckOK, "the VM's service account "+testAccount+", from the Compute Engine metadata server")
 		wantCheck(t, cs, "access scopes", providers.CheckOK, "cloud-platform, logging.write")

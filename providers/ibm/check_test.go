@@ -12,6 +12,7 @@ import (
 	"github.com/IBM/go-sdk-core/v5/core"
 	"github.com/elasticd/elasticd/providers"
 	"github.com/elasticd/elasticd/providers/ibm"
+	"github.com/elasticd/elasticd/providers/providertest"
 )
 
 // The names Check returns, in order: without and with --manage-capacity.
@@ -31,15 +32,11 @@ var (
 
 // runCheck runs Check and makes sure of what every check must hold: the names, in order;
 // a fix on every failure; no request that changes anything.
-func runCheck(t *testing.T, f *fakeVPC, p *ibm.Provider, needs providers.CheckNeeds) map[string]providers.Check {
+func runCheck(t *testing.T, f *fakeVPC, p *ibm.Provider, needs providers.CheckNeeds) providers.Checks {
 	t.Helper()
-	cs := p.Check(bounded(t), needs)
-	var names []string
-	got := make(map[string]providers.Check)
+	cs := providers.Checks(p.Check(bounded(t), needs))
 	for _, c := range cs {
 		t.Logf("%s", c)
-		names = append(names, c.Name)
-		got[c.Name] = c
 		if c.Status == providers.CheckFail && c.Fix == "" {
 			t.Errorf("%s failed with no fix", c.Name)
 		}
@@ -51,7 +48,7 @@ func runCheck(t *testing.T, f *fakeVPC, p *ibm.Provider, needs providers.CheckNe
 	if needs.ManageCapacity {
 		want = append(want, changeNames...)
 	}
-	if !slices.Equal(names, want) {
+	if names := cs.Names(); !slices.Equal(names, want) {
 		t.Errorf("checks %q; want %q", names, want)
 	}
 	for _, ep := range []string{epUpdateGroup, epUpdateManager, epDeleteMembership} {
@@ -59,16 +56,16 @@ func runCheck(t *testing.T, f *fakeVPC, p *ibm.Provider, needs providers.CheckNe
 			t.Errorf("Check made %d %s requests; it must change nothing", n, ep)
 		}
 	}
-	return got
+	return cs
 }
 
 // wantCheck fails unless the check has the status and its detail and fix, together, say
 // every part.
-func wantCheck(t *testing.T, cs map[string]providers.Check, name string, status providers.CheckStatus, parts ...string) {
+func wantCheck(t *testing.T, cs providers.Checks, name string, status providers.CheckStatus, parts ...string) {
 	t.Helper()
-	c, ok := cs[name]
+	c, ok := cs.Find(name)
 	if !ok {
-		t.Errorf("no check %q", name)
+		t.Errorf("no check %q in %q", name, cs.Names())
 		return
 	}
 	if c.Status != status {
@@ -143,7 +140,7 @@ func TestCheckWithoutManageCapacity(t *testing.T) {
 	cs := runCheck(t, f, f.provider(t, ibm.Config{}), providers.CheckNeeds{})
 	wantCheck(t, cs, "credentials", providers.CheckOK, "no authentication from the program (Config.Authenticator)")
 	wantCheck(t, cs, "group managers", providers.CheckOK, `autoscale manager "gpu-autoscaler" enabled (min 1, max 8): it sets the group's size`)
-	if d := cs["group managers"].Detail; strings.Contains(d, "disable") {
+	if d := providertest.CheckLine(t, cs, "group managers").Detail; strings.Contains(d, "disable") {
 		t.Errorf("group managers: %q; without --manage-capacity nothing is disabled", d)
 	}
 }
@@ -201,7 +198,7 @@ func TestCheckDeletingGroup(t *testing.T) {
 func TestCheckCredentials(t *testing.T) {
 	needs := providers.CheckNeeds{ManageCapacity: true}
 	// unreached: every check that needs the API is skipped, and no request was made.
-	unreached := func(t *testing.T, f *fakeVPC, cs map[string]providers.Check) {
+	unreached := func(t *testing.T, f *fakeVPC, cs providers.Checks) {
 		t.Helper()
 		wantCheck(t, cs, "region", providers.CheckOK, "us-south")
 		for _, name := range checkNames[2:] {
@@ -347,10 +344,8 @@ func TestCheckCancelled(t *testing.T) {
 	f := newFake(t, instances(1)...)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	cs := f.provider(t, ibm.Config{}).Check(ctx, providers.CheckNeeds{ManageCapacity: true})
-	var names []string
+	cs := providers.Checks(f.provider(t, ibm.Config{}).Check(ctx, providers.CheckNeeds{ManageCapacity: true}))
 	for _, c := range cs {
-		names = append(names, c.Name)
 		switch {
 		case c.Name == "region" && c.Status == providers.CheckOK:
 		case strings.HasPrefix(c.Name, "permission "+"is.instance-group.instance-group.update"):
@@ -361,8 +356,8 @@ func TestCheckCancelled(t *testing.T) {
 			t.Errorf("%s; want it skipped for the context", c)
 		}
 	}
-	if want := append(slices.Clone(checkNames), changeNames...); !slices.Equal(names, want) {
-		t.Errorf("checks %q; want %q", names, want)
+	if want := append(slices.Clone(checkNames), changeNames...); !slices.Equal(cs.Names(), want) {
+		t.Errorf("checks %q; want %q", cs.Names(), want)
 	}
 	if n := f.total(); n != 0 {
 		t.Errorf("%d requests after the context ended", n)
