@@ -256,6 +256,14 @@ type runner struct {
 	// claims are the claims on the steered group and the fallback group (Options.Claim,
 	// FallbackClaim); nil where none is held.
 	claims [2]*heldClaim
+	// journal and progress are what the last saves carried of the job's past, taken at
+	// journalAt (journalEvery, or at once when journalKey changes); leaving is set once the
+	// driver leaves a running job.
+	journal    *SavedJournal
+	progress   []ProgressPoint
+	journalAt  time.Time
+	journalKey [4]uint64 // what the job was when journal was taken: generation, resets, hosts
+	leaving    bool
 }
 
 // inputs are the sources the fan-in forwards to the loop as events.
@@ -281,6 +289,7 @@ func (d *runner) run(ctx context.Context) (Result, error) {
 	d.tasks = newTasks(ctx)
 	d.m = NewMachine(d.o.Config)
 	if st := d.o.Restore; st != nil {
+		d.board.hist.restore(st.Progress)
 		d.restore(ctx, st)
 	}
 	d.board.store(d.m.Snapshot())
@@ -472,7 +481,7 @@ func (d *runner) loop(ctx context.Context) Result {
 			n, acts = d.m.Release(time.Now(), r.Host)
 			r.Reply <- n
 		case <-d.o.Leave:
-			res.Left = true
+			res.Left, d.leaving = true, true // the save below is the last: with the whole journal
 			res.Reason = fmt.Sprintf("the driver stopped; the job goes on: its agents keep the workers training for their --driver-timeout, and a driver started again on --state-dir %s (with the same --listen) takes them up", d.o.StateDir)
 		}
 		for _, a := range acts {
@@ -720,6 +729,11 @@ func (d *runner) restore(ctx context.Context, st *SavedState) {
 
 // save writes the job's state to --state-dir (when set) if it changed; hostsVersion is the
 // host-update version to record (the next one, when it is about to be announced).
+// journalEvery is how often a save takes the journal and the progress history anew: they
+// change with every event and every second, and a job of thousands of hosts would otherwise
+// write them out as often. A crash loses at most this much of the status page's past.
+const journalEvery = 10 * time.Second
+
 func (d *runner) save(hostsVersion uint64, stopped bool) {
 	if d.state == nil {
 		return
@@ -730,6 +744,12 @@ func (d *runner) save(hostsVersion uint64, stopped bool) {
 		st.SecretFrom = "agents"
 	}
 	st.HostsVersion, st.WorkersStopped = hostsVersion, stopped
+	// At once when the job changed (a generation, a reset, the group), else every journalEvery.
+	key := [4]uint64{st.Generation, uint64(st.Resets), uint64(len(st.Hosts)), hostsVersion}
+	if now := time.Now(); stopped || d.leaving || key != d.journalKey || now.Sub(d.journalAt) >= journalEvery {
+		d.journal, d.progress, d.journalAt, d.journalKey = d.m.SaveJournal(), d.board.hist.points(), now, key
+	}
+	st.Journal, st.Progress = d.journal, d.progress
 	st.PlanHosts = d.srv.PlanHostsVersion()
 	if st.Generation != d.published { // about to be published, with the current version
 		st.PlanHosts = d.srv.HostsVersion()

@@ -78,3 +78,11 @@ func (h *progressHistory) points() []ProgressPoint {
 	defer h.mu.Unlock()
 	return slices.Clone(h.pts)
 }
+
+// restore puts back a saved history (SavedState.Progress), before the first point is added;
+// points beyond the bound keep the newest.
+func (h *progressHistory) restore(pts []ProgressPoint) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pts = slices.Clone(pts[max(0, len(pts)-maxProgressPoints):])
+}

@@ -1,7 +1,9 @@
 package driver
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -143,7 +145,12 @@ func (j *journal) discovered(now time.Time, hs []providers.Host) {
 			j.event(now, EventHostRemoved, "host %s left the group after %s", id, now.Sub(since).Round(time.Second))
 		}
 	}
-	// A new slice with copies of the stays: snapshots already out hold the old one.
+	j.refreshUsage()
+}
+
+// refreshUsage makes usage again from lives: a new slice with copies of the stays, since
+// snapshots already out hold the old one.
+func (j *journal) refreshUsage() {
 	j.usage = make([]usage, 0, len(j.lives))
 	for _, l := range j.lives {
 		j.usage = append(j.usage, usage{host: l.host, stays: slices.Clone(l.stays)})
@@ -163,4 +170,88 @@ func typeSuffix(t string) string {
 		return ""
 	}
 	return " " + t
+}
+
+// SavedJournal is the journal as --state-dir keeps it, so that a driver started again on it
+// shows the job's whole history and cost: when it started, each host's time in the group,
+// failures, recent events, world sizes, resets by cause, notices and work rolled back.
+type SavedJournal struct {
+	Started               time.Time                `json:"started"`
+	Lives                 []SavedLife              `json:"lives"`
+	Failures              map[string]*HostFailures `json:"failures,omitempty"`
+	Events                []JobEvent               `json:"events,omitempty"`
+	WorldHistory          []WorldPoint             `json:"world_history,omitempty"`
+	Causes                map[string]int           `json:"reset_causes,omitempty"`
+	Notices               []NoticeCount            `json:"notices,omitempty"`
+	RolledBackSteps       uint64                   `json:"rolled_back_steps,omitempty"`
+	RolledBackSlotSeconds map[string]float64       `json:"rolled_back_slot_seconds,omitempty"`
+	UnreportedRestarts    int                      `json:"unreported_restarts,omitempty"`
+}
+
+// SavedLife is one host's time in the group.
+type SavedLife struct {
+	Host  providers.Host `json:"host"`
+	Stays []cost.Stay    `json:"stays"`
+}
+
+// save copies what a restarted driver needs of the journal; nothing of it is shared.
+func (j *journal) save() *SavedJournal {
+	s := &SavedJournal{
+		Started: j.started, Failures: map[string]*HostFailures{}, Events: slices.Clone(j.events),
+		WorldHistory: slices.Clone(j.history), Causes: maps.Clone(j.causes), RolledBackSteps: j.rolledBackSteps,
+		RolledBackSlotSeconds: maps.Clone(j.rolledBackSlotSec), UnreportedRestarts: j.unreportedRestarts,
+	}
+	for _, u := range j.usage { // sorted by host ID, the stays already copies
+		s.Lives = append(s.Lives, SavedLife{Host: u.host, Stays: u.stays})
+	}
+	for id, f := range j.failures {
+		c := *f
+		if f.Last != nil {
+			last := *f.Last
+			c.Last = &last
+		}
+		s.Failures[id] = &c
+	}
+	for k, n := range j.notices {
+		s.Notices = append(s.Notices, NoticeCount{Provider: k[0], Kind: k[1], Count: n})
+	}
+	slices.SortFunc(s.Notices, func(a, b NoticeCount) int {
+		return cmp.Or(strings.Compare(a.Provider, b.Provider), strings.Compare(a.Kind, b.Kind))
+	})
+	return s
+}
+
+// restore takes the journal up from s, before the restarted driver's first event: the hosts'
+// open stays go on (the first discovery closes those no longer listed), so the job's cost
+// counts the time the driver was away.
+func (j *journal) restore(s *SavedJournal) {
+	if !s.Started.IsZero() {
+		j.started = s.Started
+	}
+	for _, l := range s.Lives {
+		j.lives[l.Host.ID] = &hostLife{host: l.Host, stays: slices.Clone(l.Stays)}
+	}
+	j.refreshUsage()
+	for id, f := range s.Failures {
+		if f != nil {
+			j.failures[id] = f
+		}
+	}
+	j.events = append(slices.Clone(s.Events), j.events...)
+	if n := len(j.events); n > maxEvents {
+		j.events = slices.Delete(j.events, 0, n-maxEvents)
+	}
+	j.history = append(slices.Clone(s.WorldHistory), j.history...)
+	if n := len(j.history); n > maxHistory {
+		j.history = slices.Delete(j.history, 0, n-maxHistory)
+	}
+	maps.Copy(j.causes, s.Causes)
+	for _, n := range s.Notices {
+		j.notices[[2]string{n.Provider, n.Kind}] += n.Count
+	}
+	j.rolledBackSteps += s.RolledBackSteps
+	for id, sec := range s.RolledBackSlotSeconds {
+		j.rolledBackSlotSec[id] += sec
+	}
+	j.unreportedRestarts += s.UnreportedRestarts
 }

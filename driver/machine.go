@@ -700,10 +700,24 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 	if m.phase == phaseRunning && !m.inProcess() {
 		return append(acts, m.awaitPeers(now, failedByItself(e) && now.Sub(m.started) < startupWindow)...)
 	}
+	if m.phase == phaseRunning && lostUnseen(e) {
+		// The launcher lost the worker without seeing it exit (its agent's lease ran out: the
+		// host is cut off from the driver): it may still run and answer its peers, whose
+		// collectives then never fail, so they would train on with it until the barrier
+		// timed out and failed them all. Tell them the hosts changed: they agree on it at
+		// their next step and reset without rollback, the lost worker with them.
+		acts = append(acts, NotifyHosts{})
+	}
 	if m.phase == phaseRunning || m.phase == phaseResetting {
 		acts = append(acts, m.beginReset(now, true, m.lastFailure)...)
 	}
 	return acts
+}
+
+// lostUnseen reports whether an exit is the launcher's word that it lost the worker, not an
+// exit status it saw: code -1 with no signal (driver/agents, an agent lost).
+func lostUnseen(e WorkerExited) bool {
+	return e.Code == -1 && e.Signal == "" && e.StartError == ""
 }
 
 // restartFromCheckpoint starts over after a total loss: the state in the workers is gone, but
@@ -1357,6 +1371,9 @@ func (m *Machine) Save(now time.Time) SavedState {
 	return st
 }
 
+// SaveJournal is the journal as a restarted driver takes it up (SavedState.Journal).
+func (m *Machine) SaveJournal() *SavedJournal { return m.j.save() }
+
 // Restore takes up a job from its saved state, before the first Step. With adopt (the workers
 // kept running through their agents), the saved generation is current again with its members
 // as they were, and the machine waits up to wait for each to be found (WorkerAdopted) and for
@@ -1365,6 +1382,9 @@ func (m *Machine) Save(now time.Time) SavedState {
 // workers resume from the checkpoint. Blacklist, quarantine and reset counts carry over.
 func (m *Machine) Restore(now time.Time, st *SavedState, adopt bool, wait time.Duration) []Action {
 	m.j.started, m.j.rdvStart, m.j.now = now, now, now
+	if st.Journal != nil {
+		m.j.restore(st.Journal)
+	}
 	m.gen = st.Generation
 	m.resets = ResetCounts{All: st.Resets, Failures: st.FailureResets, Counted: st.CountedResets}
 	m.registered = st.InProcess

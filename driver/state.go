@@ -73,8 +73,13 @@ type SavedState struct {
 	CountedResets int `json:"counted_resets"`
 	// WorkersStopped is set when the driver stopped every worker itself (it was
 	// interrupted): there is nothing to adopt, only the checkpoint to resume from.
-	WorkersStopped bool      `json:"workers_stopped"`
-	SavedAt        time.Time `json:"saved_at"`
+	WorkersStopped bool `json:"workers_stopped"`
+	// Journal and Progress are what the status page, the metrics and the cost show of the
+	// job's past: a restarted driver goes on from them rather than from its own start. They are
+	// refreshed at most every journalEvery (and at the driver's end), not at every save.
+	Journal  *SavedJournal   `json:"journal,omitempty"`
+	Progress []ProgressPoint `json:"progress,omitempty"`
+	SavedAt  time.Time       `json:"saved_at"`
 }
 
 // SavedWorker is a member of the saved generation.

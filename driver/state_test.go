@@ -191,3 +191,45 @@ func TestStateDirSaveLoadLock(t *testing.T) {
 		t.Fatalf("after remove: %v %v", st, err)
 	}
 }
+
+// The journal goes through --state-dir: a restarted driver shows the job's start, each
+// host's time in the group (its cost goes on counting), failures, events, resets by cause
+// and world sizes from before its own start, and adds its own after them.
+func TestRestoreTakesUpTheJournal(t *testing.T) {
+	s, st := savedJob(t)
+	st.Journal = s.m.SaveJournal()
+	before := s.m.Snapshot()
+	r := &sim{t: t, m: NewMachine(s.m.cfg), now: s.now.Add(time.Minute)}
+	r.m.Restore(r.now, &st, true, time.Minute)
+	after := r.m.Snapshot()
+	if !after.StartedAt.Equal(before.StartedAt) {
+		t.Errorf("started at %v after the restart, want the job's start %v", after.StartedAt, before.StartedAt)
+	}
+	if i := slices.IndexFunc(after.Hosts, func(h HostStatus) bool { return h.ID == "h2" }); i < 0 || after.Hosts[i].Count != 1 || after.Hosts[i].Last == nil {
+		t.Errorf("h2's failures after the restart: %+v, want the one before it", after.Hosts)
+	}
+	if after.ResetsByCause[CauseFailure] != before.ResetsByCause[CauseFailure] || before.ResetsByCause[CauseFailure] == 0 {
+		t.Errorf("resets by cause %v after the restart, %v before", after.ResetsByCause, before.ResetsByCause)
+	}
+	if len(after.Events) <= len(before.Events) || !slices.Equal(after.Events[:len(before.Events)], before.Events) {
+		t.Errorf("events after the restart do not begin with those before it:\n%v\n%v", after.Events, before.Events)
+	}
+	if len(before.WorldHistory) < 2 || len(after.WorldHistory) < len(before.WorldHistory) || !slices.Equal(after.WorldHistory[:len(before.WorldHistory)], before.WorldHistory) {
+		t.Errorf("world history %v after the restart, %v before", after.WorldHistory, before.WorldHistory)
+	}
+	// Each host's stay goes on from before the restart: its time counts the driver's absence.
+	if len(after.lives) != len(before.lives) || len(after.lives) == 0 {
+		t.Fatalf("%d hosts' lives after the restart, %d before", len(after.lives), len(before.lives))
+	}
+	for i, l := range after.lives {
+		if len(l.stays) != 1 || !l.stays[0].From.Equal(before.lives[i].stays[0].From) || !l.stays[0].To.IsZero() {
+			t.Errorf("host %s's stays after the restart %v, before %v", l.host.ID, l.stays, before.lives[i].stays)
+		}
+	}
+	r.after(time.Second).hosts("h0", "h1") // h2 is gone from the group: its stay ends now
+	for _, l := range r.m.Snapshot().lives {
+		if l.host.ID == "h2" && (len(l.stays) != 1 || !l.stays[0].To.Equal(r.now)) {
+			t.Errorf("h2's stays once discovery no longer lists it: %v", l.stays)
+		}
+	}
+}

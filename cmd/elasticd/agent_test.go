@@ -9,12 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/elasticd/elasticd/driver"
 )
 
 // fakeIMDS speaks EC2's instance metadata service (IMDSv2) for one instance: a session token,
@@ -325,7 +328,19 @@ func driverRestartAdoptsWorkers(t *testing.T, sig syscall.Signal) {
 		t.Fatalf("no state after the %v: %v", sig, err)
 	}
 	time.Sleep(time.Second) // the workers train on without a driver
+	restarted := time.Now()
 	again := startJob(t, args...)
+	// The restarted driver's status goes on from the job's past, not its own start.
+	st := getStatus(t, driverURL(again))
+	if !st.StartedAt.Before(restarted.Add(-time.Second)) {
+		t.Errorf("the restarted driver says the job started at %v, after the first driver was stopped (%v)", st.StartedAt, restarted)
+	}
+	if !slices.ContainsFunc(st.Events, func(e driver.JobEvent) bool { return e.At.Before(restarted) && e.Kind == driver.EventHostAdded }) {
+		t.Errorf("the restarted driver's events lost the first driver's: %+v", st.Events)
+	}
+	if sig == syscall.SIGTERM && (len(st.ProgressHistory) == 0 || !st.ProgressHistory[0].T.Before(restarted)) {
+		t.Errorf("after a SIGTERM the progress history starts afresh: %d points", len(st.ProgressHistory))
+	}
 	if code := again.wait(2 * time.Minute); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
