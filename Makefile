@@ -12,7 +12,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 # stamping is off (a build outside a checkout, -buildvcs=false).
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: all build release test test-go test-python test-deps demo demo-cloud bench bench-capacity bench-go bench-compare bench-compare-hosts bench-pytorch fuzz lint clean
+.PHONY: all build release test test-go test-python test-deps demo demo-cloud bench bench-capacity bench-go bench-compare bench-compare-hosts bench-pytorch soak soak-ci fuzz lint clean
 
 all: build
 
@@ -127,6 +127,20 @@ bench-pytorch: build
 	$(PYTHON) bench/pytorch/recovery.py --rounds $(ROUNDS) --elasticd $(BIN) --out bench-pytorch-recovery.jsonl
 	$(PYTHON) bench/pytorch/commit.py --rounds $(ROUNDS) --np 2 --elasticd $(BIN)
 	$(PYTHON) bench/pytorch/commit.py --rounds $(ROUNDS) --np 4 --elasticd $(BIN)
+
+# A soak (docs/reliability.md, "Soak"): an agent job on this machine (3 hosts on loopback
+# addresses, 2 slots each) under faults drawn from SOAK_SEED for SOAK_DURATION (worker SIGKILL
+# and SIGSTOP, agent SIGKILL, notices, a flapping slot, driver SIGKILL and SIGTERM with
+# restarts, two workers at once), then its whole history checked: every step once, no
+# committed step lost, every sample once per epoch, stalls within bounds, nothing left
+# behind, descriptors and memory flat. Exits 1 on a violation. soak-ci: 5 minutes, seed 1.
+SOAK_DURATION ?= 2h
+SOAK_SEED     ?= 1
+soak: build
+	./$(BIN) bench soak --seed $(SOAK_SEED) --duration $(SOAK_DURATION)
+
+soak-ci: build
+	./$(BIN) bench soak --seed 1 --duration 5m
 
 # Each fuzz target for FUZZTIME (go test -fuzz), one after the other. Their seed corpora
 # (testdata/fuzz/) run as ordinary tests in `make test`; a failing input found here is

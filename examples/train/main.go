@@ -35,6 +35,8 @@ type options struct {
 	seed                                                    uint64
 	events                                                  bool
 	datasetSize                                             int
+	history                                                 string // --history DIR: per-step sample log for elasticd bench soak
+	mutation                                                string // --mutation: a bug planted on purpose, for the soak's checker tests
 }
 
 func main() {
@@ -50,9 +52,17 @@ func main() {
 	flag.Uint64Var(&o.seed, "seed", 1, "data set seed")
 	flag.IntVar(&o.datasetSize, "dataset-size", 50000, "training samples generated; each epoch visits every one exactly once, across resets")
 	flag.BoolVar(&o.events, "events", false, "rank 0 prints a timestamped line per step (for elasticd bench recovery)")
+	flag.StringVar(&o.history, "history", "", "every rank appends, to DIR/pid-PID.log, a line per generation start, per step (the samples it trains) and per commit (for elasticd bench soak)")
+	flag.StringVar(&o.mutation, "mutation", "", "") // hidden: skip-sampler-commit or drop-commit, bugs for the soak's checker to find
 	flag.Parse()
 	if o.commitEvery < 1 {
 		fmt.Fprintf(os.Stderr, "train: --commit-every %d: must be at least 1\n", o.commitEvery)
+		os.Exit(2)
+	}
+	switch o.mutation {
+	case "", mutSkipSamplerCommit, mutDropCommit:
+	default:
+		fmt.Fprintf(os.Stderr, "train: --mutation %q: want %s or %s\n", o.mutation, mutSkipSamplerCommit, mutDropCommit)
 		os.Exit(2)
 	}
 
@@ -133,8 +143,16 @@ func train(ctx context.Context, w *worker.Worker, o options) error {
 	if err != nil {
 		return fmt.Errorf("--dataset-size %d, --batch %d: %w", o.datasetSize, o.batch, err)
 	}
+	hist, err := openHistory(o.history)
+	if err != nil {
+		return err
+	}
+	defer hist.close()
 	st := worker.NewState(w)
 	st.CommitEvery = o.commitEvery
+	if o.mutation == mutDropCommit {
+		st.CommitEvery = 2 * o.commitEvery // every other commit is dropped, yet reported below
+	}
 	st.TotalSteps = uint64(o.steps) // the live page's "step X of N" and time to go
 	if err := st.Register("model", model); err != nil {
 		return err
@@ -142,7 +160,11 @@ func train(ctx context.Context, w *worker.Worker, o options) error {
 	if err := st.Register("step", &step); err != nil {
 		return err
 	}
-	if err := st.Register("sampler", sampler); err != nil {
+	var samplerState any = sampler
+	if o.mutation == mutSkipSamplerCommit {
+		samplerState = &staleSampler{Sampler: sampler}
+	}
+	if err := st.Register("sampler", samplerState); err != nil {
 		return err
 	}
 	firstGen := w.Generation()
@@ -154,14 +176,19 @@ func train(ctx context.Context, w *worker.Worker, o options) error {
 		if w.Rank() == 0 {
 			fmt.Printf("generation %d: world size %d, resuming at step %d\n", w.Generation(), w.Size(), step)
 		}
+		hist.start(w, step) // Sync, just done, ends in a commit of this step
+		sinceSync := 0      // State.Step's count: it commits every CommitEvery steps from the Sync
 		for step < int64(o.steps) {
 			if o.dieAtStep > 0 && step == int64(o.dieAtStep) && w.Generation() == firstGen && w.Rank() == o.dieRank {
 				fmt.Printf("demo: rank %d kills itself with SIGKILL at step %d\n", w.Rank(), step)
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			}
 			clear(grad)
-			// This rank's share of the step's global batch.
-			for _, i := range sampler.Next(comm) {
+			// This rank's share of the step's global batch. The history has it before the
+			// sampler's Record: a step that any rank completes is logged by every rank.
+			idx := sampler.Next(comm)
+			hist.step(w, step+1, sampler.Epoch(), idx)
+			for _, i := range idx {
 				addGradient(grad, model, data.x[i*features:(i+1)*features], data.y[i])
 			}
 			if err := comm.Allreduce(ctx, grad, allreduce.Sum); err != nil {
@@ -187,7 +214,12 @@ func train(ctx context.Context, w *worker.Worker, o options) error {
 			if o.stepDelay > 0 {
 				time.Sleep(o.stepDelay)
 			}
-			if err := st.Step(ctx); err != nil {
+			err := st.Step(ctx)
+			// Step saves before it checks the hosts: its commit stands even when that fails.
+			if sinceSync++; o.commitEvery <= 1 || sinceSync%o.commitEvery == 0 {
+				hist.commit(w, step)
+			}
+			if err != nil {
 				return err
 			}
 		}

@@ -1,0 +1,681 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The fault kinds of the soak's nemesis, in the order a seed's shuffle starts from.
+const (
+	FaultWorkerKill = "worker-kill" // SIGKILL of a worker
+	FaultWorkerStop = "worker-stop" // SIGSTOP of a worker: the job must kill it within --comm-timeout + 1 s
+	FaultAgentKill  = "agent-kill"  // SIGKILL of an agent (the host is lost), started again 2–4 s later
+	FaultNotice     = "notice"      // elasticd ctl remove-host, then add-host 2–4 s later
+	FaultFlap       = "flap"        // a worker SIGKILLed, and the same slot's next worker as soon as it starts
+	FaultDriverKill = "driver-kill" // SIGKILL of the driver, started again 1–2 s later on its --state-dir
+	FaultDriverTerm = "driver-term" // SIGTERM of the driver (it leaves the job running), started again 1–2 s later
+	FaultDouble     = "double-kill" // two workers of two hosts SIGKILLed at once
+)
+
+// SoakFaultKinds are every kind the nemesis applies. Left out on purpose: any fault while
+// the driver is down (docs/reliability.md, "Not yet survived").
+var SoakFaultKinds = []string{FaultWorkerKill, FaultWorkerStop, FaultAgentKill, FaultNotice, FaultFlap, FaultDriverKill, FaultDriverTerm, FaultDouble}
+
+// SoakBounds are the longest stall each fault kind may cause (CheckSoak's Bounds), for a
+// job with commTimeout: a reset on this kind of machine (2 cores, 6 workers) is allowed
+// resetAllowance; "" is a stall with no fault in the 20 s before it.
+func SoakBounds(commTimeout time.Duration) map[string]time.Duration {
+	r := resetAllowance
+	return map[string]time.Duration{
+		"":              2 * time.Second,
+		FaultWorkerKill: r,
+		FaultDouble:     r,
+		FaultNotice:     r,
+		FaultFlap:       2 * r,                           // two failures of the slot, a rollback each
+		FaultWorkerStop: commTimeout + time.Second + r,   // found silent, killed, then the reset
+		FaultAgentKill:  r + 4*time.Second,               // the host's workers lost; it returns 2–4 s later: a reset to let it in
+		FaultDriverKill: r + 2*time.Second + restartSlow, // training goes on meanwhile; the new driver adopts the workers
+		FaultDriverTerm: r + 2*time.Second + restartSlow,
+	}
+}
+
+const (
+	resetAllowance = 5 * time.Second
+	restartSlow    = 3 * time.Second // a driver's start on a loaded 2-core machine
+	soakDatasetSz  = 4096
+	soakBatch      = 64
+	soakCommit     = 5
+)
+
+// SoakOptions configure Soak; the flags of `elasticd bench soak`.
+type SoakOptions struct {
+	Exe         string        // the elasticd binary the job, its agents and ctl run as ("": this process's)
+	Trainer     string        // the demo trainer ("": train beside Exe)
+	Seed        uint64        // the nemesis's schedule
+	Duration    time.Duration // how long faults are applied, 10 s to 24 h
+	Hosts       int           // agents on 127.0.0.2 up, 3 to 8
+	Slots       int           // slots per host, 1 to 4
+	CommTimeout time.Duration // the job's --comm-timeout
+	LogDir      string        // where the children's output goes ("": discarded)
+	JSON        bool
+	Out         io.Writer // the summary
+	Err         io.Writer // the seed and one line per fault unless JSON
+}
+
+// SoakResult is what Soak found: `elasticd bench soak --json`.
+type SoakResult struct {
+	Seed              uint64          `json:"seed"`
+	DurationS         float64         `json:"duration_s"`
+	Faults            map[string]int  `json:"faults"`
+	Schedule          []SoakFault     `json:"schedule"`
+	Steps             int64           `json:"steps"`
+	Epochs            int             `json:"epochs"`
+	Generations       int             `json:"generations"`
+	StepsLost         int64           `json:"steps_lost"`
+	StepsRolledBack   int64           `json:"steps_rolled_back"`
+	DuplicateSamples  int             `json:"duplicate_samples"`
+	MissingSamples    int             `json:"missing_samples"`
+	LongestStallS     float64         `json:"longest_stall_s"`
+	LongestStallCause string          `json:"longest_stall_cause"`
+	Orphans           []string        `json:"orphans"`
+	Resources         []SoakResources `json:"resources"`
+	DriverExit        int             `json:"driver_exit"`
+	Violations        []SoakViolation `json:"violations"`
+}
+
+// ErrSoakViolation is returned (wrapped) by Soak when an invariant broke.
+var ErrSoakViolation = errors.New("soak: invariants broken")
+
+// Soak runs a job of Hosts agents on loopback addresses under `elasticd run --launcher
+// agent --state-dir`, the demo trainer logging its history, and applies faults drawn from
+// Seed for Duration, one at a time, each healed before the next; then it stops the job and
+// everything it started, by PID, and checks the invariants (CheckSoak).
+func Soak(ctx context.Context, o SoakOptions) (SoakResult, error) {
+	switch {
+	case o.Duration < 10*time.Second || o.Duration > 24*time.Hour:
+		return SoakResult{}, usageError("duration", "%v: must be from 10s to 24h", o.Duration)
+	case o.Hosts < 3 || o.Hosts > 8:
+		return SoakResult{}, usageError("hosts", "%d: must be from 3 to 8", o.Hosts)
+	case o.Slots < 1 || o.Slots > 4:
+		return SoakResult{}, usageError("slots", "%d: must be from 1 to 4", o.Slots)
+	case o.CommTimeout < 500*time.Millisecond || o.CommTimeout > time.Minute:
+		return SoakResult{}, usageError("comm-timeout", "%v: must be from 500ms to 1m", o.CommTimeout)
+	}
+	self, err := executable(o.Exe)
+	if err != nil {
+		return SoakResult{}, err
+	}
+	trainer, err := demoTrainer(o.Trainer, self)
+	if err != nil {
+		return SoakResult{}, err
+	}
+	out, errw := writers(o.Out, o.Err)
+	if o.JSON {
+		errw = io.Discard
+	}
+	s, err := newSoak(self, trainer, o, errw)
+	if err != nil {
+		return SoakResult{}, err
+	}
+	defer os.RemoveAll(s.dir)
+	res, err := s.run(ctx)
+	if err != nil {
+		return res, err
+	}
+	if o.JSON {
+		if err := json.NewEncoder(out).Encode(res); err != nil {
+			return res, err
+		}
+	} else {
+		printSoak(out, res)
+	}
+	if len(res.Violations) > 0 {
+		return res, fmt.Errorf("%w: %d (seed %d)", ErrSoakViolation, len(res.Violations), o.Seed)
+	}
+	return res, nil
+}
+
+func printSoak(w io.Writer, r SoakResult) {
+	fmt.Fprintf(w, "soak: seed %d, %.0f s, %d faults", r.Seed, r.DurationS, len(r.Schedule))
+	for _, k := range SoakFaultKinds {
+		if r.Faults[k] > 0 {
+			fmt.Fprintf(w, ", %s %d", k, r.Faults[k])
+		}
+	}
+	fmt.Fprintf(w, "\n  steps %d (%d epochs, %d generations), committed steps lost %d, uncommitted rolled back %d\n", r.Steps, r.Epochs, r.Generations, r.StepsLost, r.StepsRolledBack)
+	fmt.Fprintf(w, "  duplicate samples %d, missing %d\n  longest stall %s after %s\n  driver exit %d, orphans %d\n",
+		r.DuplicateSamples, r.MissingSamples, fmtDur(r.LongestStallS), r.LongestStallCause, r.DriverExit, len(r.Orphans))
+	for _, x := range r.Resources {
+		fmt.Fprintf(w, "  %-8s RSS %6d → %6d KiB, fds %3d → %3d\n", x.Role, x.RSSKiBAt0, x.RSSKiB, x.FDsAt0, x.FDs)
+	}
+	if len(r.Violations) == 0 {
+		fmt.Fprintln(w, "  no violation")
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintf(w, "  VIOLATION %s: %s\n", v.Invariant, v.Detail)
+	}
+}
+
+// soak is one run: its processes, and what their output said.
+type soak struct {
+	o                  SoakOptions
+	self, trainer, dir string
+	agentSecret, admin string
+	stateDir, ckptDir  string
+	history, addr      string
+	errw               io.Writer
+	start              time.Time
+	procs              sync.WaitGroup // every child's Wait and output copier
+
+	// mu guards what the output readers learn; the nemesis reads it.
+	mu        sync.Mutex
+	lastEvent time.Time      // the last step event
+	world     int            // its world size
+	workers   map[string]int // worker PID → host ID, as the agents logged them
+	allPIDs   []int          // every process of the run: agents, drivers, workers
+	logs      []io.Closer
+}
+
+// child is a process of the run.
+type child struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once it has exited
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+func (c *child) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait waits up to d for the exit; its status, or -1.
+func (c *child) wait(d time.Duration) int {
+	select {
+	case <-c.done:
+		return c.cmd.ProcessState.ExitCode()
+	case <-time.After(d):
+		return -1
+	}
+}
+
+var (
+	soakEvent   = regexp.MustCompile(`event step=(\d+) world=(\d+) gen=\d+ t=(\d+)`)
+	soakStarted = regexp.MustCompile(`started worker.* pid=(\d+)`)
+)
+
+func newSoak(self, trainer string, o SoakOptions, errw io.Writer) (*soak, error) {
+	dir, err := os.MkdirTemp("", "elasticd-soak-*")
+	if err != nil {
+		return nil, err
+	}
+	s := &soak{o: o, self: self, trainer: trainer, dir: dir, errw: errw, workers: map[string]int{}}
+	s.agentSecret, s.admin = filepath.Join(dir, "agent-secret"), filepath.Join(dir, "admin-secret")
+	s.stateDir, s.ckptDir, s.history = filepath.Join(dir, "state"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "history")
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	for _, f := range []struct{ path, v string }{{s.agentSecret, tag + "-soak-agent-secret\n"}, {s.admin, tag + "-soak-admin-secret\n"}} {
+		if err := os.WriteFile(f.path, []byte(f.v), 0o600); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	for _, d := range []string{s.stateDir, s.ckptDir, s.history} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s.addr = ln.Addr().String()
+	ln.Close()
+	return s, nil
+}
+
+func (s *soak) say(format string, a ...any) {
+	fmt.Fprintf(s.errw, "soak +%6.1fs ", time.Since(s.start).Seconds())
+	fmt.Fprintf(s.errw, format+"\n", a...)
+}
+
+// spawn starts self with args; its output goes to name's log and through each line to scan.
+func (s *soak) spawn(ctx context.Context, name string, scan func(string), args ...string) (*child, error) {
+	cmd, out, err := startChild(ctx, &s.procs, s.self, args...)
+	if err != nil {
+		return nil, err
+	}
+	var logw io.Writer = io.Discard
+	if s.o.LogDir != "" {
+		if f, err := os.OpenFile(filepath.Join(s.o.LogDir, name+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644); err == nil {
+			s.mu.Lock()
+			s.logs = append(s.logs, f)
+			s.mu.Unlock()
+			logw = f
+		}
+	}
+	c := &child{cmd: cmd, done: make(chan struct{})}
+	s.mu.Lock()
+	s.allPIDs = append(s.allPIDs, cmd.Process.Pid)
+	s.mu.Unlock()
+	s.procs.Go(func() {
+		defer close(c.done) // the output ends once the process has exited
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<16), 1<<20)
+		for sc.Scan() {
+			fmt.Fprintln(logw, sc.Text())
+			if scan != nil {
+				scan(sc.Text())
+			}
+		}
+		io.Copy(io.Discard, out)
+	})
+	return c, nil
+}
+
+func (s *soak) driverArgs() []string {
+	np := s.o.Hosts * s.o.Slots
+	return []string{"run", "--launcher", "agent", "--agent-secret-file", s.agentSecret, "--admin-secret-file", s.admin,
+		"--listen", s.addr, "--state-dir", s.stateDir, "--checkpoint-dir", s.ckptDir,
+		"-np", strconv.Itoa(np), "--min-np", "2", "--max-np", strconv.Itoa(np),
+		"--comm-timeout", s.o.CommTimeout.String(), "--blacklist-cooldown-range", "1s,1s", "--stop-grace", "1s",
+		"--", s.trainer, "--steps", "1000000000", "--step-delay", "20ms", "--events", "--log-every", "1000000000",
+		"--commit-every", strconv.Itoa(soakCommit), "--dataset-size", strconv.Itoa(soakDatasetSz), "--batch", strconv.Itoa(soakBatch),
+		"--history", s.history}
+}
+
+func (s *soak) startDriver(ctx context.Context, n int) (*child, error) {
+	return s.spawn(ctx, fmt.Sprintf("driver-%d", n), func(line string) {
+		if m := soakEvent.FindStringSubmatch(line); m != nil {
+			w, _ := strconv.Atoi(m[2])
+			s.mu.Lock()
+			s.lastEvent, s.world = time.Now(), w
+			s.mu.Unlock()
+		}
+	}, s.driverArgs()...)
+}
+
+func hostID(i int) string   { return fmt.Sprintf("host-%d", i+2) }
+func hostAddr(i int) string { return fmt.Sprintf("127.0.0.%d", i+2) }
+
+func (s *soak) startAgent(ctx context.Context, i, n int) (*child, error) {
+	id := hostID(i)
+	return s.spawn(ctx, fmt.Sprintf("agent-%s-%d", id, n), func(line string) {
+		if m := soakStarted.FindStringSubmatch(line); m != nil {
+			pid, _ := strconv.Atoi(m[1])
+			s.mu.Lock()
+			s.workers[strconv.Itoa(pid)] = i
+			s.allPIDs = append(s.allPIDs, pid)
+			s.mu.Unlock()
+		}
+	}, "agent", "--driver", "http://"+s.addr, "--agent-secret-file", s.agentSecret, "--addr", hostAddr(i),
+		"--host-id", id, "--slots", strconv.Itoa(s.o.Slots), "--metadata", "none")
+}
+
+// liveWorkers are the workers alive now, by host index.
+func (s *soak) liveWorkers() map[int][]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[int][]int{}
+	for p, h := range s.workers {
+		pid, _ := strconv.Atoi(p)
+		if alive(pid) {
+			out[h] = append(out[h], pid)
+		}
+	}
+	for h := range out {
+		slices.Sort(out[h])
+	}
+	return out
+}
+
+// progress is the time and world size of the last step event.
+func (s *soak) progress() (time.Time, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastEvent, s.world
+}
+
+// waitProgress waits, up to d, for a step event after since (with world size at least
+// minWorld); whether one came.
+func (s *soak) waitProgress(ctx context.Context, since time.Time, minWorld int, d time.Duration) bool {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		if t, w := s.progress(); t.After(since) && w >= minWorld {
+			return true
+		}
+		sleep(ctx, 50*time.Millisecond)
+	}
+	return false
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// alive is whether pid is a process that has not exited (a zombie has).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	return ok && !strings.HasPrefix(rest, "Z")
+}
+
+// resources reads a process's VmRSS (KiB) and its open descriptors.
+func resources(pid int) (int64, int) {
+	var rss int64
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+				rss, _ = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			}
+		}
+	}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return rss, len(fds)
+}
+
+func (s *soak) run(ctx context.Context) (SoakResult, error) {
+	res := SoakResult{Seed: s.o.Seed, Faults: map[string]int{}}
+	s.start = time.Now()
+	s.say("seed %d, duration %v, %d hosts × %d slots, --comm-timeout %v", s.o.Seed, s.o.Duration, s.o.Hosts, s.o.Slots, s.o.CommTimeout)
+	// Everything ends by then: the faults, the heal, the stop, the check.
+	ctx, cancel := context.WithTimeout(ctx, s.o.Duration+3*time.Minute)
+	var extra []SoakViolation
+	violate := func(inv, format string, a ...any) {
+		v := SoakViolation{inv, fmt.Sprintf(format, a...)}
+		s.say("VIOLATION %s: %s", v.Invariant, v.Detail)
+		extra = append(extra, v)
+	}
+	drivers, agents := 0, make([]int, s.o.Hosts)
+	var driver *child
+	agent := make([]*child, s.o.Hosts)
+	defer func() {
+		cancel()       // SIGTERM to whatever still runs, SIGKILL 10 s later
+		s.procs.Wait() // every child reaped, every reader done
+		s.mu.Lock()
+		for _, l := range s.logs {
+			l.Close()
+		}
+		s.mu.Unlock()
+	}()
+
+	var err error
+	if driver, err = s.startDriver(ctx, drivers); err != nil {
+		return res, err
+	}
+	for i := range agent {
+		if agent[i], err = s.startAgent(ctx, i, agents[i]); err != nil {
+			return res, err
+		}
+	}
+	np := s.o.Hosts * s.o.Slots
+	if !s.waitProgress(ctx, s.start, np, time.Minute) {
+		return res, fmt.Errorf("the job did not train with %d workers within a minute (children's output: --log-dir)", np)
+	}
+	sample := func() []SoakResources {
+		var r []SoakResources
+		rss, fds := resources(driver.pid())
+		r = append(r, SoakResources{Role: "driver", RSSKiB: rss, FDs: fds})
+		for i, a := range agent {
+			rss, fds := resources(a.pid())
+			r = append(r, SoakResources{Role: hostID(i), RSSKiB: rss, FDs: fds})
+		}
+		return r
+	}
+	sleep(ctx, 2*time.Second) // past the start's first resets
+	res.Resources = sample()
+	for i := range res.Resources {
+		res.Resources[i].RSSKiBAt0, res.Resources[i].FDsAt0 = res.Resources[i].RSSKiB, res.Resources[i].FDs
+	}
+
+	rng := mrand.New(mrand.NewPCG(s.o.Seed, 0x50a4))
+	var queue []string
+	record := func(kind, target string) {
+		f := SoakFault{Kind: kind, At: time.Now(), Target: target}
+		res.Schedule = append(res.Schedule, f)
+		res.Faults[kind]++
+		s.say("fault %s %s", kind, target)
+	}
+	pick := func(exclude int) (int, int, bool) { // a live worker: host, pid
+		live := s.liveWorkers()
+		var hosts []int
+		for h := range s.o.Hosts {
+			if h != exclude && len(live[h]) > 0 {
+				hosts = append(hosts, h)
+			}
+		}
+		if len(hosts) == 0 {
+			return 0, 0, false
+		}
+		h := hosts[rng.IntN(len(hosts))]
+		return h, live[h][rng.IntN(len(live[h]))], true
+	}
+	restartDriver := func(sig syscall.Signal) error {
+		syscall.Kill(driver.pid(), sig)
+		code := driver.wait(30 * time.Second)
+		if sig == syscall.SIGTERM && code != 0 {
+			violate("driver-term-leaves", "the driver exited %d after SIGTERM, want 0 (it leaves the job running)", code)
+		}
+		if code == -1 {
+			syscall.Kill(driver.pid(), syscall.SIGKILL)
+			driver.wait(10 * time.Second)
+		}
+		sleep(ctx, time.Second+time.Duration(rng.IntN(1000))*time.Millisecond)
+		drivers++
+		var err error
+		driver, err = s.startDriver(ctx, drivers)
+		return err
+	}
+	ctl := func(args ...string) error {
+		c, err := s.spawn(ctx, "ctl", nil, append([]string{"ctl", "--driver", "http://" + s.addr, "--admin-secret-file", s.admin}, args...)...)
+		if err != nil {
+			return err
+		}
+		if code := c.wait(30 * time.Second); code != 0 {
+			return fmt.Errorf("elasticd ctl %s: exit %d", strings.Join(args, " "), code)
+		}
+		return nil
+	}
+	stopBound := s.o.CommTimeout + time.Second
+
+	end := s.start.Add(s.o.Duration)
+	maxFaults := int(s.o.Duration/(2*time.Second)) + 1
+	for n := 0; n < maxFaults && time.Now().Before(end) && ctx.Err() == nil; n++ {
+		sleep(ctx, 2*time.Second+time.Duration(rng.IntN(4000))*time.Millisecond)
+		if !time.Now().Before(end) {
+			break
+		}
+		// Each fault on a job that trains: the last one healed, a step done since.
+		if !s.waitProgress(ctx, time.Now().Add(-500*time.Millisecond), 2, time.Minute) {
+			violate("progress", "no step for a minute before fault %d", n+1)
+			break
+		}
+		if len(queue) == 0 {
+			for _, i := range rng.Perm(len(SoakFaultKinds)) {
+				queue = append(queue, SoakFaultKinds[i])
+			}
+		}
+		kind := queue[0]
+		queue = queue[1:]
+		switch kind {
+		case FaultWorkerKill:
+			if h, pid, ok := pick(-1); ok {
+				record(kind, fmt.Sprintf("%s pid %d", hostID(h), pid))
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		case FaultDouble:
+			h1, p1, ok1 := pick(-1)
+			_, p2, ok2 := pick(h1)
+			if ok1 && ok2 {
+				record(kind, fmt.Sprintf("pids %d and %d", p1, p2))
+				syscall.Kill(p1, syscall.SIGKILL)
+				syscall.Kill(p2, syscall.SIGKILL)
+			}
+		case FaultWorkerStop:
+			if h, pid, ok := pick(-1); ok {
+				record(kind, fmt.Sprintf("%s pid %d", hostID(h), pid))
+				at := time.Now()
+				syscall.Kill(pid, syscall.SIGSTOP)
+				for alive(pid) && time.Since(at) < 3*stopBound {
+					sleep(ctx, 20*time.Millisecond)
+				}
+				if took := time.Since(at); alive(pid) || took > stopBound {
+					violate("stopped-worker-killed", "worker %d SIGSTOPped: still alive %v later (bound %v)", pid, took.Round(time.Millisecond), stopBound)
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		case FaultFlap:
+			if h, pid, ok := pick(-1); ok {
+				record(kind, fmt.Sprintf("%s pid %d, then its slot's next worker", hostID(h), pid))
+				before := s.liveWorkers()[h]
+				syscall.Kill(pid, syscall.SIGKILL)
+				var next int
+				for t0 := time.Now(); next == 0 && time.Since(t0) < 20*time.Second && ctx.Err() == nil; sleep(ctx, 10*time.Millisecond) {
+					for _, p := range s.liveWorkers()[h] {
+						if !slices.Contains(before, p) {
+							next = p
+						}
+					}
+				}
+				if next != 0 {
+					syscall.Kill(next, syscall.SIGKILL)
+					s.say("      flap: killed pid %d as it returned", next)
+				} else {
+					s.say("      flap: the slot did not return within 20 s")
+				}
+			}
+		case FaultAgentKill:
+			h := rng.IntN(s.o.Hosts)
+			record(kind, fmt.Sprintf("%s agent pid %d", hostID(h), agent[h].pid()))
+			syscall.Kill(agent[h].pid(), syscall.SIGKILL)
+			agent[h].wait(10 * time.Second)
+			sleep(ctx, 2*time.Second+time.Duration(rng.IntN(2000))*time.Millisecond)
+			agents[h]++
+			if agent[h], err = s.startAgent(ctx, h, agents[h]); err != nil {
+				return res, err
+			}
+		case FaultNotice:
+			h := rng.IntN(s.o.Hosts)
+			record(kind, hostID(h))
+			if err := ctl("remove-host", hostID(h)); err != nil {
+				violate("ctl", "%v", err)
+			}
+			sleep(ctx, 2*time.Second+time.Duration(rng.IntN(2000))*time.Millisecond)
+			if err := ctl("add-host", fmt.Sprintf("%s:%d", hostID(h), s.o.Slots)); err != nil {
+				violate("ctl", "%v", err)
+			}
+		case FaultDriverKill, FaultDriverTerm:
+			sig := map[string]syscall.Signal{FaultDriverKill: syscall.SIGKILL, FaultDriverTerm: syscall.SIGTERM}[kind]
+			record(kind, fmt.Sprintf("driver pid %d", driver.pid()))
+			if err := restartDriver(sig); err != nil {
+				return res, err
+			}
+		}
+		if driver.exited() {
+			violate("driver-runs", "the driver exited %d on its own after fault %d", driver.cmd.ProcessState.ExitCode(), n+1)
+			break
+		}
+	}
+	res.DurationS = time.Since(s.start).Seconds()
+
+	// The end: the job back at full size, resources measured, the job stopped.
+	if !s.waitProgress(ctx, time.Now(), np, time.Minute) {
+		s.say("the job did not grow back to %d workers within a minute", np)
+	}
+	for i, r := range sample() {
+		res.Resources[i].RSSKiB, res.Resources[i].FDs = r.RSSKiB, r.FDs
+	}
+	exit := -1
+	if !driver.exited() {
+		if err := ctl("stop", "soak done"); err != nil {
+			violate("ctl", "%v", err)
+		}
+		if exit = driver.wait(time.Minute); exit == -1 {
+			violate("driver-exit", "the driver still runs a minute after elasticd ctl stop")
+		}
+	} else {
+		exit = driver.cmd.ProcessState.ExitCode()
+	}
+	res.DriverExit = exit
+	for _, a := range agent {
+		syscall.Kill(a.pid(), syscall.SIGTERM)
+	}
+	for _, a := range agent {
+		if a.wait(20*time.Second) == -1 {
+			syscall.Kill(a.pid(), syscall.SIGKILL)
+		}
+	}
+	// Every process the run started, or its agents did, must be gone.
+	s.mu.Lock()
+	pids := slices.Clone(s.allPIDs)
+	s.mu.Unlock()
+	var orphans []string
+	for t0 := time.Now(); time.Since(t0) < 5*time.Second; sleep(ctx, 100*time.Millisecond) {
+		orphans = orphans[:0]
+		for _, p := range pids {
+			if alive(p) {
+				orphans = append(orphans, strconv.Itoa(p))
+			}
+		}
+		if len(orphans) == 0 {
+			break
+		}
+	}
+	for _, p := range orphans {
+		pid, _ := strconv.Atoi(p)
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		res.Orphans = append(res.Orphans, fmt.Sprintf("pid %d (%s)", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+
+	events, err := ReadSoakHistory(s.history)
+	if err != nil {
+		return res, fmt.Errorf("read the history: %w", err)
+	}
+	c := CheckSoak(events, SoakObservations{
+		DatasetSize: soakDatasetSz, Faults: res.Schedule, Bounds: SoakBounds(s.o.CommTimeout),
+		Orphans: res.Orphans, Resources: res.Resources, ExitCode: exit, WantExit: 130,
+		FDSlack: 8, RSSGrowth: 64 << 10, Extra: extra,
+	})
+	res.Steps, res.Epochs, res.Generations = c.Steps, c.Epochs, c.Generations
+	res.StepsLost, res.StepsRolledBack = c.StepsLost, c.StepsRolledBack
+	res.DuplicateSamples, res.MissingSamples = c.DuplicateSamples, c.MissingSamples
+	res.LongestStallS, res.LongestStallCause = c.LongestStall.Seconds(), c.StallCause
+	res.Violations = c.Violations
+	if res.Orphans == nil {
+		res.Orphans = []string{}
+	}
+	if res.Violations == nil {
+		res.Violations = []SoakViolation{}
+	}
+	return res, nil
+}
