@@ -89,6 +89,19 @@ func (s *State) Sync(ctx context.Context) (err error) {
 			s.committedNow(time.Now())
 		}
 	}()
+	// A holder of rank 0's version has rank 0's live state too (the ranks step in lockstep;
+	// it is ahead of the commit when the hosts changed at a step that did not commit), so it
+	// commits it now, before any transfer. A transfer that fails part-way then leaves every
+	// holder with the same commit at v0; were they to commit it only once the transfer
+	// succeeded, some would restore the older commit and others this one, both at v0, and
+	// the next Sync, seeing one version everywhere, would make them equal no more.
+	if mine := infos[c.Rank()]; mine.Holds && mine.Version == v0 {
+		if err := s.save(); err != nil {
+			return err
+		}
+		s.version, s.holds = v0, true
+		s.committedNow(time.Now())
+	}
 	var holders []peerstate.Holder
 	needers := 0
 	for _, in := range infos {
@@ -109,11 +122,7 @@ func (s *State) Sync(ctx context.Context) (err error) {
 		holder := mine.Holds && mine.Version == v0
 		published := holder && mine.Addr != "" // a holder whose server did not start serves nothing
 		if published {
-			// What the broadcast would send: the live state, which is ahead of the last
-			// commit when the hosts changed at a step that did not commit.
-			if err := s.save(); err != nil {
-				return err
-			}
+			// What the broadcast would send: the live state, committed above.
 			s.w.peers.Publish(v0, s.blob())
 			defer s.w.peers.Unpublish() // the fetches are over by then: keep no copy of the state
 		}

@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"bytes"
 	"context"
+	"encoding/gob"
 	"errors"
 	"log/slog"
 	"slices"
@@ -265,6 +267,76 @@ func TestStepCountFollowsTheState(t *testing.T) {
 	for i, r := range ranks {
 		if r.s.total != 8 || r.s.saved != 8 || r.w.last.Step != 8 || r.w.last.Committed != 8 {
 			t.Fatalf("rank %d after Sync: total %d, committed %d (worker %d/%d); want rank 0's 8, committed", i, r.s.total, r.s.saved, r.w.last.Step, r.w.last.Committed)
+		}
+	}
+}
+
+// A Sync whose transfer fails part-way (here a joiner gone after the allgather, which the
+// others' broadcast must pass through) must leave every holder of rank 0's version with the
+// same commit: the live state they share, which is ahead of the last commit when the hosts
+// changed at a step that did not commit. Were some to commit it and others restore the older
+// commit, both at one version, the next Sync would see one version everywhere and leave the
+// ranks apart (the soak found it: ranks resuming one generation at different steps).
+func TestSyncThatFailsLeavesHoldersAlike(t *testing.T) {
+	t.Setenv(EnvStateTransfer, TransferBroadcast)
+	const n, joiner = 4, 1 // the joiner relays the broadcast to the ranks after it
+	ranks := make([]*syncRank, n)
+	for i := range n {
+		if i == joiner {
+			continue
+		}
+		r := newSyncRank(t, 1<<16)
+		r.train(t, 3, 5)
+		// Two steps past the commit on every rank, in lockstep: the hosts changed there.
+		*r.step = 7
+		r.tensor[0] = 70
+		r.s.total = 7
+		ranks[i] = r
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	store := allreduce.NewMemStore()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			c, err := allreduce.New(ctx, allreduce.Config{Rank: i, Size: n, Generation: 1, Store: store, Timeout: 2 * time.Second})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer c.Close()
+			if i == joiner { // it tells what it holds (nothing), then dies
+				var buf bytes.Buffer
+				gob.NewEncoder(&buf).Encode(syncInfo{})
+				_, errs[i] = c.Allgather(ctx, buf.Bytes())
+				return
+			}
+			ranks[i].w.comm = c
+			errs[i] = ranks[i].s.Sync(ctx)
+		})
+	}
+	wg.Wait()
+	if errs[joiner] != nil {
+		t.Fatalf("the joiner's allgather: %v", errs[joiner])
+	}
+	failed := 0
+	for i, r := range ranks {
+		if r == nil || errs[i] == nil {
+			continue // its part of the transfer was over before the joiner went
+		}
+		failed++
+		if err := r.s.Restore(); err != nil { // what the worker does after a failed reset
+			t.Fatal(err)
+		}
+	}
+	if failed == 0 {
+		t.Fatalf("no holder's Sync failed (%v): the test did not cut the transfer", errs)
+	}
+	for i, r := range ranks {
+		if r != nil && (*r.step != 7 || r.tensor[0] != 70 || r.s.version != 5 || r.s.total != 7) {
+			t.Errorf("rank %d after the failed Sync (err %v) and its restore: step %d, tensor[0] %v, version %d, total %d; want the live state every holder shared (7, 70) committed at version 5",
+				i, errs[i], *r.step, r.tensor[0], r.s.version, r.s.total)
 		}
 	}
 }
