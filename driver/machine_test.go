@@ -865,3 +865,24 @@ func TestRestartDoesNotWaitForAVanishedHost(t *testing.T) {
 		t.Fatalf("the vanished host's worker was never stopped: %v", acts)
 	}
 }
+
+// A worker its launcher lost without seeing it exit (its agent's lease ran out: the host is
+// cut off from the driver, not dead) may still train with its peers, whose collectives then
+// never fail: they are told that the hosts changed, so that they reset at their next step
+// and reach the barrier, instead of training on until --barrier-timeout fails them all. A
+// worker seen to exit needs no such word: its peers' collectives fail.
+func TestLostWorkerTellsThePeersToReset(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, BarrierTimeout: time.Minute})
+	s.start(3)
+	if acts := s.exit("h1", -1); !has[NotifyHosts](acts) {
+		t.Fatalf("a lost worker's peers were not told to reset: %v", acts)
+	}
+	acts := s.ready(1, "h0", "h2")
+	s.expectPlan(acts, 2, "h0", "h2")
+
+	s = newSim(t, Config{NP: 3, MinNP: 2, BarrierTimeout: time.Minute})
+	s.start(3)
+	if acts := s.exit("h1", 1); has[NotifyHosts](acts) {
+		t.Fatalf("an exit seen told the peers the hosts changed: %v", acts)
+	}
+}
