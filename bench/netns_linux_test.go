@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/elasticd/elasticd/bench"
+	"github.com/elasticd/elasticd/internal/netnstest"
 )
 
 // Two network namespaces joined by a veth are two hosts to allreduce: with two ranks in each,
@@ -76,11 +75,11 @@ func vethHosts(t *testing.T) []bench.NetnsHost {
 	if err := ip("netns", "add", a); err != nil {
 		t.Skipf("cannot create a network namespace here (needs root or CAP_SYS_ADMIN): %v", err)
 	}
-	t.Cleanup(func() { deleteNetns(t, a) })
+	t.Cleanup(func() { netnstest.Delete(t, a) })
 	if err := ip("netns", "add", b); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deleteNetns(t, b) })
+	t.Cleanup(func() { netnstest.Delete(t, b) })
 	for _, args := range [][]string{
 		{"-n", a, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", b},
 		{"-n", a, "addr", "add", "10.251.255.1/24", "dev", "eth0"},
@@ -95,22 +94,4 @@ func vethHosts(t *testing.T) []bench.NetnsHost {
 		}
 	}
 	return []bench.NetnsHost{{Netns: a, Addr: "10.251.255.1"}, {Netns: b, Addr: "10.251.255.2"}}
-}
-
-// deleteNetns kills what still runs in namespace ns, by PID (a rank the benchmark failed to
-// stop), and deletes it; the veth goes with it.
-func deleteNetns(t *testing.T, ns string) {
-	if out, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
-		for _, f := range strings.Fields(string(out)) {
-			pid, err := strconv.Atoi(f)
-			if err != nil {
-				continue
-			}
-			t.Errorf("process %d still runs in %s: killing it", pid, ns)
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
-		t.Errorf("ip netns delete %s: %v: %s", ns, err, out)
-	}
 }

@@ -7,9 +7,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/elasticd/elasticd/internal/netnstest"
 )
 
 // lan is a small network of namespaces: a switch namespace holding bridge br0, and one
@@ -51,7 +52,7 @@ func newLAN(t *testing.T, names ...string) *lan {
 	if err := ipCmd("netns", "add", sw); err != nil {
 		t.Skipf("cannot create a network namespace here (needs root or CAP_SYS_ADMIN): %v", err)
 	}
-	t.Cleanup(func() { deleteNetns(t, sw) })
+	t.Cleanup(func() { netnstest.Delete(t, sw) })
 	must := func(args ...string) {
 		t.Helper()
 		if err := ipCmd(args...); err != nil {
@@ -64,7 +65,7 @@ func newLAN(t *testing.T, names ...string) *lan {
 	for i, name := range names {
 		ns := fmt.Sprintf("%s-%d", l.prefix, i+1)
 		must("netns", "add", ns)
-		t.Cleanup(func() { deleteNetns(t, ns) })
+		t.Cleanup(func() { netnstest.Delete(t, ns) })
 		port := fmt.Sprintf("p%d", i+1)
 		addr := fmt.Sprintf("%s.%d", lanSubnet, i+1)
 		must("-n", ns, "link", "set", "lo", "up")
@@ -107,35 +108,11 @@ func (l *lan) heal(t *testing.T) {
 // pids lists the processes running in machine name's namespace.
 func (l *lan) pids(t *testing.T, name string) []int {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "pids", l.nss[name]).Output()
+	pids, err := netnstest.Pids(l.nss[name])
 	if err != nil {
 		t.Fatalf("ip netns pids %s: %v", l.nss[name], err)
 	}
-	var pids []int
-	for _, f := range strings.Fields(string(out)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, pid)
-		}
-	}
 	return pids
-}
-
-// deleteNetns kills what still runs in namespace ns, by PID, saying so, and deletes it; its
-// veth goes with it.
-func deleteNetns(t *testing.T, ns string) {
-	if out, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
-		for _, f := range strings.Fields(string(out)) {
-			pid, err := strconv.Atoi(f)
-			if err != nil {
-				continue
-			}
-			t.Errorf("process %d still runs in %s: killing it", pid, ns)
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
-		t.Errorf("ip netns delete %s: %v: %s", ns, err, out)
-	}
 }
 
 // startJobIn is startJob inside machine name's namespace (ip netns exec execs elasticd, so
