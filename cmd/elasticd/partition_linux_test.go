@@ -38,15 +38,16 @@ const partitionCommTimeout = 2 * time.Second
 // Loss and delay on a link (rather than a cut) need tc's netem, which this kernel lacks.
 func TestNetworkPartitions(t *testing.T) {
 	cases := []partition{
-		// The driver finds out when the agent's lease (30 s) runs out: it counts the worker
-		// lost and tells the others to reset at their next step.
-		{name: "from-driver", steps: 3500, cut: func(t *testing.T, l *lan, h string, _ []string) {
+		// The driver finds out when the agent's lease (--agent-lease, 6 s here) runs out: it
+		// counts the worker lost and tells the others to reset at their next step.
+		{name: "from-driver", steps: 1500, cut: func(t *testing.T, l *lan, h string, _ []string) {
 			l.blackhole(t, h, "driver")
 			l.blackhole(t, "driver", h)
 		}},
 		// The agent's requests still reach the driver on connections it had open, each
-		// until the agent's own timeout gives it up: the lease runs out later.
-		{name: "asymmetric-driver-to-host", steps: 5000, cut: func(t *testing.T, l *lan, h string, _ []string) {
+		// until the agent's own timeout gives it up (with the default 30 s lease this took
+		// 65 s; with 6 s, the lease ends it first).
+		{name: "asymmetric-driver-to-host", steps: 1500, cut: func(t *testing.T, l *lan, h string, _ []string) {
 			l.blackhole(t, "driver", h) // the host's packets reach the driver; no answer comes back
 		}},
 		{name: "from-peers", bound: partitionCommTimeout + 2*time.Second, steps: 1000, skip: bugPeersCut, cut: func(t *testing.T, l *lan, h string, peers []string) {
@@ -88,7 +89,7 @@ func partitionJob(t *testing.T, tc partition) {
 	listen := l.addrs["driver"] + ":29400"
 	drv := l.startJobIn(t, "driver", append([]string{"run", "-np", "3", "--min-np", "2", "--launcher", "agent",
 		"--agent-secret-file", secret, "--listen", listen,
-		"--comm-timeout", partitionCommTimeout.String(), "--blacklist-cooldown-range", "1s,2s"},
+		"--comm-timeout", partitionCommTimeout.String(), "--blacklist-cooldown-range", "1s,2s", "--agent-lease", "6s"},
 		trainArgs("--steps", strconv.Itoa(tc.steps), "--step-delay", "20ms", "--events", "--commit-every", "1")...)...)
 	agents := map[string]agentProc{}
 	for _, h := range hosts {

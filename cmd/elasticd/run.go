@@ -126,6 +126,7 @@ worker is stopped first).`,
 			&cli.StringFlag{Name: "blacklist-cooldown-range", Value: "10s,5m", Usage: "`MIN,MAX` cooldown of a failed slot: MIN after the first failure, doubling per failure up to MAX (seconds or durations; 'MIN MAX' as two arguments works too)", EnvVars: []string{"ELASTICD_BLACKLIST_COOLDOWN_RANGE"}},
 			&cli.StringFlag{Name: "launcher", Value: "local", Usage: "how workers start: local (on this machine; refused for hosts that are not this machine), ssh or agent (elasticd agent on each host; the default with --provider aws, gcp, azure, ibm or sim)", EnvVars: []string{"ELASTICD_LAUNCHER"}},
 			&cli.StringFlag{Name: "agent-secret-file", Usage: "with --launcher agent: `FILE` holding the secret shared with every agent (at least 16 bytes, e.g. from head -c 32 /dev/urandom | base64)", EnvVars: []string{"ELASTICD_AGENT_SECRET_FILE"}},
+			&cli.DurationFlag{Name: "agent-lease", Value: agents.DefaultLease, Usage: "with --launcher agent: how long the driver waits to hear from an agent before it counts the host lost and its workers failed; the agents poll every third of it. Shorter finds a host cut off from the driver sooner (its workers may still be training with their peers), at one request per agent every lease/3", EnvVars: []string{"ELASTICD_AGENT_LEASE"}},
 			&cli.StringFlag{Name: "admin-secret-file", Usage: "turn on the admin API (elasticd ctl add-host, remove-host, status) on the --listen address: `FILE` holding its secret, at least 16 bytes; ctl needs the same file", EnvVars: []string{"ELASTICD_ADMIN_SECRET_FILE"}},
 			&cli.StringFlag{Name: "listen", Usage: "`HOST:PORT` the driver listens on for workers and agents (default: 127.0.0.1:0 with the local launcher, :0 with ssh, :29400 with agent)", EnvVars: []string{"ELASTICD_LISTEN"}},
 			&cli.IntFlag{Name: "ssh-port", Usage: "ssh port (default: ssh's own)", EnvVars: []string{"ELASTICD_SSH_PORT"}},
@@ -399,8 +400,10 @@ func runOptionsOf(c *cli.Context, log *slog.Logger, cleanup *func()) (driver.Opt
 	if c.Bool("warm-start") && launcherName(c) != "local" {
 		return o, usageError("warm-start", "only with --launcher local: a spare is handed its worker through a file on this machine")
 	}
-	if c.IsSet("agent-secret-file") && launcherName(c) != "agent" {
-		return o, usageError("agent-secret-file", "only used with --launcher agent")
+	for _, f := range []string{"agent-secret-file", "agent-lease"} {
+		if c.IsSet(f) && launcherName(c) != "agent" {
+			return o, usageError(f, "only used with --launcher agent")
+		}
 	}
 	return o, finishOptions(c, &o)
 }
@@ -760,7 +763,12 @@ func agentLauncher(c *cli.Context, o *driver.Options, secretFile string) error {
 		o.JobID = hex.EncodeToString(id[:])
 	}
 	o.Secret = protocol.JobSecret(secret, o.JobID)
-	reg, err := agents.New(agents.Config{Secret: secret, JobID: o.JobID, Version: version, Logger: o.Logger})
+	lease := c.Duration("agent-lease")
+	if lease < time.Second {
+		return usageError("agent-lease", "%v: at least 1s (the agents poll every third of it)", lease)
+	}
+	reg, err := agents.New(agents.Config{Secret: secret, JobID: o.JobID, Version: version, Logger: o.Logger,
+		Lease: lease, PollWait: min(lease/3, agents.DefaultPollWait)})
 	if err != nil {
 		return usageError("agent-secret-file", "%v", err)
 	}

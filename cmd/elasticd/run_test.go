@@ -378,6 +378,8 @@ func TestRunUsageErrors(t *testing.T) {
 		// The local launcher never runs another machine's workers here.
 		{[]string{"run", "-np", "2", "-H", "10.1.2.3:2", "--", "true"}, "--launcher local runs every worker on this machine, but --provider fixed lists host 10.1.2.3 at 10.1.2.3, which is not this machine"},
 		{[]string{"run", "-np", "2", "-H", "10.1.2.3:2", "--launcher", "local", "--", "true"}, "use --launcher agent (elasticd agent on each host) or --launcher ssh"},
+		{[]string{"run", "-np", "2", "--agent-lease", "10s", "--", "true"}, "--agent-lease: only used with --launcher agent"},
+		{[]string{"run", "-np", "2", "--launcher", "agent", "--agent-secret-file", writeSecret(t), "--agent-lease", "500ms", "--", "true"}, "--agent-lease: 500ms: at least 1s"},
 	} {
 		cmd := exec.CommandContext(ctx, binary, tc.args...)
 		out, err := cmd.CombinedOutput()

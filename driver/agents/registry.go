@@ -48,9 +48,16 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultPollWait and DefaultLease are Config's defaults: an agent's long-poll is held 10 s,
+// and an agent unheard for 30 s is lost.
 const (
-	defaultPollWait = 10 * time.Second
-	defaultLease    = 30 * time.Second
+	DefaultPollWait = 10 * time.Second
+	DefaultLease    = 30 * time.Second
+)
+
+const (
+	defaultPollWait = DefaultPollWait
+	defaultLease    = DefaultLease
 	defaultDrop     = time.Second
 	defaultMaxBody  = 8 << 20
 	// queueLen bounds the notices and faults not yet read by the driver; beyond it an events
