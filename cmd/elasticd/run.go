@@ -339,8 +339,10 @@ func runOptionsOf(c *cli.Context, log *slog.Logger, cleanup *func()) (driver.Opt
 		o.ProviderName = providerName(c)
 	}
 	if simCloud {
-		if c.IsSet("prices") || c.Bool("warm-start") {
-			return o, usageError(map[bool]string{true: "prices", false: "warm-start"}[c.IsSet("prices")], "not used with --provider sim")
+		for _, f := range []string{"prices", "warm-start", "agent-lease"} {
+			if c.IsSet(f) {
+				return o, usageError(f, "not used with --provider sim")
+			}
 		}
 		return o, finishOptions(c, &o)
 	}

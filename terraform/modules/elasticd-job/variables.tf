@@ -88,7 +88,7 @@ variable "driver_flags" {
 
   validation {
     condition = alltrue([for f in var.driver_flags : !startswith(f, "-") || f == "--" || can(regex("^-[0-9]", f)) || contains([
-      "H", "admin-secret-file", "agent-secret-file", "agent-timeout", "asg", "barrier-timeout", "blacklist-cooldown-range",
+      "H", "admin-secret-file", "agent-lease", "agent-secret-file", "agent-timeout", "asg", "barrier-timeout", "blacklist-cooldown-range",
       "checkpoint-dir", "checkpoint-every", "comm-timeout", "comm-transport", "discovery-interval", "discovery-timeout",
       "driver-addr", "elastic-timeout", "endpoint", "fallback-after", "fallback-asg", "fallback-instance-group",
       "fallback-mig", "fallback-vmss", "flap-limit", "flap-window", "host-discovery-script",
