@@ -542,10 +542,7 @@ func (d *runner) shutdown(res *Result, stopServing func()) {
 			d.log.Warn("could not remove the finished job's state", "dir", d.o.StateDir, "err", err)
 		}
 	}
-	res.Generations, res.Resets, res.FailureResets = d.m.Generation(), d.m.Resets().All, d.m.Resets().Failures
-	d.board.Record(time.Now()) // the end, which the ticker may not have caught
-	res.Status = d.board.Current(time.Now())
-
+	d.summarize(res)
 	for id, p := range d.procs {
 		delete(d.procs, id)
 		d.stop(p, d.o.StopGrace)
@@ -554,7 +551,7 @@ func (d *runner) shutdown(res *Result, stopServing func()) {
 		cancel()
 	}
 	d.tasks.cancel()
-	d.drain()
+	d.drain(true)
 	d.finalCapacity(res)
 	if c, ok := d.o.Launcher.(io.Closer); ok { // launch.Warm's spare interpreters
 		defer c.Close()
@@ -571,9 +568,7 @@ func (d *runner) shutdown(res *Result, stopServing func()) {
 // crash would let go of it, tidily: no worker stopped, no command sent to an agent, no group
 // resized, no claim removed (a driver taken up on the state is the same claimant).
 func (d *runner) leave(res *Result, stopServing func()) {
-	res.Generations, res.Resets, res.FailureResets = d.m.Generation(), d.m.Resets().All, d.m.Resets().Failures
-	d.board.Record(time.Now())
-	res.Status = d.board.Current(time.Now())
+	d.summarize(res)
 	d.log.Info("the driver leaves the job running: the agents keep its workers", "generation", d.m.Generation(), "workers", len(d.procs), "state_dir", d.o.StateDir)
 	if d.o.Capacity != nil {
 		d.log.Warn("the group keeps its size until a driver takes the job up again: if none does, the agents stop the workers after their --driver-timeout, but the instances bill on; end a job for good with elasticd ctl stop or SIGINT", "group", d.o.Config.Capacity.Group)
@@ -586,28 +581,21 @@ func (d *runner) leave(res *Result, stopServing func()) {
 	// and the agents' long-polls end with "shutting down" (503), which an agent retries as it
 	// would an unreachable driver, holding its workers.
 	d.o.Agents.Close()
-	d.drainLeaving()
+	d.drain(false) // a worker a launch started meanwhile is the agents' to keep
 	d.srv.Close()
 	stopServing()
 }
 
-// drainLeaving waits for every task while consuming their events, stopping nothing: a
-// worker a launch started meanwhile is the agents' to keep, and the next driver's to adopt.
-func (d *runner) drainLeaving() {
-	done := make(chan struct{})
-	go func() { d.tasks.Wait(); close(done) }() // drainLeaving waits for it
-	for {
-		select {
-		case <-done:
-			return
-		case <-d.events:
-		}
-	}
+// summarize puts the job's counts and last status, priced to now, in res.
+func (d *runner) summarize(res *Result) {
+	res.Generations, res.Resets, res.FailureResets = d.m.Generation(), d.m.Resets().All, d.m.Resets().Failures
+	d.board.Record(time.Now()) // the end, which the ticker may not have caught
+	res.Status = d.board.Current(time.Now())
 }
 
-// drain waits for every task while still consuming their events; a process a launch
-// started after the loop ended is stopped.
-func (d *runner) drain() {
+// drain waits for every task while still consuming their events; with stopStarted, a process
+// a launch started after the loop ended is stopped.
+func (d *runner) drain(stopStarted bool) {
 	done := make(chan struct{})
 	go func() { d.tasks.Wait(); close(done) }() // drain waits for it
 	for {
@@ -615,7 +603,7 @@ func (d *runner) drain() {
 		case <-done:
 			return
 		case ev := <-d.events:
-			if l, ok := ev.(procStarted); ok {
+			if l, ok := ev.(procStarted); ok && stopStarted {
 				d.stop(l.p, d.o.StopGrace)
 			}
 		}
