@@ -308,6 +308,32 @@ func TestPyTorchRestartSpotNoticeThroughAgents(t *testing.T) {
 
 var hvdStepRe = regexp.MustCompile(`(?m)^\[0\] step (\d+) t=\S+ world=(\d+) pid=(\d+)`)
 
+// inProcessSteps reads rank 0's committed steps from an in-process job's output, failing the test
+// if rank 0 changed process (survivors keep theirs) or a step went back by more than the one
+// of a rollback. A commit whose host check raised HostsUpdatedInterrupt is not printed, so a
+// step may be missing from the lines: one skipped step is allowed.
+func inProcessSteps(t *testing.T, out string) []int {
+	t.Helper()
+	var steps []int
+	pid0 := 0
+	for _, m := range hvdStepRe.FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		steps = append(steps, n)
+		p, _ := strconv.Atoi(m[3])
+		if pid0 == 0 {
+			pid0 = p
+		} else if p != pid0 {
+			t.Fatalf("rank 0 changed process (%d → %d)", pid0, p)
+		}
+	}
+	for i := 1; i < len(steps); i++ {
+		if steps[i] > steps[i-1]+2 || steps[i] < steps[i-1]-1 {
+			t.Fatalf("committed steps jump %d → %d: more than one step lost or skipped", steps[i-1], steps[i])
+		}
+	}
+	return steps
+}
+
 // In-process mode end to end (examples/pytorch/elastic_hvd.py, an Elastic Horovod script with
 // its import changed to elasticd.torch): a worker SIGKILLed; the survivors keep their
 // processes and roll back at most one step (it commits every step), the killed slot returns
@@ -340,25 +366,7 @@ func TestPyTorchInProcessSurvivorsKeepTheirProcesses(t *testing.T) {
 			t.Fatalf("%s was launched again in generation %s: survivors must keep their processes", m[1], m[2])
 		}
 	}
-	var steps []int
-	pid0 := 0
-	for _, m := range hvdStepRe.FindAllStringSubmatch(out, -1) {
-		n, _ := strconv.Atoi(m[1])
-		steps = append(steps, n)
-		p, _ := strconv.Atoi(m[3])
-		if pid0 == 0 {
-			pid0 = p
-		} else if p != pid0 {
-			t.Fatalf("rank 0 changed process (%d → %d)", pid0, p)
-		}
-	}
-	// A commit whose host check raised HostsUpdatedInterrupt is not printed, so a step may be
-	// missing from the lines; none may go back by more than the one step of a rollback.
-	for i := 1; i < len(steps); i++ {
-		if steps[i] > steps[i-1]+2 || steps[i] < steps[i-1]-1 {
-			t.Fatalf("committed steps jump %d → %d: more than one step lost or skipped", steps[i-1], steps[i])
-		}
-	}
+	steps := inProcessSteps(t, out)
 	m := regexp.MustCompile(`\[0\] done step (\d+)`).FindStringSubmatch(out)
 	if m == nil || steps[len(steps)-1] != atoi(m[1]) {
 		t.Fatalf("no done line, or it disagrees with the last commit %d", steps[len(steps)-1])
@@ -727,23 +735,7 @@ func TestPyTorchInProcessFallsBackAndReturns(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	out := j.output()
-	var steps []int
-	pid0 := 0
-	for _, m := range hvdStepRe.FindAllStringSubmatch(out, -1) {
-		n, _ := strconv.Atoi(m[1])
-		steps = append(steps, n)
-		p, _ := strconv.Atoi(m[3])
-		if pid0 == 0 {
-			pid0 = p
-		} else if p != pid0 {
-			t.Fatalf("rank 0 changed process (%d → %d)", pid0, p)
-		}
-	}
-	for i := 1; i < len(steps); i++ {
-		if steps[i] > steps[i-1]+2 || steps[i] < steps[i-1]-1 {
-			t.Fatalf("committed steps jump %d → %d: more than one step lost or skipped", steps[i-1], steps[i])
-		}
-	}
+	inProcessSteps(t, out)
 	if !regexp.MustCompile(`sim group spot: 2 → 0; fallback sim group ondemand: 0 → 1, 1 → 0 \(kept the job going`).MatchString(out) {
 		t.Errorf("the last lines do not say what the fallback did")
 	}
