@@ -242,7 +242,13 @@ func describeHosts(hosts []providers.Host) string {
 		n[kind{cmp.Or(h.Type, "untyped"), h.Spot, h.Slots}]++
 	}
 	kinds := slices.SortedFunc(maps.Keys(n), func(a, b kind) int {
-		return cmp.Or(cmp.Compare(a.typ, b.typ), cmp.Compare(a.slots, b.slots), map[bool]int{true: 1, false: 0}[a.spot]-map[bool]int{true: 1, false: 0}[b.spot])
+		spotLast := func(k kind) int {
+			if k.spot {
+				return 1
+			}
+			return 0
+		}
+		return cmp.Or(cmp.Compare(a.typ, b.typ), cmp.Compare(a.slots, b.slots), cmp.Compare(spotLast(a), spotLast(b)))
 	})
 	var parts []string
 	for _, k := range kinds {
