@@ -81,21 +81,26 @@ func (s *State) Sync(ctx context.Context) (err error) {
 			return fmt.Errorf("sync: rank %d's state summary: %w", i, err)
 		}
 	}
-	v0 := infos[0].Version
+	v0, t0 := infos[0].Version, infos[0].Total
+	// A rank holds rank 0's state when it has rank 0's commit counter and step count. The
+	// counter alone is not enough: a collective that completes on some ranks and fails on
+	// others splits them at the same counter, those it failed having restored their commit
+	// and those it completed (hearing of a host change there) keeping the step after it.
+	holds := func(in syncInfo) bool { return in.Holds && in.Version == v0 && in.Total == t0 }
 	// Rank 0's step count goes with its state; Sync ends in a commit of it on every rank.
-	s.total = infos[0].Total
+	s.total = t0
 	defer func() {
 		if err == nil {
 			s.committedNow(time.Now())
 		}
 	}()
-	// A holder of rank 0's version has rank 0's live state too (the ranks step in lockstep;
-	// it is ahead of the commit when the hosts changed at a step that did not commit), so it
-	// commits it now, before any transfer. A transfer that fails part-way then leaves every
-	// holder with the same commit at v0; were they to commit it only once the transfer
-	// succeeded, some would restore the older commit and others this one, both at v0, and
-	// the next Sync, seeing one version everywhere, would make them equal no more.
-	if mine := infos[c.Rank()]; mine.Holds && mine.Version == v0 {
+	// A holder has rank 0's live state (the ranks step in lockstep; it is ahead of the commit
+	// when the hosts changed at a step that did not commit), so it commits it now, before any
+	// transfer. A transfer that fails part-way then leaves every holder with the same commit
+	// at v0; were they to commit it only once the transfer succeeded, some would restore the
+	// older commit and others this one, both at v0, and the next Sync, seeing one version
+	// everywhere, would make them equal no more.
+	if holds(infos[c.Rank()]) {
 		if err := s.save(); err != nil {
 			return err
 		}
@@ -106,7 +111,7 @@ func (s *State) Sync(ctx context.Context) (err error) {
 	needers := 0
 	for _, in := range infos {
 		switch {
-		case !in.Holds || in.Version != v0:
+		case !holds(in):
 			needers++
 		case in.Addr != "":
 			host, _, _ := net.SplitHostPort(in.Addr)
@@ -118,9 +123,8 @@ func (s *State) Sync(ctx context.Context) (err error) {
 	}
 	if infos[0].Addr != "" && wantPeers(mode, infos[0].Size) {
 		failed := int64(0)
-		mine := infos[c.Rank()]
-		holder := mine.Holds && mine.Version == v0
-		published := holder && mine.Addr != "" // a holder whose server did not start serves nothing
+		holder := holds(infos[c.Rank()])
+		published := holder && infos[c.Rank()].Addr != "" // a holder whose server did not start serves nothing
 		if published {
 			// What the broadcast would send: the live state, committed above.
 			s.w.peers.Publish(v0, s.blob())
