@@ -376,6 +376,42 @@ func TestPyTorchInProcessSurvivorsKeepTheirProcesses(t *testing.T) {
 	}
 }
 
+// In-process mode, a member that dies while its generation forms (a slot whose next worker is
+// killed as it starts, as the soak's flap does): the survivors wait for it at the generation's
+// store, learn within a second that the driver abandoned the generation (a reset began) and
+// move on without it. Were they to wait in init_process_group for the formation timeout
+// (a minute), the driver's --barrier-timeout (20 s here) would fail them all and the job.
+func TestPyTorchInProcessMemberDiesWhileTheGroupForms(t *testing.T) {
+	py := torchPython(t)
+	marker := filepath.Join(t.TempDir(), "die-at-start")
+	script := fmt.Sprintf(`test -e %q && exit 3; exec "$0" "$@"`, marker)
+	j := startJob(t, "run", "-np", "3", "--min-np", "2", "--comm-timeout", "5s", "--barrier-timeout", "20s",
+		"--blacklist-cooldown-range", "1s,1s", "--", "sh", "-c", script,
+		py, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "4", "--samples", "1024", "--batch-size", "16", "--hidden", "64", "--step-delay", "0.05")
+	j.waitFor(`\[0\] step 10 `, 90*time.Second)
+	victim := 0
+	for _, m := range regexp.MustCompile(`\[(\d)\] worker pid=(\d+) rank=\d size=3`).FindAllStringSubmatch(j.output(), -1) {
+		if m[1] == "2" {
+			victim = atoi(m[2])
+		}
+	}
+	if victim == 0 {
+		t.Fatal("no pid for worker 2")
+	}
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(victim, syscall.SIGKILL)
+	// Its slot returns after the cooldown; the new worker exits at once, in the generation
+	// that took it in, and the survivors give that generation up.
+	j.waitFor(`did not form \(the driver gave this generation up`, 60*time.Second)
+	j.waitFor(`did not form [^\n]*\n(?s:.*)\[0\] step \d+ t=\S+ world=2 `, 30*time.Second)
+	if code := j.wait(3 * time.Minute); code != 0 {
+		t.Fatalf("exit %d: the survivors did not go on without the member that died", code)
+	}
+	inProcessSteps(t, j.output())
+}
+
 func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n

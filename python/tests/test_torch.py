@@ -366,7 +366,7 @@ class AwaitMembersTest(unittest.TestCase):
             asked.append(time.time())
             return len(asked) >= 2  # the driver moves on while this member waits
 
-        with self.assertRaisesRegex(RuntimeError, "later generation"):
+        with self.assertRaisesRegex(RuntimeError, "gave this generation up"):
             await_members(self.master, "s", 2, time.time() + 30, superseded)
         self.assertEqual(len(asked), 2)
         start = time.time()

@@ -35,8 +35,8 @@ def await_members(store: Any, key: str, size: int, deadline: float, superseded: 
                   poll: float = 0.05) -> None:
     """Counts this member in at `key` on the generation's store and returns once all `size`
     members have; raises RuntimeError at `deadline` (seconds since the epoch), or as soon as
-    `superseded()` (asked about once a second) says the driver has published a later
-    generation, so that a member never waits for a group that will not form."""
+    `superseded()` (asked about once a second) says the driver has given the generation up,
+    so that a member never waits for a group that will not form."""
     store.add(key, 1)
     next_check = 0.0
     while True:
@@ -48,7 +48,7 @@ def await_members(store: Any, key: str, size: int, deadline: float, superseded: 
             raise RuntimeError(f"{arrived} of {size} members reached the group before its formation timeout")
         if now >= next_check:
             if superseded():
-                raise RuntimeError("a later generation was published while this one formed")
+                raise RuntimeError("the driver gave this generation up while it formed (a member failed, or a later one was published)")
             next_check = now + 1.0
         time.sleep(poll)
 
@@ -166,9 +166,13 @@ class Runtime:
         # the group forms under a longer one, and takes the collectives' timeout once every
         # member has reached the state sync of elastic.run (formed()).
         # Older torch (before 2.3) cannot lower a group's timeout: there the group forms under
-        # the collectives' timeout, so first every member waits, under the formation timeout,
-        # until all have reached the generation's store (await_members); then forming takes
-        # moments. Seen livelocking with torch 1.13 under load without it.
+        # the collectives' timeout, and forming takes moments once every member has reached
+        # the generation's store. Seen livelocking with torch 1.13 under load without it.
+        # So first every member waits, under the formation timeout, until all have reached
+        # the store (await_members), asking the driver once a second whether the generation
+        # was abandoned: a member that died before it arrived (a worker killed as it started)
+        # would otherwise hold the others in init_process_group for the whole formation
+        # timeout, past the driver's reset barrier, which then fails them all.
         set_pg_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
         form = timeout if set_pg_timeout is None else max(timeout, FORMATION_TIMEOUT)
         if rank == 0:
@@ -181,10 +185,10 @@ class Runtime:
             host, port = addr.decode().rsplit(":", 1)
             store = dist.TCPStore(host.strip("[]"), int(port), size, False, timeout=form)
         self._store = store
-        if set_pg_timeout is None and size > 1:
+        if size > 1:
             await_members(store, f"elasticd/g{gen}/arrived", size,
                           time.time() + max(FORMATION_TIMEOUT.total_seconds(), self.timeout),
-                          lambda: self.client.assignment(gen, deadline=time.time()) is not None)
+                          lambda: self._abandoned(gen))
         dist.init_process_group(self.backend, store=dist.PrefixStore(f"elasticd/g{gen}", store), rank=rank, world_size=size, timeout=form)
         self._lower_timeout = None
         if form != timeout:
@@ -194,6 +198,14 @@ class Runtime:
                 set_pg_timeout(timeout)
                 store.set_timeout(timeout)
             self._lower_timeout = lower
+
+    def _abandoned(self, gen: int) -> bool:
+        """Whether the driver has given up generation `gen` while it formed: it published a
+        later one, or began a reset (a member failed), which it marks in the generation's
+        store as it does for Go workers (allreduce.Abandon)."""
+        if self.client.assignment(gen, deadline=time.time()) is not None:
+            return True
+        return self.client.kv_get(gen, f"allreduce/g{gen}/abandoned", deadline=time.time()) is not None
 
     def formed(self) -> None:
         """Every member of the generation reached its first collective together: from now on
