@@ -130,17 +130,21 @@ bench-pytorch: build
 
 # A soak (docs/reliability.md, "Soak"): an agent job on this machine (3 hosts on loopback
 # addresses, 2 slots each) under faults drawn from SOAK_SEED for SOAK_DURATION (worker SIGKILL
-# and SIGSTOP, agent SIGKILL, notices, a flapping slot, driver SIGKILL and SIGTERM with
-# restarts, two workers at once), then its whole history checked: every step once, no
-# committed step lost, every sample once per epoch, stalls within bounds, nothing left
-# behind, descriptors and memory flat. Exits 1 on a violation. soak-ci: 5 minutes, seed 1.
+# and SIGSTOP, agent SIGKILL and SIGSTOP, notices, a flapping slot, driver SIGKILL, SIGTERM
+# and SIGSTOP, two workers at once, discovery failing and hanging), then its whole history
+# checked: every step once, no committed step lost, every sample once per epoch, stalls
+# within bounds, exit 0, nothing left behind, descriptors and memory flat. Exits 1 on a
+# violation. SOAK_PROGRAM: go (the demo trainer) or torch (elasticd.torch in-process).
+# soak-ci (.ci/run): seed 1, the Go program for 5 minutes, then PyTorch for 2.
 SOAK_DURATION ?= 2h
 SOAK_SEED     ?= 1
+SOAK_PROGRAM  ?= go
 soak: build
-	./$(BIN) bench soak --seed $(SOAK_SEED) --duration $(SOAK_DURATION)
+	./$(BIN) bench soak --program $(SOAK_PROGRAM) --seed $(SOAK_SEED) --duration $(SOAK_DURATION)
 
 soak-ci: build
 	./$(BIN) bench soak --seed 1 --duration 5m
+	./$(BIN) bench soak --program torch --python $(PYTHON) --seed 1 --duration 2m
 
 # Each fuzz target for FUZZTIME (go test -fuzz), one after the other. Their seed corpora
 # (testdata/fuzz/) run as ordinary tests in `make test`; a failing input found here is

@@ -51,7 +51,15 @@ func demoTrainer(trainer, self string) (string, error) {
 // returned reader, which ends once the process has exited; wg waits for that. The end of ctx
 // sends it SIGTERM, and SIGKILL 10 s later.
 func startChild(ctx context.Context, wg *sync.WaitGroup, self string, args ...string) (*exec.Cmd, io.Reader, error) {
+	return startChildEnv(ctx, wg, nil, self, args...)
+}
+
+// startChildEnv is startChild with env added to this process's environment.
+func startChildEnv(ctx context.Context, wg *sync.WaitGroup, env []string, self string, args ...string) (*exec.Cmd, io.Reader, error) {
 	cmd := exec.CommandContext(ctx, self, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = childProcAttr()
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,27 +24,46 @@ import (
 
 // The fault kinds of the soak's nemesis, in the order a seed's shuffle starts from.
 const (
-	FaultWorkerKill = "worker-kill" // SIGKILL of a worker
-	FaultWorkerStop = "worker-stop" // SIGSTOP of a worker: the job must kill it within --comm-timeout + 1 s
-	FaultAgentKill  = "agent-kill"  // SIGKILL of an agent (the host is lost), started again 2–4 s later
-	FaultNotice     = "notice"      // elasticd ctl remove-host, then add-host 2–4 s later
-	FaultFlap       = "flap"        // a worker SIGKILLed, and the same slot's next worker as soon as it starts
-	FaultDriverKill = "driver-kill" // SIGKILL of the driver, started again 1–2 s later on its --state-dir
-	FaultDriverTerm = "driver-term" // SIGTERM of the driver (it leaves the job running), started again 1–2 s later
-	FaultDouble     = "double-kill" // two workers of two hosts SIGKILLed at once
+	FaultWorkerKill = "worker-kill"     // SIGKILL of a worker
+	FaultWorkerStop = "worker-stop"     // SIGSTOP of a worker: the job must kill it within --comm-timeout + 1 s
+	FaultAgentKill  = "agent-kill"      // SIGKILL of an agent (the host is lost), started again 2–4 s later
+	FaultNotice     = "notice"          // elasticd ctl remove-host, then add-host 2–4 s later
+	FaultFlap       = "flap"            // a worker SIGKILLed, and the same slot's next worker as soon as it starts
+	FaultDriverKill = "driver-kill"     // SIGKILL of the driver, started again 1–2 s later on its --state-dir
+	FaultDriverTerm = "driver-term"     // SIGTERM of the driver (it leaves the job running), started again 1–2 s later
+	FaultDouble     = "double-kill"     // two workers of two hosts SIGKILLed at once
+	FaultAgentStop  = "agent-stop"      // SIGSTOP of an agent for 2–4 s (a host frozen, within its lease), then SIGCONT
+	FaultDriverStop = "driver-stop"     // SIGSTOP of the driver for 2–4 s, then SIGCONT
+	FaultDiscErr    = "discovery-error" // the discovery script fails (exit 1) for 3–6 s
+	FaultDiscHang   = "discovery-hang"  // the discovery script hangs past --discovery-timeout for 3–6 s
 )
 
 // SoakFaultKinds are every kind the nemesis applies. Left out on purpose: any fault while
 // the driver is down (docs/reliability.md, "Not yet survived").
-var SoakFaultKinds = []string{FaultWorkerKill, FaultWorkerStop, FaultAgentKill, FaultNotice, FaultFlap, FaultDriverKill, FaultDriverTerm, FaultDouble}
+var SoakFaultKinds = []string{FaultWorkerKill, FaultWorkerStop, FaultAgentKill, FaultNotice, FaultFlap, FaultDriverKill, FaultDriverTerm, FaultDouble,
+	FaultAgentStop, FaultDriverStop, FaultDiscErr, FaultDiscHang}
+
+// The programs a soak can train: the demo trainer (Go, worker.State), or
+// bench/pytorch/soak_train.py (PyTorch, elasticd.torch in-process, gloo).
+const (
+	ProgramGo    = "go"
+	ProgramTorch = "torch"
+)
+
+//go:embed pytorch/soak_train.py
+var soakTorchScript []byte
 
 // SoakBounds are the longest stall each fault kind may cause (CheckSoak's Bounds), for a
-// job with commTimeout: a reset on this kind of machine (2 cores, 6 workers) is allowed
-// resetAllowance; "" is a stall with no fault in the 20 s before it.
-func SoakBounds(commTimeout time.Duration) map[string]time.Duration {
-	r := resetAllowance
+// job of program with commTimeout: a reset on this kind of machine (2 cores, 6 workers) is
+// allowed resetAllowance, or torchResetAllowance for PyTorch workers (a new one imports torch
+// before it joins); "" is a stall with no fault in the 20 s before it.
+func SoakBounds(program string, commTimeout time.Duration) map[string]time.Duration {
+	r, quiet := resetAllowance, 2*time.Second
+	if program == ProgramTorch {
+		r, quiet = torchResetAllowance, 3*time.Second
+	}
 	return map[string]time.Duration{
-		"":              2 * time.Second,
+		"":              quiet,
 		FaultWorkerKill: r,
 		FaultDouble:     r,
 		FaultNotice:     r,
@@ -52,21 +72,28 @@ func SoakBounds(commTimeout time.Duration) map[string]time.Duration {
 		FaultAgentKill:  r + 4*time.Second,               // the host's workers lost; it returns 2–4 s later: a reset to let it in
 		FaultDriverKill: r + 2*time.Second + restartSlow, // training goes on meanwhile; the new driver adopts the workers
 		FaultDriverTerm: r + 2*time.Second + restartSlow,
+		FaultAgentStop:  r + 4*time.Second, // the workers train on; were their output to block on the frozen agent, up to 4 s
+		FaultDriverStop: r + 4*time.Second,
+		FaultDiscErr:    r, // the hosts stay as they were: nothing should stall
+		FaultDiscHang:   r,
 	}
 }
 
 const (
-	resetAllowance = 5 * time.Second
-	restartSlow    = 3 * time.Second // a driver's start on a loaded 2-core machine
-	soakDatasetSz  = 4096
-	soakBatch      = 64
-	soakCommit     = 5
+	resetAllowance      = 5 * time.Second
+	torchResetAllowance = 15 * time.Second
+	restartSlow         = 3 * time.Second // a driver's start on a loaded 2-core machine
+	soakDatasetSz       = 4096
+	soakBatch           = 64
+	soakCommit          = 5
 )
 
 // SoakOptions configure Soak; the flags of `elasticd bench soak`.
 type SoakOptions struct {
 	Exe         string        // the elasticd binary the job, its agents and ctl run as ("": this process's)
-	Trainer     string        // the demo trainer ("": train beside Exe)
+	Program     string        // ProgramGo ("" too) or ProgramTorch
+	Trainer     string        // the demo trainer ("": train beside Exe), with ProgramGo
+	Python      string        // an interpreter that imports torch, with ProgramTorch ("": /usr/bin/python3, then python3)
 	Seed        uint64        // the nemesis's schedule
 	Duration    time.Duration // how long faults are applied, 10 s to 24 h
 	Hosts       int           // agents on 127.0.0.2 up, 3 to 8
@@ -81,6 +108,7 @@ type SoakOptions struct {
 // SoakResult is what Soak found: `elasticd bench soak --json`.
 type SoakResult struct {
 	Seed              uint64          `json:"seed"`
+	Program           string          `json:"program"`
 	DurationS         float64         `json:"duration_s"`
 	Faults            map[string]int  `json:"faults"`
 	Schedule          []SoakFault     `json:"schedule"`
@@ -90,6 +118,7 @@ type SoakResult struct {
 	StepsLost         int64           `json:"steps_lost"`
 	StepsRolledBack   int64           `json:"steps_rolled_back"`
 	DuplicateSamples  int             `json:"duplicate_samples"`
+	PaddedSamples     int             `json:"padded_samples"`
 	MissingSamples    int             `json:"missing_samples"`
 	LongestStallS     float64         `json:"longest_stall_s"`
 	LongestStallCause string          `json:"longest_stall_cause"`
@@ -121,7 +150,16 @@ func Soak(ctx context.Context, o SoakOptions) (SoakResult, error) {
 	if err != nil {
 		return SoakResult{}, err
 	}
-	trainer, err := demoTrainer(o.Trainer, self)
+	var trainer string
+	switch o.Program {
+	case "", ProgramGo:
+		o.Program = ProgramGo
+		trainer, err = demoTrainer(o.Trainer, self)
+	case ProgramTorch:
+		trainer, err = torchPython(o.Python)
+	default:
+		err = usageError("program", "%q: use %s (the demo trainer) or %s (PyTorch, elasticd.torch)", o.Program, ProgramGo, ProgramTorch)
+	}
 	if err != nil {
 		return SoakResult{}, err
 	}
@@ -152,15 +190,15 @@ func Soak(ctx context.Context, o SoakOptions) (SoakResult, error) {
 }
 
 func printSoak(w io.Writer, r SoakResult) {
-	fmt.Fprintf(w, "soak: seed %d, %.0f s, %d faults", r.Seed, r.DurationS, len(r.Schedule))
+	fmt.Fprintf(w, "soak: %s program, seed %d, %.0f s, %d faults", r.Program, r.Seed, r.DurationS, len(r.Schedule))
 	for _, k := range SoakFaultKinds {
 		if r.Faults[k] > 0 {
 			fmt.Fprintf(w, ", %s %d", k, r.Faults[k])
 		}
 	}
 	fmt.Fprintf(w, "\n  steps %d (%d epochs, %d generations), committed steps lost %d, uncommitted rolled back %d\n", r.Steps, r.Epochs, r.Generations, r.StepsLost, r.StepsRolledBack)
-	fmt.Fprintf(w, "  duplicate samples %d, missing %d\n  longest stall %s after %s\n  driver exit %d, orphans %d\n",
-		r.DuplicateSamples, r.MissingSamples, fmtDur(r.LongestStallS), r.LongestStallCause, r.DriverExit, len(r.Orphans))
+	fmt.Fprintf(w, "  duplicate samples %d, missing %d, epoch-end padding %d\n  longest stall %s after %s\n  driver exit %d, orphans %d\n",
+		r.DuplicateSamples, r.MissingSamples, r.PaddedSamples, fmtDur(r.LongestStallS), r.LongestStallCause, r.DriverExit, len(r.Orphans))
 	for _, x := range r.Resources {
 		fmt.Fprintf(w, "  %-8s RSS %6d → %6d KiB, fds %3d → %3d\n", x.Role, x.RSSKiBAt0, x.RSSKiB, x.FDsAt0, x.FDs)
 	}
@@ -172,13 +210,35 @@ func printSoak(w io.Writer, r SoakResult) {
 	}
 }
 
+// torchPython is python, or the first of /usr/bin/python3 (Debian's, with python3-torch) and
+// python3 that imports torch.distributed.
+func torchPython(python string) (string, error) {
+	cands := []string{python}
+	if python == "" {
+		cands = []string{"/usr/bin/python3", "python3"}
+	}
+	for _, py := range cands {
+		if exec.Command(py, "-c", "import torch.distributed").Run() == nil {
+			return py, nil
+		}
+	}
+	if python != "" {
+		return "", usageError("python", "%s cannot import torch.distributed: name an interpreter that can (Debian: apt-get install python3-torch, then /usr/bin/python3)", python)
+	}
+	return "", usageError("python", "neither /usr/bin/python3 nor python3 imports torch.distributed: install Debian's python3-torch (scripts/install-test-deps.sh) or name one with --python")
+}
+
 // soak is one run: its processes, and what their output said.
 type soak struct {
 	o                  SoakOptions
-	self, trainer, dir string
+	self, trainer, dir string // trainer: the demo trainer, or with ProgramTorch the Python
 	agentSecret, admin string
 	stateDir, ckptDir  string
 	history, addr      string
+	discovery          string // the discovery script; discoveryMode is the file that makes it fail or hang
+	discoveryMode      string
+	stopFile           string // created at the end: the job ends at its next commit, exit 0
+	torchScript        string // bench/pytorch/soak_train.py, written out, with ProgramTorch
 	errw               io.Writer
 	start              time.Time
 	procs              sync.WaitGroup // every child's Wait and output copier
@@ -245,6 +305,38 @@ func newSoak(self, trainer string, o SoakOptions, errw io.Writer) (*soak, error)
 			return nil, err
 		}
 	}
+	// Discovery lists the agents' addresses, unless the nemesis has it fail or hang (its
+	// process group is killed at --discovery-timeout: exec keeps the sleep in it).
+	s.discovery, s.discoveryMode, s.stopFile = filepath.Join(dir, "discover.sh"), filepath.Join(dir, "discovery-mode"), filepath.Join(dir, "stop")
+	var hosts strings.Builder
+	for i := range o.Hosts {
+		fmt.Fprintf(&hosts, "%s:%d\n", hostAddr(i), o.Slots)
+	}
+	script := fmt.Sprintf(`#!/bin/sh
+# elasticd bench soak's host discovery: the hosts file, unless the nemesis makes it fail or hang.
+case "$(cat '%s' 2>/dev/null)" in
+error) echo "soak: discovery fails (a fault)" >&2; exit 1 ;;
+hang) exec sleep 3600 ;;
+esac
+exec cat '%s'
+`, s.discoveryMode, filepath.Join(dir, "hosts"))
+	files := []struct {
+		path, body string
+		mode       os.FileMode
+	}{{filepath.Join(dir, "hosts"), hosts.String(), 0o600}, {s.discovery, script, 0o700}}
+	if o.Program == ProgramTorch {
+		s.torchScript = filepath.Join(dir, "soak_train.py")
+		files = append(files, struct {
+			path, body string
+			mode       os.FileMode
+		}{s.torchScript, string(soakTorchScript), 0o600})
+	}
+	for _, f := range files {
+		if err := os.WriteFile(f.path, []byte(f.body), f.mode); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		os.RemoveAll(dir)
@@ -262,7 +354,11 @@ func (s *soak) say(format string, a ...any) {
 
 // spawn starts self with args; its output goes to name's log and through each line to scan.
 func (s *soak) spawn(ctx context.Context, name string, scan func(string), args ...string) (*child, error) {
-	cmd, out, err := startChild(ctx, &s.procs, s.self, args...)
+	var env []string
+	if s.o.Program == ProgramTorch {
+		env = []string{"GLOO_SOCKET_IFNAME=lo"} // gloo's traffic on loopback, not on the address the hostname resolves to
+	}
+	cmd, out, err := startChildEnv(ctx, &s.procs, env, s.self, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -296,13 +392,17 @@ func (s *soak) spawn(ctx context.Context, name string, scan func(string), args .
 
 func (s *soak) driverArgs() []string {
 	np := s.o.Hosts * s.o.Slots
-	return []string{"run", "--launcher", "agent", "--agent-secret-file", s.agentSecret, "--admin-secret-file", s.admin,
+	args := []string{"run", "--launcher", "agent", "--agent-secret-file", s.agentSecret, "--admin-secret-file", s.admin,
 		"--listen", s.addr, "--state-dir", s.stateDir, "--checkpoint-dir", s.ckptDir,
+		"--host-discovery-script", s.discovery, "--discovery-timeout", "2s",
 		"-np", strconv.Itoa(np), "--min-np", "2", "--max-np", strconv.Itoa(np),
-		"--comm-timeout", s.o.CommTimeout.String(), "--blacklist-cooldown-range", "1s,1s", "--stop-grace", "1s",
-		"--", s.trainer, "--steps", "1000000000", "--step-delay", "20ms", "--events", "--log-every", "1000000000",
-		"--commit-every", strconv.Itoa(soakCommit), "--dataset-size", strconv.Itoa(soakDatasetSz), "--batch", strconv.Itoa(soakBatch),
-		"--history", s.history}
+		"--comm-timeout", s.o.CommTimeout.String(), "--blacklist-cooldown-range", "1s,1s", "--stop-grace", "1s", "--"}
+	common := []string{"--events", "--commit-every", strconv.Itoa(soakCommit), "--dataset-size", strconv.Itoa(soakDatasetSz),
+		"--batch", strconv.Itoa(soakBatch), "--history", s.history, "--stop-file", s.stopFile}
+	if s.o.Program == ProgramTorch {
+		return append(append(args, s.trainer, "-u", s.torchScript, "--step-delay", "0.02"), common...)
+	}
+	return append(append(args, s.trainer, "--steps", "1000000000", "--step-delay", "20ms", "--log-every", "1000000000"), common...)
 }
 
 func (s *soak) startDriver(ctx context.Context, n int) (*child, error) {
@@ -379,6 +479,14 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
+// freeze stops pid with SIGSTOP for d, then lets it go on with SIGCONT, whatever happens
+// meanwhile: a frozen process is never left behind.
+func freeze(pid int, d time.Duration) {
+	syscall.Kill(pid, syscall.SIGSTOP)
+	time.Sleep(d)
+	syscall.Kill(pid, syscall.SIGCONT)
+}
+
 // alive is whether pid is a process that has not exited (a zombie has).
 func alive(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -404,9 +512,9 @@ func resources(pid int) (int64, int) {
 }
 
 func (s *soak) run(ctx context.Context) (SoakResult, error) {
-	res := SoakResult{Seed: s.o.Seed, Faults: map[string]int{}}
+	res := SoakResult{Seed: s.o.Seed, Program: s.o.Program, Faults: map[string]int{}}
 	s.start = time.Now()
-	s.say("seed %d, duration %v, %d hosts × %d slots, --comm-timeout %v", s.o.Seed, s.o.Duration, s.o.Hosts, s.o.Slots, s.o.CommTimeout)
+	s.say("seed %d, duration %v, %d hosts × %d slots, --comm-timeout %v, program %s", s.o.Seed, s.o.Duration, s.o.Hosts, s.o.Slots, s.o.CommTimeout, s.o.Program)
 	// Everything ends by then: the faults, the heal, the stop, the check.
 	ctx, cancel := context.WithTimeout(ctx, s.o.Duration+3*time.Minute)
 	var extra []SoakViolation
@@ -586,12 +694,29 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 		case FaultNotice:
 			h := rng.IntN(s.o.Hosts)
 			record(kind, hostID(h))
-			if err := ctl("remove-host", hostID(h)); err != nil {
+			if err := ctl("remove-host", hostAddr(h)); err != nil {
 				violate("ctl", "%v", err)
 			}
 			sleep(ctx, 2*time.Second+time.Duration(rng.IntN(2000))*time.Millisecond)
-			if err := ctl("add-host", fmt.Sprintf("%s:%d", hostID(h), s.o.Slots)); err != nil {
+			if err := ctl("add-host", fmt.Sprintf("%s:%d", hostAddr(h), s.o.Slots)); err != nil {
 				violate("ctl", "%v", err)
+			}
+		case FaultAgentStop:
+			h := rng.IntN(s.o.Hosts)
+			record(kind, fmt.Sprintf("%s agent pid %d", hostID(h), agent[h].pid()))
+			freeze(agent[h].pid(), 2*time.Second+time.Duration(rng.IntN(2000))*time.Millisecond)
+		case FaultDriverStop:
+			record(kind, fmt.Sprintf("driver pid %d", driver.pid()))
+			freeze(driver.pid(), 2*time.Second+time.Duration(rng.IntN(2000))*time.Millisecond)
+		case FaultDiscErr, FaultDiscHang:
+			record(kind, "the discovery script")
+			mode := map[string]string{FaultDiscErr: "error", FaultDiscHang: "hang"}[kind]
+			if err := os.WriteFile(s.discoveryMode, []byte(mode), 0o600); err != nil {
+				return res, err
+			}
+			sleep(ctx, 3*time.Second+time.Duration(rng.IntN(3000))*time.Millisecond)
+			if err := os.WriteFile(s.discoveryMode, nil, 0o600); err != nil {
+				return res, err
 			}
 		case FaultDriverKill, FaultDriverTerm:
 			sig := map[string]syscall.Signal{FaultDriverKill: syscall.SIGKILL, FaultDriverTerm: syscall.SIGTERM}[kind]
@@ -614,13 +739,19 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 	for i, r := range sample() {
 		res.Resources[i].RSSKiB, res.Resources[i].FDs = r.RSSKiB, r.FDs
 	}
+	// The job ends on its own: every rank sees the stop file at its next commit, training
+	// returns, the workers exit 0, and so must the driver.
 	exit := -1
 	if !driver.exited() {
-		if err := ctl("stop", "soak done"); err != nil {
-			violate("ctl", "%v", err)
+		if err := os.WriteFile(s.stopFile, nil, 0o600); err != nil {
+			return res, err
 		}
 		if exit = driver.wait(time.Minute); exit == -1 {
-			violate("driver-exit", "the driver still runs a minute after elasticd ctl stop")
+			violate("driver-exit", "the job still runs a minute after its trainer was told to stop")
+			if err := ctl("stop", "soak done"); err != nil {
+				violate("ctl", "%v", err)
+			}
+			exit = driver.wait(time.Minute)
 		}
 	} else {
 		exit = driver.cmd.ProcessState.ExitCode()
@@ -662,13 +793,13 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 		return res, fmt.Errorf("read the history: %w", err)
 	}
 	c := CheckSoak(events, SoakObservations{
-		DatasetSize: soakDatasetSz, Faults: res.Schedule, Bounds: SoakBounds(s.o.CommTimeout),
-		Orphans: res.Orphans, Resources: res.Resources, ExitCode: exit, WantExit: 130,
+		DatasetSize: soakDatasetSz, Padding: s.o.Program == ProgramTorch, Faults: res.Schedule, Bounds: SoakBounds(s.o.Program, s.o.CommTimeout),
+		Orphans: res.Orphans, Resources: res.Resources, ExitCode: exit, WantExit: 0,
 		FDSlack: 8, RSSGrowth: 64 << 10, Extra: extra,
 	})
 	res.Steps, res.Epochs, res.Generations = c.Steps, c.Epochs, c.Generations
 	res.StepsLost, res.StepsRolledBack = c.StepsLost, c.StepsRolledBack
-	res.DuplicateSamples, res.MissingSamples = c.DuplicateSamples, c.MissingSamples
+	res.DuplicateSamples, res.MissingSamples, res.PaddedSamples = c.DuplicateSamples, c.MissingSamples, c.PaddedSamples
 	res.LongestStallS, res.LongestStallCause = c.LongestStall.Seconds(), c.StallCause
 	res.Violations = c.Violations
 	if res.Orphans == nil {

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,13 +50,17 @@ type SoakResources struct {
 
 // SoakObservations are what the harness saw besides the history.
 type SoakObservations struct {
-	DatasetSize int                      // the trainer's --dataset-size
-	Faults      []SoakFault              // in time order
-	Bounds      map[string]time.Duration // the longest stall each fault kind may cause; "" when no fault came before
-	Orphans     []string                 // processes of the run still alive at its end
-	Resources   []SoakResources
-	ExitCode    int // the driver's exit status at the end
-	WantExit    int // what it should be
+	DatasetSize int // the trainer's --dataset-size
+	// Padding: the sampler pads an epoch's last step so that every rank takes a share (as
+	// torch's DistributedSampler and elasticd.torch's ElasticSampler): that step may repeat
+	// up to its world size - 1 samples trained before in the epoch.
+	Padding   bool
+	Faults    []SoakFault              // in time order
+	Bounds    map[string]time.Duration // the longest stall each fault kind may cause; "" when no fault came before
+	Orphans   []string                 // processes of the run still alive at its end
+	Resources []SoakResources
+	ExitCode  int // the driver's exit status at the end
+	WantExit  int // what it should be
 	// FDSlack and RSSGrowth bound the resource growth: end ≤ start + FDSlack descriptors,
 	// end RSS ≤ 2 × start + RSSGrowth KiB.
 	FDSlack   int
@@ -78,6 +83,7 @@ type SoakCheck struct {
 	StepsRolledBack  int64           // uncommitted steps trained again (a rollback after a failure: allowed)
 	Generations      int             // generations with a history
 	DuplicateSamples int             // samples trained more than once in an epoch of the final lineage
+	PaddedSamples    int             // repeats allowed as an epoch's last step's padding (with Padding)
 	MissingSamples   int             // samples of a finished epoch of the final lineage never trained
 	LongestStall     time.Duration   // the longest time between consecutive steps of the final lineage
 	StallCause       string          // the fault before it ("none")
@@ -305,6 +311,10 @@ func CheckSoak(events []SoakEvent, o SoakObservations) SoakCheck {
 
 	// Samples: every rank of every step, once per epoch.
 	epochs := map[int]map[int32]int{}
+	lastOf := map[int]int{} // epoch → index in the lineage of its last step
+	for i, s := range lineage {
+		lastOf[s.epoch] = i
+	}
 	lastEpoch, wentBack := -1, false
 	for i, s := range lineage {
 		step := i + 1
@@ -323,12 +333,21 @@ func CheckSoak(events []SoakEvent, o SoakObservations) SoakCheck {
 			seen = map[int32]int{}
 			epochs[s.epoch] = seen
 		}
-		for _, idx := range s.samples {
-			for _, x := range idx {
+		pad := 0
+		if o.Padding && lastOf[s.epoch] == i {
+			pad = s.size - 1
+		}
+		for _, r := range slices.Sorted(maps.Keys(s.samples)) {
+			for _, x := range s.samples[r] {
 				if x < 0 || (o.DatasetSize > 0 && int(x) >= o.DatasetSize) {
 					bad("samples-in-range", "step %d: sample %d outside [0, %d)", step, x, o.DatasetSize)
 				}
 				if seen[x]++; seen[x] > 1 {
+					if pad > 0 {
+						pad--
+						c.PaddedSamples++
+						continue
+					}
 					c.DuplicateSamples++
 				}
 			}

@@ -135,6 +135,25 @@ func TestSoakCheck(t *testing.T) {
 			h.now = h.now.Add(2 * time.Second)
 			h.gen(2, 2, 2, 4, 1)
 		}, "stall-bounded", 4},
+		{"epoch-end padding", func(h *hist, o *bench.SoakObservations) {
+			o.Padding = true
+			h.gen(1, 3, 0, 4, 1) // epoch 1 is steps 3 and 4
+			padStep(h, 4, 0, 1)  // its last step repeats two of step 3's samples: size - 1
+		}, "", 4},
+		{"padding beyond the world size - 1", func(h *hist, o *bench.SoakObservations) {
+			o.Padding = true
+			h.gen(1, 3, 0, 4, 1)
+			padStep(h, 4, 0, 1, 2)
+		}, "samples-once", 4},
+		{"padding before an epoch's last step", func(h *hist, o *bench.SoakObservations) {
+			o.Padding = true
+			h.gen(1, 3, 0, 4, 1)
+			padStep(h, 3, 1)
+		}, "samples-once", 4},
+		{"padding where the sampler pads nothing", func(h *hist, o *bench.SoakObservations) {
+			h.gen(1, 3, 0, 4, 1)
+			padStep(h, 4, 0, 1)
+		}, "samples-once", 4},
 		{"orphan, exit, descriptors and memory", func(h *hist, o *bench.SoakObservations) {
 			h.gen(1, 2, 0, 2, 1)
 			o.Orphans = []string{"pid 42 (train)"}
@@ -154,6 +173,15 @@ func TestSoakCheck(t *testing.T) {
 				t.Errorf("steps %d, want %d", c.Steps, tc.steps)
 			}
 		})
+	}
+}
+
+// padStep adds samples to rank 0's line of step.
+func padStep(h *hist, step int64, samples ...int32) {
+	for i, e := range h.ev {
+		if e.Kind == "step" && e.Step == step && e.Rank == 0 {
+			h.ev[i].Samples = append(h.ev[i].Samples, samples...)
+		}
 	}
 }
 

@@ -120,7 +120,9 @@ and prints the medians over the runs.`,
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "np", Value: 4, Usage: "workers (2-32)", EnvVars: []string{"ELASTICD_NP"}},
 			&cli.IntFlag{Name: "runs", Value: 5, Usage: "jobs to run; medians are over them", EnvVars: []string{"ELASTICD_RUNS"}},
-			&cli.StringFlag{Name: "trainer", Usage: "demo trainer binary (default: train beside elasticd, as make build puts it)", EnvVars: []string{"ELASTICD_TRAINER"}},
+			&cli.StringFlag{Name: "program", Value: bench.ProgramGo, Usage: "what the job trains: go (the demo trainer, worker.State) or torch (bench/pytorch/soak_train.py: elasticd.torch in-process, gloo; built into this binary)", EnvVars: []string{"ELASTICD_PROGRAM"}},
+			&cli.StringFlag{Name: "trainer", Usage: "with --program go: the demo trainer binary (default: train beside elasticd, as make build puts it)", EnvVars: []string{"ELASTICD_TRAINER"}},
+			&cli.StringFlag{Name: "python", Usage: "with --program torch: an interpreter that imports torch (default: /usr/bin/python3, then python3)", EnvVars: []string{"ELASTICD_PYTHON"}},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object", EnvVars: []string{"ELASTICD_JSON"}},
 			&cli.StringFlag{Name: "fault", Value: "kill", Usage: "what happens to the last-ranked worker: kill (SIGKILL) or stop (SIGSTOP: a hung worker, found by its peers after --comm-timeout)", EnvVars: []string{"ELASTICD_FAULT"}},
 			&cli.DurationFlag{Name: "comm-timeout", Value: time.Second, Usage: "the job's --comm-timeout (what a stopped worker costs at least)", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
@@ -155,7 +157,9 @@ agent's polling cycle, and measures:
 and prints the medians over the runs.`,
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "runs", Value: 5, Usage: "jobs to run; medians are over them", EnvVars: []string{"ELASTICD_RUNS"}},
-			&cli.StringFlag{Name: "trainer", Usage: "demo trainer binary (default: train beside elasticd, as make build puts it)", EnvVars: []string{"ELASTICD_TRAINER"}},
+			&cli.StringFlag{Name: "program", Value: bench.ProgramGo, Usage: "what the job trains: go (the demo trainer, worker.State) or torch (bench/pytorch/soak_train.py: elasticd.torch in-process, gloo; built into this binary)", EnvVars: []string{"ELASTICD_PROGRAM"}},
+			&cli.StringFlag{Name: "trainer", Usage: "with --program go: the demo trainer binary (default: train beside elasticd, as make build puts it)", EnvVars: []string{"ELASTICD_TRAINER"}},
+			&cli.StringFlag{Name: "python", Usage: "with --program torch: an interpreter that imports torch (default: /usr/bin/python3, then python3)", EnvVars: []string{"ELASTICD_PYTHON"}},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object", EnvVars: []string{"ELASTICD_JSON"}},
 		},
 		Action: func(c *cli.Context) error {
@@ -171,41 +175,53 @@ func benchSoakCommand() *cli.Command {
 		Name:  "soak",
 		Usage: "run an agent job for a long time under random faults, then check the whole history",
 		Description: `Runs 'elasticd run --launcher agent --state-dir' on this machine with --hosts real agents,
-each its own host on a loopback address (127.0.0.2 up, --slots each), and the demo trainer
-logging, on every rank, the samples of every step it trains and every commit. For
+each its own host on a loopback address (127.0.0.2 up, --slots each), hosts discovered by a
+script, and a program that logs, on every rank, the samples of every step it trains and
+every commit: the demo trainer (--program go, worker.State) or a PyTorch script on
+elasticd.torch in-process with gloo (--program torch, built into this binary). For
 --duration a nemesis applies faults drawn from --seed, one at a time, each healed before
 the next, 2 to 6 s apart:
 
-   worker-kill   a worker SIGKILLed
-   worker-stop   a worker SIGSTOPped (the job must kill it within --comm-timeout + 1 s)
-   agent-kill    an agent SIGKILLed (its host lost), started again 2-4 s later
-   notice        elasticd ctl remove-host, then add-host 2-4 s later
-   flap          a worker SIGKILLed, then its slot's next worker as soon as it starts
-   driver-kill   the driver SIGKILLed, started again 1-2 s later on its --state-dir
-   driver-term   the driver SIGTERMed (it leaves the job running), started again
-   double-kill   two workers of two hosts SIGKILLed at once
+   worker-kill      a worker SIGKILLed
+   worker-stop      a worker SIGSTOPped (the job must kill it within --comm-timeout + 1 s)
+   agent-kill       an agent SIGKILLed (its host lost), started again 2-4 s later
+   agent-stop       an agent SIGSTOPped for 2-4 s (its host frozen), then SIGCONT
+   notice           elasticd ctl remove-host, then add-host 2-4 s later
+   flap             a worker SIGKILLed, then its slot's next worker as soon as it starts
+   driver-kill      the driver SIGKILLed, started again 1-2 s later on its --state-dir
+   driver-term      the driver SIGTERMed (it leaves the job running), started again
+   driver-stop      the driver SIGSTOPped for 2-4 s, then SIGCONT
+   double-kill      two workers of two hosts SIGKILLed at once
+   discovery-error  the discovery script fails for 3-6 s
+   discovery-hang   the discovery script hangs past --discovery-timeout for 3-6 s
 
-No fault is applied while the driver is down (a known unsurvived case). Then it stops the
-job (elasticd ctl stop) and its agents, and checks: the final lineage of steps has every
-step once; no committed step trained again; every sample once per epoch; no stall beyond
-its fault's bound; no process left; the driver's and agents' descriptors and memory flat.
+No fault is applied while the driver is down (a known unsurvived case). Then the program is
+told to stop (it ends at its next commit, and the job with exit 0), the agents are stopped,
+and it checks: the final lineage of steps has every step once; no committed step trained
+again; every sample once per epoch (PyTorch's sampler may repeat up to world size - 1 in an
+epoch's last step, as torch's DistributedSampler pads); no stall beyond its fault's bound;
+the driver's exit 0; no process left; the driver's and agents' descriptors and memory flat.
 It prints the seed and every fault as it applies it, then the summary; it exits 1 on any
 violation. docs/reliability.md ("Soak") gives the bounds.
 
-Example: elasticd bench soak --seed 1 --duration 5m`,
+Examples:
+   elasticd bench soak --seed 1 --duration 5m
+   elasticd bench soak --program torch --seed 1 --duration 2m --log-dir /tmp/soak`,
 		Flags: []cli.Flag{
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the fault schedule", EnvVars: []string{"ELASTICD_SEED"}},
 			&cli.DurationFlag{Name: "duration", Value: 5 * time.Minute, Usage: "how long faults are applied (10s to 24h)", EnvVars: []string{"ELASTICD_DURATION"}},
 			&cli.IntFlag{Name: "hosts", Value: 3, Usage: "agent hosts (3-8)", EnvVars: []string{"ELASTICD_HOSTS"}},
 			&cli.IntFlag{Name: "slots", Value: 2, Usage: "slots per host (1-4)", EnvVars: []string{"ELASTICD_SLOTS"}},
 			&cli.DurationFlag{Name: "comm-timeout", Value: 2 * time.Second, Usage: "the job's --comm-timeout", EnvVars: []string{"ELASTICD_COMM_TIMEOUT"}},
-			&cli.StringFlag{Name: "trainer", Usage: "demo trainer binary (default: train beside elasticd, as make build puts it)", EnvVars: []string{"ELASTICD_TRAINER"}},
+			&cli.StringFlag{Name: "program", Value: bench.ProgramGo, Usage: "what the job trains: go (the demo trainer, worker.State) or torch (bench/pytorch/soak_train.py: elasticd.torch in-process, gloo; built into this binary)", EnvVars: []string{"ELASTICD_PROGRAM"}},
+			&cli.StringFlag{Name: "trainer", Usage: "with --program go: the demo trainer binary (default: train beside elasticd, as make build puts it)", EnvVars: []string{"ELASTICD_TRAINER"}},
+			&cli.StringFlag{Name: "python", Usage: "with --program torch: an interpreter that imports torch (default: /usr/bin/python3, then python3)", EnvVars: []string{"ELASTICD_PYTHON"}},
 			&cli.StringFlag{Name: "log-dir", Usage: "write the driver's, agents' and workers' output to `DIR` (default: discarded)", EnvVars: []string{"ELASTICD_LOG_DIR"}},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object", EnvVars: []string{"ELASTICD_JSON"}},
 		},
 		Action: func(c *cli.Context) error {
 			_, err := bench.Soak(c.Context, bench.SoakOptions{Seed: c.Uint64("seed"), Duration: c.Duration("duration"), Hosts: c.Int("hosts"),
-				Slots: c.Int("slots"), CommTimeout: c.Duration("comm-timeout"), Trainer: c.String("trainer"), LogDir: c.String("log-dir"),
+				Slots: c.Int("slots"), CommTimeout: c.Duration("comm-timeout"), Program: c.String("program"), Trainer: c.String("trainer"), Python: c.String("python"), LogDir: c.String("log-dir"),
 				JSON: c.Bool("json"), Out: c.App.Writer, Err: c.App.ErrWriter})
 			if errors.Is(err, bench.ErrSoakViolation) {
 				return cli.Exit(err.Error(), 1)

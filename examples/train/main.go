@@ -36,6 +36,7 @@ type options struct {
 	events                                                  bool
 	datasetSize                                             int
 	history                                                 string // --history DIR: per-step sample log for elasticd bench soak
+	stopFile                                                string // --stop-file FILE: the job ends at the first commit after FILE appears
 	mutation                                                string // --mutation: a bug planted on purpose, for the soak's checker tests
 }
 
@@ -53,6 +54,7 @@ func main() {
 	flag.IntVar(&o.datasetSize, "dataset-size", 50000, "training samples generated; each epoch visits every one exactly once, across resets")
 	flag.BoolVar(&o.events, "events", false, "rank 0 prints a timestamped line per step (for elasticd bench recovery)")
 	flag.StringVar(&o.history, "history", "", "every rank appends, to DIR/pid-PID.log, a line per generation start, per step (the samples it trains) and per commit (for elasticd bench soak)")
+	flag.StringVar(&o.stopFile, "stop-file", "", "training ends, with exit 0, at the first commit at which any rank sees `FILE` exist (the ranks agree on it in one small allreduce per commit; for elasticd bench soak)")
 	flag.StringVar(&o.mutation, "mutation", "", "") // hidden: skip-sampler-commit or drop-commit, bugs for the soak's checker to find
 	flag.Parse()
 	if o.commitEvery < 1 {
@@ -216,11 +218,20 @@ func train(ctx context.Context, w *worker.Worker, o options) error {
 			}
 			err := st.Step(ctx)
 			// Step saves before it checks the hosts: its commit stands even when that fails.
+			committed := false
 			if sinceSync++; o.commitEvery <= 1 || sinceSync%o.commitEvery == 0 {
 				hist.commit(w, step)
+				committed = true
 			}
 			if err != nil {
 				return err
+			}
+			if committed && o.stopFile != "" {
+				if stop, err := stopAgreed(ctx, comm, o.stopFile); err != nil {
+					return err
+				} else if stop {
+					break
+				}
 			}
 		}
 		if w.Rank() == 0 {
@@ -228,6 +239,19 @@ func train(ctx context.Context, w *worker.Worker, o options) error {
 		}
 		return nil
 	})
+}
+
+// stopAgreed reports whether any rank sees file exist: every rank gives its own flag to an
+// allreduce(max), so all stop at the same commit.
+func stopAgreed(ctx context.Context, comm *allreduce.Comm, file string) (bool, error) {
+	flag := []int64{0}
+	if _, err := os.Stat(file); err == nil {
+		flag[0] = 1
+	}
+	if err := comm.Allreduce(ctx, flag, allreduce.Max); err != nil {
+		return false, err
+	}
+	return flag[0] > 0, nil
 }
 
 // addGradient adds the softmax cross-entropy gradient of one sample, its loss and a count of 1.
