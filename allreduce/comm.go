@@ -291,6 +291,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	}
 	c.addr = net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	ctx, abandoned := context.WithCancelCause(ctx)
@@ -319,7 +320,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		ln.Close()
 		return nil, fmt.Errorf("allreduce: publish address: %w", err)
 	}
-	err = c.connect(ctx, ln, self, cands)
+	err = c.connect(ctx, parent, ln, self, cands)
 	if err == nil {
 		err = c.setupShm(ctx)
 	}
@@ -433,7 +434,11 @@ func (c *Comm) peerRanks() []int {
 // carry over their connection from the previous generation (self is what this rank
 // published, cands what it can carry over). It accepts from the start, so that strangers
 // are refused while the hosts are still being learnt.
-func (c *Comm) connect(ctx context.Context, ln net.Listener, self record, cands map[string]*handover) error {
+//
+// When it fails, the hosts of the neighbours it lacks that published their address are
+// probed (under parent, which outlives ctx): an error naming those that did not answer is an
+// UnreachableError, which the driver weighs to find a host cut off from its peers.
+func (c *Comm) connect(ctx, parent context.Context, ln net.Listener, self record, cands map[string]*handover) error {
 	reuse := self.ID != ""
 	ctx, cancel := context.WithCancel(ctx)
 	k := newConnector(ctx, c)
@@ -448,7 +453,14 @@ func (c *Comm) connect(ctx context.Context, ln net.Listener, self record, cands 
 	}
 	for _, q := range nb {
 		if q > c.cfg.Rank && !reuse {
-			continue // it dials this rank, and there is nothing to agree on
+			// It dials this rank, and there is nothing to agree on; its address is learnt
+			// only to probe its host should it never come.
+			k.wg.Go(func() {
+				if rec, err := c.lookup(k.ctx, q); err == nil {
+					k.learnt(q, rec.Addr)
+				}
+			})
+			continue
 		}
 		k.wg.Go(func() { k.reach(q, self, cands, reuse) })
 	}
@@ -473,6 +485,17 @@ func (c *Comm) connect(ctx context.Context, ln net.Listener, self record, cands 
 			c.stats.Fresh++
 		}
 	}
+	if err != nil && parent.Err() == nil {
+		addrs := map[int]string{}
+		for _, q := range c.missing() {
+			if a := k.addrs[q]; a != "" {
+				addrs[q] = a
+			}
+		}
+		if ranks := probeHosts(parent, addrs, c.probeTimeout()); len(ranks) > 0 {
+			err = &UnreachableError{Ranks: ranks, Err: err}
+		}
+	}
 	return err
 }
 
@@ -491,6 +514,14 @@ type connector struct {
 	mu      sync.Mutex
 	pending map[net.Conn]bool // accepted connections still in their hello
 	refused error             // the last hello refused
+	addrs   map[int]string    // the neighbours' published addresses, as learnt
+}
+
+// learnt records neighbour q's published address.
+func (k *connector) learnt(q int, addr string) {
+	k.mu.Lock()
+	k.addrs[q] = addr
+	k.mu.Unlock()
 }
 
 // namedRank is a neighbour's ID, as it published it.
@@ -502,7 +533,7 @@ type namedRank struct {
 func newConnector(ctx context.Context, c *Comm) *connector {
 	return &connector{
 		c: c, ctx: ctx, known: make(chan struct{}), accept: map[int]bool{},
-		got: make(chan *peer), pending: map[net.Conn]bool{},
+		got: make(chan *peer), pending: map[net.Conn]bool{}, addrs: map[int]string{},
 	}
 }
 
@@ -575,6 +606,11 @@ func (k *connector) hello(conn net.Conn) {
 	p, err := k.c.acceptHello(conn.(*net.TCPConn), k.dials)
 	k.mu.Lock()
 	delete(k.pending, conn)
+	if errors.Is(err, errEmptyHello) { // a peer probing this host (probeHosts), not a peer
+		k.mu.Unlock()
+		conn.Close()
+		return
+	}
 	if err != nil {
 		k.refused = fmt.Errorf("refused %s: %w", conn.RemoteAddr(), err)
 	}
@@ -597,6 +633,7 @@ func (k *connector) reach(q int, self record, cands map[string]*handover, reuse 
 		k.errc <- err
 		return
 	}
+	k.learnt(q, rec.Addr)
 	if reuse {
 		k.ids <- namedRank{q, rec.ID}
 	}
@@ -709,11 +746,17 @@ func (c *Comm) writeHello(conn net.Conn) error {
 	return err
 }
 
+// errEmptyHello is a connection closed before the first byte of its hello.
+var errEmptyHello = errors.New("closed before its hello (a probe?)")
+
 // readHello reads a peer's hello and checks generation, world size, MAC, and that the
 // claimed rank passes ok.
 func (c *Comm) readHello(conn net.Conn, ok func(rank int) error) (int, error) {
 	var b [headerLen]byte
 	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		if err == io.EOF {
+			err = errEmptyHello
+		}
 		return 0, fmt.Errorf("read hello: %w", err)
 	}
 	h, err := parseHeader(b[:])

@@ -38,6 +38,8 @@ type WorkerReported struct {
 	Message    string
 	Rollback   protocol.Rollback // with READY: the work it threw away since the last commit
 	SilentPeer bool              // with READY: it left because a peer stopped answering
+	// Unreachable, with READY: ranks of that generation whose hosts did not answer its probe.
+	Unreachable []int
 }
 
 // WorkerExited is a worker process ending.
@@ -265,6 +267,9 @@ type Machine struct {
 	workers    map[protocol.WorkerID]*workerInfo // processes not yet exited
 	failed     bool                              // the reset under way was caused by a failure
 	silent     bool                              // a READY of the reset under way found a peer silent: the barrier is cut to HungWindow
+	// unreachable: per member, the members of the current generation whose hosts did not
+	// answer its probe, as its READY of the reset under way said (cutOff weighs them).
+	unreachable map[protocol.WorkerID][]protocol.WorkerID
 	deadline   time.Time                         // barrier / start / elastic deadline of the phase
 	regDue     map[protocol.WorkerID]time.Time   // workers that must register by then
 	discovered []providers.Host                  // the latest discovery result, one pseudo-host per slot
@@ -616,11 +621,78 @@ func (m *Machine) reported(now time.Time, e WorkerReported) []Action {
 		}
 		acts = append(acts, Note{"a worker found a peer silent; whoever has not reset within the hung window is failed", []any{"worker", e.Worker.String(), "window", HungWindow}})
 	}
-	// Someone is hung: when everybody else is at the barrier, the one missing is it.
-	if missing := m.barrierMissing(); m.silent && m.phase == phaseResetting && len(missing) == 1 {
+	// A member whose host its peers cannot reach, though it may reach the driver (a network
+	// cut between them), is failed as soon as the reports single it out.
+	if e.Generation == m.gen && len(e.Unreachable) > 0 && m.phase == phaseResetting {
+		m.noteUnreachable(e.Worker, e.Unreachable)
+		if id, by, ok := m.cutOff(); ok {
+			why := fmt.Sprintf("could not be reached over the network by %d of its peers (%s): cut off from them", len(by), joinIDs(by))
+			acts = append(acts, m.failWorker(now, id, why, false)...)
+		}
+	}
+	// Someone is hung: when everybody else is at the barrier, the one missing is it. Not
+	// when a member reported peers unreachable: then the one missing may be a healthy peer
+	// whose report is on its way, and a cut member reports too (it reaches the driver).
+	if missing := m.barrierMissing(); m.silent && m.phase == phaseResetting && len(missing) == 1 && len(m.unreachable) == 0 {
 		acts = append(acts, m.failWorker(now, missing[0], "was the only member not to reach the reset barrier after a peer found a rank silent (hung or stopped?)", true)...)
 	}
 	return acts
+}
+
+// noteUnreachable records the ranks of the current generation whose hosts reporter could
+// not reach.
+func (m *Machine) noteUnreachable(reporter protocol.WorkerID, ranks []int) {
+	if m.unreachable == nil {
+		m.unreachable = map[protocol.WorkerID][]protocol.WorkerID{}
+	}
+	var ids []protocol.WorkerID
+	for _, r := range ranks {
+		if r >= 0 && r < len(m.order) && m.order[r] != reporter && !slices.Contains(ids, m.order[r]) {
+			ids = append(ids, m.order[r])
+		}
+	}
+	m.unreachable[reporter] = ids
+}
+
+// cutOff is the member a network cut isolates from its peers, as the READY reports of the
+// reset under way tell: at least two live members could not reach its host, and more could
+// not reach it than any other member. Reports from or about members already failed do not
+// count. by lists who could not reach it. With two members, each blames the other and no
+// one is singled out.
+func (m *Machine) cutOff() (id protocol.WorkerID, by []protocol.WorkerID, ok bool) {
+	live := func(x protocol.WorkerID) bool {
+		w := m.workers[x]
+		return w != nil && !w.exited && !w.stopping
+	}
+	votes := map[protocol.WorkerID][]protocol.WorkerID{}
+	for _, from := range m.order {
+		if !live(from) {
+			continue
+		}
+		for _, to := range m.unreachable[from] {
+			if live(to) {
+				votes[to] = append(votes[to], from)
+			}
+		}
+	}
+	second := 0
+	for _, x := range m.order {
+		switch n := len(votes[x]); {
+		case n > len(by):
+			second, id, by = len(by), x, votes[x]
+		case n > second:
+			second = n
+		}
+	}
+	return id, by, len(by) >= 2 && len(by) > second
+}
+
+func joinIDs(ids []protocol.WorkerID) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = id.String()
+	}
+	return strings.Join(s, ", ")
 }
 
 // barrierMissing lists the live members of the current generation that have not reported
@@ -1141,6 +1213,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 		m.addrs[id] = addrOf[id]
 	}
 	m.phase, m.failed, m.silent, m.counted, m.deadline = phaseRunning, false, false, false, time.Time{}
+	m.unreachable = nil
 	m.started, m.growAt, m.ownExits, m.atStart = now, time.Time{}, 0, false
 	acts := []Action{Publish{Generation: m.gen, Plan: m.plan}}
 	master := addrOf[order[0]]

@@ -461,6 +461,49 @@ func TestSilentPeerLastOneMissingIsFailedAtOnce(t *testing.T) {
 	s.expectPlan(acts, 2, "h0", "h2")
 }
 
+// unreachable is h's READY for gen after a silent peer, naming the ranks it could not reach.
+func (s *sim) unreachable(gen uint64, h string, ranks ...int) []Action {
+	return s.m.Step(WorkerReported{Now: s.now, Worker: wid(h), Generation: gen, State: protocol.Ready, Message: "timed out", SilentPeer: true, Unreachable: ranks})
+}
+
+// A host cut off from its peers but not from the driver: every member's collective times out
+// and every one reports, the cut one too, each naming the hosts it could not reach. The one
+// that two members could not reach, and more than any other, is failed, whichever reports
+// last; a healthy member whose report comes last is not taken for hung.
+func TestCutOffMemberIsFailed(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, BarrierTimeout: time.Minute})
+	s.start(3)
+	acts := s.unreachable(1, "h2", 0, 1) // the cut host: no peer answers it
+	acts = append(acts, s.after(5*time.Millisecond).unreachable(1, "h0", 2)...)
+	if got := stopped(acts); len(got) > 0 {
+		t.Fatalf("stopped %v with one member's word against another's", got)
+	}
+	acts = s.after(5 * time.Millisecond).unreachable(1, "h1", 2)
+	var stop *Stop
+	for _, a := range acts {
+		if st, ok := a.(Stop); ok {
+			stop = &st
+		}
+	}
+	if stop == nil || stop.Worker != wid("h2") || !strings.Contains(stop.Reason, "could not be reached over the network by 2 of its peers (h0/0, h1/0)") {
+		t.Fatalf("stop %+v, want h2, cut off", stop)
+	}
+	s.expectPlan(acts, 2, "h0", "h1")
+}
+
+// Reports naming no one, or one member's word against another's, single no one out: two
+// members that cannot reach each other, or a rank out of range or a member's own.
+func TestCutOffNeedsTwoWitnesses(t *testing.T) {
+	s := newSim(t, Config{NP: 2, MinNP: 2, BarrierTimeout: time.Minute})
+	s.start(2)
+	acts := s.unreachable(1, "h0", 1, 7)
+	acts = append(acts, s.unreachable(1, "h1", 0, 1)...)
+	if got := stopped(acts); len(got) > 0 {
+		t.Fatalf("stopped %v: two members blaming each other cannot tell which is cut off", got)
+	}
+	s.expectPlan(acts, 2, "h0", "h1")
+}
+
 // Without a silent report, a missing member still gets --barrier-timeout (it may be slow, not
 // hung); once it is failed there, it is killed without the grace.
 func TestBarrierTimeoutKillsWithoutGrace(t *testing.T) {

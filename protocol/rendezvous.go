@@ -46,7 +46,13 @@ type ReadyReport struct {
 	Message    string
 	Rollback   Rollback
 	SilentPeer bool
+	// Unreachable are the ranks of the generation left whose hosts did not answer this
+	// worker's probe after its collective or connect failed: a network cut between them.
+	Unreachable []int
 }
+
+// MaxUnreachable is the most ranks a READY may name as unreachable.
+const MaxUnreachable = 1024
 
 // Rollback is work a worker threw away by restoring its last commit after a failure: the
 // steps since that commit, and the wall-clock seconds they had taken.
@@ -92,6 +98,9 @@ type StateReport struct {
 	ReportID string `json:"report_id,omitempty"`
 	Rollback
 	SilentPeer bool `json:"silent_peer,omitempty"`
+	// Unreachable, with READY: ranks of the generation left whose hosts did not answer the
+	// worker's probe (ReadyReport.Unreachable). Added in version 1; older clients omit it.
+	Unreachable []int `json:"unreachable_ranks,omitempty"`
 }
 
 // ProgressReport is the body of POST /v1/workers/{id}/progress.

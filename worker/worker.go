@@ -241,7 +241,7 @@ func (w *Worker) join(ctx context.Context, after uint64, why protocol.ReadyRepor
 			return fmt.Errorf("worker %s: connect generation %d: %w", w.id, a.Generation, err)
 		}
 		w.log.Info("generation ended while connecting; asking for the next", "generation", a.Generation, "err", err)
-		after, why = a.Generation, protocol.ReadyReport{Message: err.Error()}
+		after, why = a.Generation, protocol.ReadyReport{Message: err.Error(), Unreachable: allreduce.Unreachable(err)}
 	}
 }
 
@@ -340,6 +340,17 @@ func (w *Worker) reset(ctx context.Context, why error) error {
 	// A planned reset (hosts changed) leaves a healthy communicator: its connections to
 	// members that stay neighbours are reused. After a failure the communicator is broken
 	// and is closed at once, as its failure must reach every peer.
+	// A peer that went silent is hung or stopped and will not reset: say so, and the driver
+	// fails it at once instead of waiting out --barrier-timeout. Or the network cut it off:
+	// the hosts of the neighbours that do not answer a probe are named, and the driver
+	// weighs every member's list to find the one cut off, which still reaches it.
+	ready := protocol.ReadyReport{Message: why.Error(), SilentPeer: errors.Is(why, allreduce.ErrPeerSilent)}
+	if ready.SilentPeer {
+		ready.Unreachable = w.comm.ProbeNeighbours(ctx)
+		if len(ready.Unreachable) > 0 {
+			w.log.Warn("the hosts of some peers do not answer: a network cut?", "generation", old, "ranks", ready.Unreachable)
+		}
+	}
 	var prev *allreduce.Comm
 	if errors.Is(why, ErrHostsUpdated) {
 		prev = w.comm
@@ -348,9 +359,7 @@ func (w *Worker) reset(ctx context.Context, why error) error {
 		w.comm.Close()
 	}
 	w.comm = nil
-	// A peer that went silent is hung or stopped and will not reset: say so, and the driver
-	// fails it at once instead of waiting out --barrier-timeout.
-	if err := w.join(ctx, old, protocol.ReadyReport{Message: why.Error(), SilentPeer: errors.Is(why, allreduce.ErrPeerSilent)}, prev); err != nil {
+	if err := w.join(ctx, old, ready, prev); err != nil {
 		return err
 	}
 	for _, fn := range w.onReset {

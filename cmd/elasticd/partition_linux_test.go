@@ -20,7 +20,6 @@ type partition struct {
 	cut   func(t *testing.T, l *lan, h string, peers []string)
 	bound time.Duration
 	steps int
-	skip  string // a bug that keeps the case from passing, stated
 }
 
 const partitionCommTimeout = 2 * time.Second
@@ -50,14 +49,13 @@ func TestNetworkPartitions(t *testing.T) {
 		{name: "asymmetric-driver-to-host", steps: 1500, cut: func(t *testing.T, l *lan, h string, _ []string) {
 			l.blackhole(t, "driver", h) // the host's packets reach the driver; no answer comes back
 		}},
-		{name: "from-peers", bound: partitionCommTimeout + 2*time.Second, steps: 1000, skip: bugPeersCut, cut: func(t *testing.T, l *lan, h string, peers []string) {
+		{name: "from-peers", bound: partitionCommTimeout + 2*time.Second, steps: 1000, cut: func(t *testing.T, l *lan, h string, peers []string) {
 			for _, p := range peers {
 				l.blackhole(t, h, p)
 				l.blackhole(t, p, h)
 			}
 		}},
-		// The same race: here as often the healthy peer is failed (seen on the first run).
-		{name: "asymmetric-host-to-peers", bound: partitionCommTimeout + 2*time.Second, steps: 1000, skip: bugPeersCut, cut: func(t *testing.T, l *lan, h string, peers []string) {
+		{name: "asymmetric-host-to-peers", bound: partitionCommTimeout + 2*time.Second, steps: 1000, cut: func(t *testing.T, l *lan, h string, peers []string) {
 			for _, p := range peers {
 				l.blackhole(t, h, p) // the peers' packets reach the host; none of its own leave
 			}
@@ -65,9 +63,6 @@ func TestNetworkPartitions(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.skip != "" {
-				t.Skip(tc.skip)
-			}
 			t.Parallel()
 			partitionJob(t, tc)
 		})
@@ -195,13 +190,3 @@ func checkStepsOnce(t *testing.T, evs []stepEvent, total int) {
 	}
 	t.Logf("generations after the first: %s", strings.Join(gens, "; "))
 }
-
-// bugPeersCut is why a host cut off from its peers, and only from them, is skipped.
-const bugPeersCut = "bug, not fixed: a host cut off from its peers but not from the driver. Every worker's " +
-	"collective times out (--comm-timeout) and every one of them, the cut host's too, reaches the reset barrier, " +
-	"since all reach the driver; the driver then fails whichever reported last (\"the only member not to reach " +
-	"the reset barrier\"), a race a healthy worker loses as often as the cut one (the ranks' blame does not help: " +
-	"a rank waiting on a rank that waits on the cut one blames the wrong one, and READY does not carry it). The next " +
-	"generation keeps the cut host, as rank 0 when it is the oldest; every peer that cannot dial it exits 1 at " +
-	"connect rather than resetting, is blacklisted, flaps and is quarantined, and the job waits below --min-np " +
-	"until --elastic-timeout. The driver must find out which host is cut off, not which worker was slowest"

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/elasticd/elasticd/protocol"
@@ -98,8 +99,17 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 	case !(req.Seconds >= 0 && req.Seconds < maxRollbackSeconds):
 		http.Error(w, fmt.Sprintf(`"rolled_back_seconds" %v: want seconds, at least 0 and below a year`, req.Seconds), http.StatusBadRequest)
 		return
+	case len(req.Unreachable) > protocol.MaxUnreachable:
+		http.Error(w, fmt.Sprintf(`"unreachable_ranks" names %d ranks, more than %d`, len(req.Unreachable), protocol.MaxUnreachable), http.StatusBadRequest)
+		return
+	case slices.ContainsFunc(req.Unreachable, func(r int) bool { return r < 0 }):
+		http.Error(w, `"unreachable_ranks": a rank is at least 0`, http.StatusBadRequest)
+		return
 	}
 	ev := Event{Worker: id, Generation: *req.Generation, State: req.State, Message: req.Message, At: time.Now(), Rollback: req.Rollback, SilentPeer: req.SilentPeer && req.State == protocol.Ready}
+	if req.State == protocol.Ready {
+		ev.Unreachable = req.Unreachable
+	}
 
 	// De-duplication and queueing under one lock: a retry racing its original cannot slip
 	// in between, and a report refused by a full queue is not remembered as delivered.
