@@ -131,7 +131,8 @@ bench-pytorch: build
 # A soak (docs/reliability.md, "Soak"): an agent job on this machine (3 hosts on loopback
 # addresses, 2 slots each) under faults drawn from SOAK_SEED for SOAK_DURATION (worker SIGKILL
 # and SIGSTOP, agent SIGKILL and SIGSTOP, notices, a flapping slot, driver SIGKILL, SIGTERM
-# and SIGSTOP, two workers at once, discovery failing and hanging), then its whole history
+# and SIGSTOP, a worker SIGKILLed while the driver is down, two workers at once, discovery
+# failing and hanging), then its whole history
 # checked: every step once, no committed step lost, every sample once per epoch, stalls
 # within bounds, exit 0, nothing left behind, descriptors and memory flat. Exits 1 on a
 # violation. SOAK_PROGRAM: go (the demo trainer) or torch (elasticd.torch in-process).

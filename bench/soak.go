@@ -36,12 +36,12 @@ const (
 	FaultDriverStop = "driver-stop"     // SIGSTOP of the driver for 2–4 s, then SIGCONT
 	FaultDiscErr    = "discovery-error" // the discovery script fails (exit 1) for 3–6 s
 	FaultDiscHang   = "discovery-hang"  // the discovery script hangs past --discovery-timeout for 3–6 s
+	FaultDriverAway = "driver-away"     // SIGKILL of the driver, then of a worker while it is down; the driver started again 1–2 s later
 )
 
-// SoakFaultKinds are every kind the nemesis applies. Left out on purpose: any fault while
-// the driver is down (docs/reliability.md, "Not yet survived").
+// SoakFaultKinds are every kind the nemesis applies.
 var SoakFaultKinds = []string{FaultWorkerKill, FaultWorkerStop, FaultAgentKill, FaultNotice, FaultFlap, FaultDriverKill, FaultDriverTerm, FaultDouble,
-	FaultAgentStop, FaultDriverStop, FaultDiscErr, FaultDiscHang}
+	FaultAgentStop, FaultDriverStop, FaultDiscErr, FaultDiscHang, FaultDriverAway}
 
 // The programs a soak can train: the demo trainer (Go, worker.State), or
 // bench/pytorch/soak_train.py (PyTorch, elasticd.torch in-process, gloo).
@@ -72,7 +72,8 @@ func SoakBounds(program string, commTimeout time.Duration) map[string]time.Durat
 		FaultAgentKill:  r + 4*time.Second,               // the host's workers lost; it returns 2–4 s later: a reset to let it in
 		FaultDriverKill: r + 2*time.Second + restartSlow, // training goes on meanwhile; the new driver adopts the workers
 		FaultDriverTerm: r + 2*time.Second + restartSlow,
-		FaultAgentStop:  r + 4*time.Second, // the workers train on; were their output to block on the frozen agent, up to 4 s
+		FaultDriverAway: r + 2*time.Second + restartSlow, // the survivors wait for the new driver to reset
+		FaultAgentStop:  r + 4*time.Second,               // the workers train on; were their output to block on the frozen agent, up to 4 s
 		FaultDriverStop: r + 4*time.Second,
 		FaultDiscErr:    r, // the hosts stay as they were: nothing should stall
 		FaultDiscHang:   r,
@@ -587,7 +588,9 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 		h := hosts[rng.IntN(len(hosts))]
 		return h, live[h][rng.IntN(len(live[h]))], true
 	}
-	restartDriver := func(sig syscall.Signal) error {
+	// restartDriver signals the driver, runs meanwhile (if any) once it is down, and starts
+	// it again 1–2 s after it went.
+	restartDriver := func(sig syscall.Signal, meanwhile func()) error {
 		syscall.Kill(driver.pid(), sig)
 		code := driver.wait(30 * time.Second)
 		if sig == syscall.SIGTERM && code != 0 {
@@ -597,7 +600,12 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 			syscall.Kill(driver.pid(), syscall.SIGKILL)
 			driver.wait(10 * time.Second)
 		}
-		sleep(ctx, time.Second+time.Duration(rng.IntN(1000))*time.Millisecond)
+		down := time.Now()
+		if meanwhile != nil {
+			sleep(ctx, 300*time.Millisecond+time.Duration(rng.IntN(500))*time.Millisecond)
+			meanwhile()
+		}
+		sleep(ctx, time.Until(down.Add(time.Second+time.Duration(rng.IntN(1000))*time.Millisecond)))
 		drivers++
 		var err error
 		driver, err = s.startDriver(ctx, drivers)
@@ -721,7 +729,16 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 		case FaultDriverKill, FaultDriverTerm:
 			sig := map[string]syscall.Signal{FaultDriverKill: syscall.SIGKILL, FaultDriverTerm: syscall.SIGTERM}[kind]
 			record(kind, fmt.Sprintf("driver pid %d", driver.pid()))
-			if err := restartDriver(sig); err != nil {
+			if err := restartDriver(sig, nil); err != nil {
+				return res, err
+			}
+		case FaultDriverAway:
+			h, pid, ok := pick(-1)
+			if !ok {
+				break
+			}
+			record(kind, fmt.Sprintf("driver pid %d, then %s pid %d while it is down", driver.pid(), hostID(h), pid))
+			if err := restartDriver(syscall.SIGKILL, func() { syscall.Kill(pid, syscall.SIGKILL) }); err != nil {
 				return res, err
 			}
 		}

@@ -19,4 +19,9 @@ const (
 	EnvCheckpointEvery = "ELASTICD_CHECKPOINT_EVERY"
 	// DefaultCheckpointEvery is ELASTICD_CHECKPOINT_EVERY (--checkpoint-every) when it is not given.
 	DefaultCheckpointEvery = 10
+	// EnvDriverWait, set by an agent to its --driver-timeout (a Go duration), is how long a
+	// worker keeps asking a driver that does not answer before it gives up: the driver may be
+	// restarting, and the agent keeps the worker that long anyway. Unset (the local and ssh
+	// launchers, whose workers die with the driver): a few quick retries.
+	EnvDriverWait = "ELASTICD_DRIVER_WAIT"
 )

@@ -92,6 +92,9 @@ type Config struct {
 	// commits (default protocol.DefaultCheckpointEvery), and where a job that lost every worker resumes from.
 	CheckpointDir   string
 	CheckpointEvery int
+	// DriverWait is how long a request to a driver that does not answer is retried
+	// (rendezvous.Client.SetDriverWait); 0: a few quick retries.
+	DriverWait time.Duration
 	// LoadEvery is how often the worker tells the driver its mean step time (the input of
 	// --slot-policy loadaware); default DefaultLoadEvery.
 	LoadEvery time.Duration
@@ -155,6 +158,11 @@ func ConfigFromEnv() (Config, error) {
 	default:
 		return Config{}, fmt.Errorf("worker: %s %q: want %s or %s", protocol.EnvCommTransport, v, allreduce.TransportAuto, allreduce.TransportTCP)
 	}
+	if v := os.Getenv(protocol.EnvDriverWait); v != "" {
+		if cfg.DriverWait, err = time.ParseDuration(v); err != nil || cfg.DriverWait < 0 {
+			return Config{}, fmt.Errorf("worker: %s %q: want a duration like 2m0s", protocol.EnvDriverWait, v)
+		}
+	}
 	cfg.CheckpointDir = os.Getenv(protocol.EnvCheckpointDir)
 	if v := os.Getenv(protocol.EnvCheckpointEvery); v != "" {
 		if cfg.CheckpointEvery, err = strconv.Atoi(v); err != nil || cfg.CheckpointEvery < 1 {
@@ -192,6 +200,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Worker, error) {
 		log:      log.With("worker", cfg.ID.String()),
 		progress: make(chan protocol.ProgressReport, 1), loadEvery: cmp.Or(cfg.LoadEvery, DefaultLoadEvery),
 	}
+	w.client.SetDriverWait(cfg.DriverWait)
 	// Registering = READY for the generation before the one we were launched for.
 	if err := w.join(ctx, cfg.Generation-1, protocol.ReadyReport{Message: "registering"}, nil); err != nil {
 		return nil, err

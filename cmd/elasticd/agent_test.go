@@ -384,6 +384,79 @@ func driverRestartAdoptsWorkers(t *testing.T, sig syscall.Signal) {
 	}
 }
 
+// A second fault while the driver is away: the driver is SIGKILLed, then a worker, while no
+// driver answers. Its peers' collective fails and they must reset, which needs a driver:
+// they keep asking (ELASTICD_DRIVER_WAIT, the agents' --driver-timeout) instead of giving up
+// and exiting, and the driver started again takes the generation up, finds the worker gone
+// and goes on with the survivors' state: no checkpoint, nothing trained again but the one
+// uncommitted step, and the job finishes.
+func TestAgentsWorkerFailsWhileTheDriverIsAway(t *testing.T) {
+	secret := writeSecret(t)
+	state := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	const steps = 1200
+	args := append([]string{"run", "-np", "3", "--min-np", "2", "--launcher", "agent", "--agent-secret-file", secret, "--listen", addr,
+		"--state-dir", state, "--comm-timeout", "2s", "--blacklist-cooldown-range", "1s,1s"},
+		trainArgs("--steps", strconv.Itoa(steps), "--step-delay", "10ms", "--events")...)
+	drv := startJob(t, args...)
+	url := driverURL(drv)
+	var agents []agentProc
+	for _, a := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
+		agents = append(agents, startAgent(t, "--driver", url, "--agent-secret-file", secret, "--addr", a, "--slots", "1", "--host-id", "host-"+a))
+	}
+	drv.waitFor(`event step=200 `, time.Minute)
+	syscall.Kill(drv.cmd.Process.Pid, syscall.SIGKILL)
+	drv.wait(10 * time.Second)
+	pids := agents[2].workerPIDs()
+	if len(pids) != 1 {
+		t.Fatalf("agent 3 runs workers %v, want 1", pids)
+	}
+	syscall.Kill(pids[0], syscall.SIGKILL)
+	time.Sleep(3 * time.Second) // the survivors' collective fails; they wait for a driver to reset with
+	again := startJob(t, args...)
+	if code := again.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("exit %d\n%s", code, tail(again.output(), 4000))
+	}
+	out := again.output()
+	if !strings.Contains(out, fmt.Sprintf("done: %d steps", steps)) {
+		t.Fatal("the job did not finish its steps")
+	}
+	if strings.Contains(out, "resumed from a checkpoint") || strings.Contains(out, "job starts again") {
+		t.Fatalf("the job started over instead of going on with the survivors:\n%s", tail(out, 4000))
+	}
+	// The dead worker's agent tells the new driver of the exit it never heard, so nobody
+	// waits out the adoption or the reset barrier for it.
+	if !strings.Contains(out, "adopted a worker that exited while the driver was away") || strings.Contains(out, "did not reach the reset barrier") {
+		t.Fatalf("the restarted driver did not learn at once that the worker had exited:\n%s", tail(out, 4000))
+	}
+	// The survivors went on from where they were: the new driver's first step follows the
+	// last one the first driver heard of, give or take the uncommitted step and what was
+	// trained unheard meanwhile (nothing: the collective failed at once).
+	last, first := 0, 0
+	for _, m := range regexp.MustCompile(`event step=(\d+) `).FindAllStringSubmatch(drv.output(), -1) {
+		last, _ = strconv.Atoi(m[1])
+	}
+	if m := regexp.MustCompile(`event step=(\d+) `).FindStringSubmatch(out); m != nil {
+		first, _ = strconv.Atoi(m[1])
+	}
+	if first < last-1 || first > last+50 {
+		t.Fatalf("the first driver heard up to step %d, the restarted one first of step %d", last, first)
+	}
+	for _, a := range agents[:2] {
+		if n := len(a.workerPIDs()); n != 1 {
+			t.Fatalf("an agent started %d workers: want 1, a survivor kept through the driver's absence\n%s", n, a.output())
+		}
+	}
+	for _, a := range agents {
+		a.stop(t)
+	}
+}
+
 // Two agents claiming one host ID (here both default to this machine's hostname) take the
 // host's session from each other; they must pause between registrations and say why, not
 // register against each other as fast as the driver answers.

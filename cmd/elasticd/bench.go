@@ -191,12 +191,13 @@ the next, 2 to 6 s apart:
    driver-kill      the driver SIGKILLed, started again 1-2 s later on its --state-dir
    driver-term      the driver SIGTERMed (it leaves the job running), started again
    driver-stop      the driver SIGSTOPped for 2-4 s, then SIGCONT
+   driver-away      the driver SIGKILLed, then a worker while it is down; the driver
+                    started again 1-2 s later
    double-kill      two workers of two hosts SIGKILLed at once
    discovery-error  the discovery script fails for 3-6 s
    discovery-hang   the discovery script hangs past --discovery-timeout for 3-6 s
 
-No fault is applied while the driver is down (a known unsurvived case). Then the program is
-told to stop (it ends at its next commit, and the job with exit 0), the agents are stopped,
+Then the program is told to stop (it ends at its next commit, and the job with exit 0), the agents are stopped,
 and it checks: the final lineage of steps has every step once; no committed step trained
 again; every sample once per epoch (PyTorch's sampler may repeat up to world size - 1 in an
 epoch's last step, as torch's DistributedSampler pads); no stall beyond its fault's bound;

@@ -327,6 +327,58 @@ func TestClientRetries(t *testing.T) {
 	}
 }
 
+// With a driver wait (ELASTICD_DRIVER_WAIT, set by agents), a worker keeps asking a driver
+// that is down, backing off, until one answers on its address: a driver restarting; past the
+// wait, it gives up saying so.
+func TestClientWaitsForADriverThatRestarts(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens: the driver is down
+	c := rdzvclient.NewClient("http://"+addr, secret, wid("h", 0), nil)
+	c.SetDriverWait(30 * time.Second)
+	e := newEnv(t, nil)
+	up := make(chan *http.Server, 1)
+	go func() {
+		time.Sleep(1500 * time.Millisecond) // well past the 4 quick attempts without a wait
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			up <- nil
+			return
+		}
+		hs := &http.Server{Handler: e.srv}
+		up <- hs
+		hs.Serve(ln)
+	}()
+	start := time.Now()
+	if err := c.Report(t.Context(), 1, protocol.Ready, "waited"); err != nil {
+		t.Fatalf("Report to a driver back after 1.5 s: %v", err)
+	}
+	if hs := <-up; hs != nil {
+		defer hs.Close()
+	}
+	if d := time.Since(start); d < 1400*time.Millisecond {
+		t.Fatalf("answered after %v, before the driver was back", d)
+	}
+	if ev := <-e.srv.Events(); ev.Message != "waited" {
+		t.Fatalf("event %+v", ev)
+	}
+
+	gone := rdzvclient.NewClient("http://127.0.0.1:1", secret, wid("h", 0), nil)
+	gone.SetDriverWait(700 * time.Millisecond)
+	start = time.Now()
+	err = gone.Report(t.Context(), 1, protocol.Ready, "")
+	if err == nil || !strings.Contains(err.Error(), "over 700ms (the driver's wait)") {
+		t.Fatalf("Report to no driver with a 700ms wait = %v", err)
+	}
+	if d := time.Since(start); d < 700*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("gave up after %v, want the 700ms wait and a backoff", d)
+	}
+}
+
 // Exchange returns a signed answer, and refuses one that is unsigned or altered.
 func TestExchange(t *testing.T) {
 	auth, err := protocol.NewAuth(secret, "elasticd test v1", 0)

@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import http.client
 import json
+import re
 import secrets
 import time
 import urllib.parse
@@ -19,6 +20,16 @@ _RETRIES = 3
 _RETRY_DELAY = 0.1
 _POLL_WAIT_MS = 25000
 _REQUEST_TIMEOUT = 15.0
+
+
+def parse_duration(text: str, name: str) -> float:
+    """A Go duration as elasticd writes it (`30s`, `1.5s`, `500ms`, `1m0s`, `1h2m3s`) in seconds;
+    name is the variable it came from, for the error."""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    parts = re.findall(r"([0-9.]+)(ms|us|µs|ns|h|m|s)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"{name} {text!r}: want a duration like 30s")
+    return sum(float(n) * units[u] for n, u in parts)
 
 
 def sign(secret: bytes, method: str, target: str, body: bytes, now: Optional[float] = None) -> dict[str, str]:
@@ -52,7 +63,10 @@ class Client:
     """One worker's client. Methods block; long-polls ask again after each 204 until answered
     or `deadline` (seconds since the epoch) passes."""
 
-    def __init__(self, base: str, secret: bytes, worker: str) -> None:
+    def __init__(self, base: str, secret: bytes, worker: str, driver_wait: float = 0.0) -> None:
+        """driver_wait: seconds a request that meets connection errors or 5xx answers is
+        retried, backing off to 2 s apart (ELASTICD_DRIVER_WAIT, set by an agent, which keeps
+        its workers that long while the driver restarts); 0: a few quick retries."""
         u = urllib.parse.urlsplit(base)
         if u.scheme not in ("http", "https") or not u.netloc:
             raise ValueError(f"rendezvous URL {base!r}: want http://host:port")
@@ -62,13 +76,27 @@ class Client:
         self._secret = secret
         self.worker = worker
         self._wid = urllib.parse.quote(worker, safe="")
+        self._driver_wait = driver_wait
 
     def _do(self, method: str, path: str, body: bytes = b"", wait: float = 0.0, ctype: str = "application/json") -> tuple[int, bytes]:
         target = self._prefix + path
         last: Exception | None = None
-        for attempt in range(_RETRIES + 1):
-            if attempt:
-                time.sleep(_RETRY_DELAY)
+        first_failure = 0.0
+        delay = _RETRY_DELAY
+        attempt = 0
+        while True:
+            if last is not None:
+                if not first_failure:
+                    first_failure = time.monotonic()
+                if self._driver_wait > 0:
+                    if time.monotonic() - first_failure >= self._driver_wait:
+                        raise RendezvousError(method, target, 0, f"gave up after {attempt} attempts over {self._driver_wait}s (the driver's wait): {last}")
+                elif attempt > _RETRIES:
+                    raise RendezvousError(method, target, 0, f"gave up after {attempt} attempts, {_RETRY_DELAY}s apart: {last}")
+                time.sleep(delay)
+                if self._driver_wait > 0:
+                    delay = min(2 * delay, 2.0)
+            attempt += 1
             headers = sign(self._secret, method, target, body)
             if body:
                 headers["Content-Type"] = ctype
@@ -90,7 +118,6 @@ class Client:
                 cls = GenerationGone if resp.status == 410 else RendezvousError
                 raise cls(method, target, resp.status, data[:1024].decode(errors="replace").strip())
             return resp.status, data
-        raise RendezvousError(method, target, 0, f"gave up after {_RETRIES + 1} attempts, {_RETRY_DELAY}s apart: {last}")
 
     def report(self, generation: int, state: str, message: str = "", rolled_back_steps: int = 0, rolled_back_seconds: float = 0.0,
                silent_peer: bool = False) -> None:

@@ -303,7 +303,7 @@ func (a *agent) session(ctx context.Context, reg protocol.AgentRegisterAnswer) e
 	a.mu.Unlock()
 
 	sctx, cancel := context.WithCancelCause(ctx)
-	s := &sess{a: a, id: reg.Session, jobID: reg.JobID, ob: ob, procs: map[uint64]*wproc{}, jobSecret: hex.EncodeToString(protocol.JobSecret(a.cfg.Secret, reg.JobID))}
+	s := &sess{a: a, id: reg.Session, jobID: reg.JobID, ob: ob, procs: map[uint64]*wproc{}, ended: map[uint64]*wproc{}, jobSecret: hex.EncodeToString(protocol.JobSecret(a.cfg.Secret, reg.JobID))}
 	s.adopt(held, reg.Adopted)
 	wait := time.Duration(reg.PollWaitMS) * time.Millisecond
 	var loops sync.WaitGroup
@@ -391,6 +391,10 @@ type sess struct {
 
 	mu    sync.Mutex
 	procs map[uint64]*wproc // running workers, by their number in this session
+	// ended are workers that exited in this session whose exit the driver may not have
+	// taken yet: a driver that dies first never hears of it, so the next registration
+	// lists them (exited) for the driver started again to adopt, and learn their end.
+	ended map[uint64]*wproc
 }
 
 // wproc is a worker process the agent started. It belongs to one session at a time: when the
@@ -483,15 +487,22 @@ func (s *sess) adopt(held []*wproc, adopted []protocol.Adoption) {
 	}
 }
 
-// release hands the session's running workers over, to be held for the next session.
+// release hands the session's running workers over, to be held for the next session, with
+// those that exited unheard of.
 func (s *sess) release() []*wproc {
+	unacked := s.ob.unackedExits()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*wproc, 0, len(s.procs))
 	for _, w := range s.procs {
 		out = append(out, w)
 	}
-	s.procs = map[uint64]*wproc{}
+	for pid, w := range s.ended { // exited, and the driver that ended the session never heard
+		if unacked[pid] {
+			out = append(out, w)
+		}
+	}
+	s.procs, s.ended = map[uint64]*wproc{}, map[uint64]*wproc{}
 	return out
 }
 
@@ -618,7 +629,8 @@ func (s *sess) exec(ctx context.Context, c protocol.AgentCommand) {
 }
 
 func (s *sess) start(ctx context.Context, c protocol.AgentCommand) {
-	env := append(append([]string{}, c.Env...), protocol.EnvSecret+"="+s.jobSecret)
+	// The worker waits for a restarting driver as long as this agent keeps it.
+	env := append(append([]string{}, c.Env...), protocol.EnvSecret+"="+s.jobSecret, protocol.EnvDriverWait+"="+s.a.cfg.DriverTimeout.String())
 	// elasticd's Python package, from this binary, ahead of the worker's own PYTHONPATH.
 	if root, err := python.Install(python.CacheDir()); err != nil {
 		s.a.log.Warn("could not write out the Python package; workers cannot import elasticd", "err", err)
@@ -657,8 +669,15 @@ func (s *sess) start(ctx context.Context, c protocol.AgentCommand) {
 		w.ended, w.st = true, st
 		cur, id := w.s, w.id
 		w.mu.Unlock()
+		unacked := cur.ob.unackedExits()
 		cur.mu.Lock()
 		delete(cur.procs, id)
+		for pid := range cur.ended {
+			if !unacked[pid] { // the driver took that exit: nothing to tell the next one
+				delete(cur.ended, pid)
+			}
+		}
+		cur.ended[id] = w
 		cur.mu.Unlock()
 		ev := protocol.AgentEvent{Kind: protocol.KindExited, Code: st.Code, Signal: st.Signal}
 		if err != nil {

@@ -125,6 +125,19 @@ func (o *outbox) batch() ([]protocol.AgentEvent, uint64) {
 	return out, out[len(out)-1].Seq
 }
 
+// unackedExits are the processes whose exit is queued and not yet taken by the driver.
+func (o *outbox) unackedExits() map[uint64]bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[uint64]bool{}
+	for _, it := range o.events {
+		if it.ev.Kind == protocol.KindExited {
+			out[it.ev.Proc] = true
+		}
+	}
+	return out
+}
+
 // ack forgets the events up to seq, which the driver has taken.
 func (o *outbox) ack(seq uint64) {
 	o.mu.Lock()

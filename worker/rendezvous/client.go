@@ -30,7 +30,14 @@ type Client struct {
 	retries    int           // further attempts after a connection error or 5xx
 	retryDelay time.Duration // between attempts
 	pollWait   time.Duration // how long the client asks the server to hold a long-poll
+	driverWait time.Duration // SetDriverWait's; 0: retries only
 }
+
+// SetDriverWait has requests that meet connection errors or 5xx answers retried for up to d
+// since the first, backing off to 2 s apart, rather than retries times: a worker kept by an
+// agent outlives its driver, and one that must reset while the driver restarts waits for
+// it. Call it before the client is used.
+func (c *Client) SetDriverWait(d time.Duration) { c.driverWait = d }
 
 const (
 	defaultRetries    = 3
@@ -228,9 +235,11 @@ func (c *Client) waitQuery() string {
 // answers outside want come back as a *protocol.StatusError.
 func (c *Client) do(ctx context.Context, method, target string, body []byte, wait time.Duration, want ...int) (int, []byte, error) {
 	var errs []error
+	var firstErr time.Time
+	delay := c.retryDelay
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			t := time.NewTimer(c.retryDelay)
+			t := time.NewTimer(delay)
 			select {
 			case <-t.C:
 			case <-ctx.Done():
@@ -253,7 +262,19 @@ func (c *Client) do(ctx context.Context, method, target string, body []byte, wai
 		if ctx.Err() != nil {
 			return 0, nil, fmt.Errorf("%s %s: %w", method, target, ctx.Err())
 		}
-		errs = append(errs, err)
+		if firstErr.IsZero() {
+			firstErr = time.Now()
+		}
+		if len(errs) < 8 { // a driver away for minutes: keep the first few, not every one
+			errs = append(errs, err)
+		}
+		if c.driverWait > 0 {
+			if time.Since(firstErr) >= c.driverWait {
+				return 0, nil, fmt.Errorf("gave up after %d attempts over %v (the driver's wait): %w", attempt+1, c.driverWait, err)
+			}
+			delay = min(2*delay, 2*time.Second)
+			continue
+		}
 		if attempt >= c.retries {
 			return 0, nil, fmt.Errorf("gave up after %d attempts, %v apart: %w", attempt+1, c.retryDelay, err)
 		}

@@ -54,12 +54,8 @@ def await_members(store: Any, key: str, size: int, deadline: float, superseded: 
 
 
 def parse_duration(text: str) -> float:
-    """A Go duration as elasticd writes it (`30s`, `1.5s`, `500ms`, `1m0s`, `1h2m3s`) in seconds."""
-    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-    parts = re.findall(r"([0-9.]+)(ms|us|µs|ns|h|m|s)", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"ELASTICD_COMM_TIMEOUT {text!r}: want a duration like 30s")
-    return sum(float(n) * units[u] for n, u in parts)
+    """ELASTICD_COMM_TIMEOUT, a Go duration, in seconds."""
+    return _rendezvous.parse_duration(text, "ELASTICD_COMM_TIMEOUT")
 
 
 def default_backend() -> str:
@@ -98,7 +94,9 @@ class Runtime:
     def __init__(self) -> None:
         env = os.environ
         self.worker = env["ELASTICD_WORKER_ID"]
-        self.client = _rendezvous.Client(env["ELASTICD_RENDEZVOUS"], bytes.fromhex(env["ELASTICD_SECRET"]), self.worker)
+        wait = env.get("ELASTICD_DRIVER_WAIT", "")
+        self.client = _rendezvous.Client(env["ELASTICD_RENDEZVOUS"], bytes.fromhex(env["ELASTICD_SECRET"]), self.worker,
+                                         driver_wait=_rendezvous.parse_duration(wait, "ELASTICD_DRIVER_WAIT") if wait else 0.0)
         self.launched = int(env.get("ELASTICD_GENERATION", "1"))
         self.host_addr = env.get("ELASTICD_HOST_ADDR", "127.0.0.1")
         self.timeout = parse_duration(env.get("ELASTICD_COMM_TIMEOUT", "30s"))
