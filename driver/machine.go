@@ -260,22 +260,22 @@ type Machine struct {
 	cfg   Config
 	hosts *hosts.Manager
 
-	gen        uint64
-	phase      phase
-	order      []protocol.WorkerID // rank order of the current generation
-	plan       map[protocol.WorkerID]protocol.Assignment
-	workers    map[protocol.WorkerID]*workerInfo // processes not yet exited
-	failed     bool                              // the reset under way was caused by a failure
-	silent     bool                              // a READY of the reset under way found a peer silent: the barrier is cut to HungWindow
+	gen     uint64
+	phase   phase
+	order   []protocol.WorkerID // rank order of the current generation
+	plan    map[protocol.WorkerID]protocol.Assignment
+	workers map[protocol.WorkerID]*workerInfo // processes not yet exited
+	failed  bool                              // the reset under way was caused by a failure
+	silent  bool                              // a READY of the reset under way found a peer silent: the barrier is cut to HungWindow
 	// unreachable: per member, the members of the current generation whose hosts did not
 	// answer its probe, as its READY of the reset under way said (cutOff weighs them).
 	unreachable map[protocol.WorkerID][]protocol.WorkerID
-	deadline   time.Time                         // barrier / start / elastic deadline of the phase
-	regDue     map[protocol.WorkerID]time.Time   // workers that must register by then
-	discovered []providers.Host                  // the latest discovery result, one pseudo-host per slot
-	raw        []providers.Host                  // the latest discovery result as the provider gave it
-	pending    map[string][]providers.Notice     // host ID -> notices to complete once its workers are gone
-	loads      map[string]hosts.Load             // host ID -> load, for --slot-policy loadaware
+	deadline    time.Time                       // barrier / start / elastic deadline of the phase
+	regDue      map[protocol.WorkerID]time.Time // workers that must register by then
+	discovered  []providers.Host                // the latest discovery result, one pseudo-host per slot
+	raw         []providers.Host                // the latest discovery result as the provider gave it
+	pending     map[string][]providers.Notice   // host ID -> notices to complete once its workers are gone
+	loads       map[string]hosts.Load           // host ID -> load, for --slot-policy loadaware
 
 	registered bool                // a worker has registered with the rendezvous: in-process under ModeAuto
 	started    time.Time           // when the current generation was published

@@ -478,7 +478,7 @@ func TestCutOffMemberIsFailed(t *testing.T) {
 	if got := stopped(acts); len(got) > 0 {
 		t.Fatalf("stopped %v with one member's word against another's", got)
 	}
-	acts = s.after(5 * time.Millisecond).unreachable(1, "h1", 2)
+	acts = s.after(5*time.Millisecond).unreachable(1, "h1", 2)
 	var stop *Stop
 	for _, a := range acts {
 		if st, ok := a.(Stop); ok {
