@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -158,12 +157,7 @@ func TestAgentCheckFailures(t *testing.T) {
 	if err := os.WriteFile(wrong, []byte("YW5vdGhlci1zZWNyZXQtbm90LXRoZS1kcml2ZXJzLW9uZQ==\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().String()
-	ln.Close()
+	closed := freeAddr(t)
 	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "metadata service unavailable", http.StatusInternalServerError)
 	}))

@@ -110,6 +110,18 @@ func writeSecret(t *testing.T) string {
 	return path
 }
 
+// freeAddr is a loopback address nothing listens on now, for a driver that must be started
+// again on the same --listen.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // driverURL waits for the driver to say where it listens.
 func driverURL(j *job) string {
 	return "http://" + j.waitFor(`rendezvous listening" addr=(\S+)`, 30*time.Second)[1]
@@ -246,12 +258,7 @@ func TestAgentHelp(t *testing.T) {
 func TestAgentsDriverRestartResumesFromCheckpoint(t *testing.T) {
 	secret := writeSecret(t)
 	ckpt := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	args := append([]string{"run", "-np", "2", "--launcher", "agent", "--agent-secret-file", secret, "--listen", addr,
 		"--checkpoint-dir", ckpt, "--checkpoint-every", "5"}, trainArgs("--steps", "1200", "--step-delay", "10ms", "--log-every", "100")...)
 	drv := startJob(t, args...)
@@ -293,12 +300,7 @@ func TestAgentsDriverRestartAdoptsWorkers(t *testing.T) {
 func driverRestartAdoptsWorkers(t *testing.T, sig syscall.Signal) {
 	secret := writeSecret(t)
 	state := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	const steps = 1500
 	args := append([]string{"run", "-np", "2", "--launcher", "agent", "--agent-secret-file", secret, "--listen", addr, "--state-dir", state},
 		trainArgs("--steps", strconv.Itoa(steps), "--step-delay", "10ms", "--events")...)
@@ -393,12 +395,7 @@ func driverRestartAdoptsWorkers(t *testing.T, sig syscall.Signal) {
 func TestAgentsWorkerFailsWhileTheDriverIsAway(t *testing.T) {
 	secret := writeSecret(t)
 	state := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	const steps = 1200
 	args := append([]string{"run", "-np", "3", "--min-np", "2", "--launcher", "agent", "--agent-secret-file", secret, "--listen", addr,
 		"--state-dir", state, "--comm-timeout", "2s", "--blacklist-cooldown-range", "1s,1s"},

@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -389,15 +388,7 @@ func TestPyTorchInProcessMemberDiesWhileTheGroupForms(t *testing.T) {
 		"--blacklist-cooldown-range", "1s,1s", "--", "sh", "-c", script,
 		py, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "4", "--samples", "1024", "--batch-size", "16", "--hidden", "64", "--step-delay", "0.05")
 	j.waitFor(`\[0\] step 10 `, 90*time.Second)
-	victim := 0
-	for _, m := range regexp.MustCompile(`\[(\d)\] worker pid=(\d+) rank=\d size=3`).FindAllStringSubmatch(j.output(), -1) {
-		if m[1] == "2" {
-			victim = atoi(m[2])
-		}
-	}
-	if victim == 0 {
-		t.Fatal("no pid for worker 2")
-	}
+	victim := workerPID(t, j.output(), 2, 3)
 	if err := os.WriteFile(marker, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -410,6 +401,17 @@ func TestPyTorchInProcessMemberDiesWhileTheGroupForms(t *testing.T) {
 		t.Fatalf("exit %d: the survivors did not go on without the member that died", code)
 	}
 	inProcessSteps(t, j.output())
+}
+
+// workerPID is the PID that the in-process worker printed as rank `rank` of a world of size, in
+// out (elastic_hvd.py's and sampler_log.py's "worker pid=P rank=R size=S" line).
+func workerPID(t *testing.T, out string, rank, size int) int {
+	t.Helper()
+	m := regexp.MustCompile(fmt.Sprintf(`\[%d\] worker pid=(\d+) rank=\d+ size=%d`, rank, size)).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no pid for worker %d of %d", rank, size)
+	}
+	return atoi(m[1])
 }
 
 func atoi(s string) int {
@@ -432,15 +434,7 @@ func TestPyTorchInProcessHungWorkerAndExactlyOnceSampler(t *testing.T) {
 		"--blacklist-cooldown-range", "2s,10s", "--",
 		py, repoPath(t, "cmd/elasticd/testdata/sampler_log.py"), "--log-dir", logs, "--samples", strconv.Itoa(samples), "--epochs", strconv.Itoa(epochs))
 	j.waitFor(`\[0\] step 20 `, 90*time.Second)
-	victim := 0
-	for _, m := range regexp.MustCompile(`\[(\d)\] worker pid=(\d+) rank=\d size=4`).FindAllStringSubmatch(j.output(), -1) {
-		if m[1] == "2" {
-			victim = atoi(m[2])
-		}
-	}
-	if victim == 0 {
-		t.Fatal("no pid for worker 2")
-	}
+	victim := workerPID(t, j.output(), 2, 4)
 	stoppedAt := time.Now()
 	syscall.Kill(victim, syscall.SIGSTOP)
 	defer syscall.Kill(victim, syscall.SIGKILL)
@@ -635,12 +629,7 @@ func TestPyTorchInProcessDriverRestartAdoptsWorkers(t *testing.T) {
 	py := torchPython(t)
 	secret := writeSecret(t)
 	state := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	args := []string{"run", "-np", "2", "--launcher", "agent", "--agent-secret-file", secret, "--listen", addr, "--state-dir", state, "--comm-timeout", "10s", "--",
 		py, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "3", "--samples", "2048", "--batch-size", "16", "--hidden", "64", "--step-delay", "0.05"}
 	drv := startJob(t, args...)
@@ -713,12 +702,7 @@ func TestPyTorchRestartDriverRestartAdoptsWorkers(t *testing.T) {
 	py := torchPython(t)
 	secret := writeSecret(t)
 	state := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	cmd, _ := ddpArgs(t, py, "--steps", "120", "--checkpoint-every", "1000", "--step-delay", "0.05")
 	args := append([]string{"run", "-np", "2", "--mode", "restart", "--launcher", "agent", "--agent-secret-file", secret, "--listen", addr, "--state-dir", state}, cmd...)
 	drv := startJob(t, args...)
