@@ -38,15 +38,16 @@ func Unreachable(err error) []int {
 	return nil
 }
 
-// ProbeNeighbours asks whether the host of each neighbour connected over TCP still answers,
-// after a collective found a peer silent, and returns the ranks whose host did not: one
-// dial each, at once, of up to probeTimeout. A host that answers, even by refusing the
-// connection, is reachable; a silent peer there is hung, not cut off. Neighbours over
-// shared memory are on this host and never unreachable. Call it before Close.
+// ProbeNeighbours asks whether the host of each neighbour still answers, after a collective
+// found a peer silent, and returns the ranks whose host did not: one dial each, at once, of
+// up to probeTimeout. A host that answers, even by refusing the connection, is reachable; a
+// silent peer there is hung, not cut off. Neighbours over shared memory are dialed too: on
+// this machine they answer at once, and network namespaces on one kernel share memory
+// while a route may cut them apart. Call it before Close.
 func (c *Comm) ProbeNeighbours(ctx context.Context) []int {
 	addrs := map[int]string{}
 	for _, p := range c.peers {
-		if p != nil && p.shm == nil && p.addr != "" {
+		if p != nil && p.addr != "" {
 			addrs[p.rank] = p.addr
 		}
 	}

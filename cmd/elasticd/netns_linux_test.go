@@ -119,8 +119,17 @@ func (l *lan) pids(t *testing.T, name string) []int {
 // the job's PID is elasticd's own).
 func (l *lan) startJobIn(t *testing.T, name string, args ...string) *job {
 	t.Helper()
+	return l.startJobInEnv(t, name, nil, args...)
+}
+
+// startJobInEnv is startJobIn with env added to the process's environment.
+func (l *lan) startJobInEnv(t *testing.T, name string, env []string, args ...string) *job {
+	t.Helper()
 	j := &job{t: t, done: make(chan struct{})}
 	j.cmd = exec.Command("ip", append([]string{"netns", "exec", l.nss[name], binary}, args...)...)
+	if env != nil {
+		j.cmd.Env = append(os.Environ(), env...)
+	}
 	j.cmd.Stdout, j.cmd.Stderr = lockedWriter{j}, lockedWriter{j}
 	if err := j.cmd.Start(); err != nil {
 		t.Fatal(err)

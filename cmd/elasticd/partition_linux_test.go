@@ -20,6 +20,7 @@ type partition struct {
 	cut   func(t *testing.T, l *lan, h string, peers []string)
 	bound time.Duration
 	steps int
+	torch bool // PyTorch in-process (bench/pytorch/soak_train.py, elasticd.torch on gloo) instead of the Go demo trainer
 }
 
 const partitionCommTimeout = 2 * time.Second
@@ -60,6 +61,14 @@ func TestNetworkPartitions(t *testing.T) {
 				l.blackhole(t, h, p) // the peers' packets reach the host; none of its own leave
 			}
 		}},
+		// The same cut under PyTorch workers: gloo's timeout, then the Python runtime's probe
+		// of its ring neighbours' hosts.
+		{name: "from-peers-pytorch", bound: partitionCommTimeout + 3*time.Second, steps: 700, torch: true, cut: func(t *testing.T, l *lan, h string, peers []string) {
+			for _, p := range peers {
+				l.blackhole(t, h, p)
+				l.blackhole(t, p, h)
+			}
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,16 +91,23 @@ func partitionJob(t *testing.T, tc partition) {
 	l := newLAN(t, append([]string{"driver"}, hosts...)...)
 	secret := writeSecret(t)
 	listen := l.addrs["driver"] + ":29400"
+	program := trainArgs("--steps", strconv.Itoa(tc.steps), "--step-delay", "20ms", "--events", "--commit-every", "1")
+	var env []string
+	if tc.torch {
+		program = []string{"--", findTorchPython(t), "-u", repoPath(t, "bench/pytorch/soak_train.py"), "--history", t.TempDir(),
+			"--steps", strconv.Itoa(tc.steps), "--step-delay", "0.02", "--events", "--commit-every", "1"}
+		env = []string{"GLOO_SOCKET_IFNAME=eth0"} // each host's one link, not loopback
+	}
 	drv := l.startJobIn(t, "driver", append([]string{"run", "-np", "3", "--min-np", "2", "--launcher", "agent",
 		"--agent-secret-file", secret, "--listen", listen,
 		"--comm-timeout", partitionCommTimeout.String(), "--blacklist-cooldown-range", "1s,2s", "--agent-lease", "6s"},
-		trainArgs("--steps", strconv.Itoa(tc.steps), "--step-delay", "20ms", "--events", "--commit-every", "1")...)...)
+		program...)...)
 	agents := map[string]agentProc{}
 	for _, h := range hosts {
-		agents[h] = agentProc{l.startJobIn(t, h, "agent", "--driver", "http://"+listen, "--agent-secret-file", secret,
+		agents[h] = agentProc{l.startJobInEnv(t, h, env, "agent", "--driver", "http://"+listen, "--agent-secret-file", secret,
 			"--addr", l.addrs[h], "--host-id", h, "--slots", "1", "--metadata", "none")}
 	}
-	drv.waitFor(`generation 1: world size 3`, time.Minute)
+	drv.waitFor(`event step=\d+ world=3 gen=1 `, 2*time.Minute)
 	rank0 := drv.waitFor(`launched worker" worker=(host-\d)/\d+ rank=0 `, 10*time.Second)[1]
 	var cut string
 	var peers []string
@@ -140,6 +156,10 @@ func partitionJob(t *testing.T, tc partition) {
 	t.Logf("%s: healed; training went on with 3 workers again after %v (generation %d, step %d)",
 		tc.name, back.at.Sub(healAt).Round(time.Millisecond), back.gen, back.step)
 
+	// Where the peers see the cut, the driver learns it from their probes.
+	if tc.bound > 0 && !strings.Contains(drv.output(), "could not be reached over the network by") {
+		t.Errorf("the driver failed a worker without its peers' probes naming it cut off")
+	}
 	// The host cut off is the one the driver took out, not a healthy peer.
 	if m := regexp.MustCompile(`worker failed; its slot is [^"]*"(?: rank=\d+)? worker=(host-\d)/`).FindStringSubmatch(drv.output()); m == nil || m[1] != cut {
 		t.Errorf("the first worker failed is %v, want %s's, the host cut off", m, cut)

@@ -27,14 +27,22 @@ import (
 // may lack torch. Without one the tests skip, or fail where CI is set.
 func torchPython(t *testing.T) string {
 	t.Helper()
+	py := findTorchPython(t)
+	// gloo would otherwise use the address this machine's hostname resolves to: keep the
+	// tests' traffic on loopback.
+	t.Setenv("GLOO_SOCKET_IFNAME", "lo")
+	return py
+}
+
+// findTorchPython is torchPython for a parallel test, which cannot set the environment: it
+// sets GLOO_SOCKET_IFNAME for its workers itself.
+func findTorchPython(t *testing.T) string {
+	t.Helper()
 	for _, py := range []string{os.Getenv("ELASTICD_TEST_PYTHON"), "/usr/bin/python3", "python3"} {
 		if py == "" {
 			continue
 		}
 		if err := exec.Command(py, "-c", "import torch.distributed").Run(); err == nil {
-			// gloo would otherwise use the address this machine's hostname resolves to: keep
-			// the tests' traffic on loopback.
-			t.Setenv("GLOO_SOCKET_IFNAME", "lo")
 			return py
 		}
 	}

@@ -7,9 +7,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import http.client
+import errno
 import json
 import re
 import secrets
+import socket
+import threading
 import time
 import urllib.parse
 from typing import Any, Optional
@@ -30,6 +33,63 @@ def parse_duration(text: str, name: str) -> float:
     if not parts or "".join(n + u for n, u in parts) != text:
         raise ValueError(f"{name} {text!r}: want a duration like 30s")
     return sum(float(n) * units[u] for n, u in parts)
+
+
+# What a dial answers when the network cannot reach the host: a blackhole, prohibit or
+# firewall rule, no route. A refused connection is an answer: the host is there.
+_UNREACHABLE_ERRNOS = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.ENETDOWN,
+                       errno.EINVAL, errno.EACCES, errno.EPERM}
+
+
+def host_answers(addr: str, timeout: float) -> bool:
+    """Whether the host at addr ("host:port") answers a TCP dial within timeout seconds."""
+    host, port = addr.rsplit(":", 1)
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        return True
+    except (TimeoutError, socket.timeout):
+        return False
+    except ConnectionRefusedError:
+        return True
+    except OSError as e:
+        return e.errno not in _UNREACHABLE_ERRNOS
+
+
+def probe_hosts(addrs: dict[int, str], timeout: float) -> list[int]:
+    """The ranks, sorted, whose host does not answer a dial of its address: every address at
+    once, each for up to timeout seconds."""
+    out: list[int] = []
+    lock = threading.Lock()
+
+    def one(rank: int, addr: str) -> None:
+        if not host_answers(addr, timeout):
+            with lock:
+                out.append(rank)
+
+    threads = [threading.Thread(target=one, args=(r, a), daemon=True) for r, a in addrs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 1.0)
+    return sorted(out)
+
+
+class ProbeListener:
+    """A listening socket on this host that accepts and closes every connection: what peers
+    dial to ask whether this host can be reached (probe_hosts)."""
+
+    def __init__(self, host: str) -> None:
+        self._sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self.addr = f"[{host}]:{self._sock.getsockname()[1]}" if ":" in host else f"{host}:{self._sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, name="elasticd-probe", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            conn.close()
 
 
 def sign(secret: bytes, method: str, target: str, body: bytes, now: Optional[float] = None) -> dict[str, str]:
@@ -120,10 +180,12 @@ class Client:
             return resp.status, data
 
     def report(self, generation: int, state: str, message: str = "", rolled_back_steps: int = 0, rolled_back_seconds: float = 0.0,
-               silent_peer: bool = False) -> None:
+               silent_peer: bool = False, unreachable_ranks: Optional[list[int]] = None) -> None:
         """READY, SUCCESS or FAILURE for a generation; the report ID makes retries harmless.
         silent_peer (with READY): a collective timed out on a peer that stopped answering,
-        which the driver then fails at once rather than after --barrier-timeout."""
+        which the driver then fails at once rather than after --barrier-timeout.
+        unreachable_ranks (with READY): ranks of that generation whose hosts did not answer a
+        probe, which the driver weighs to find a host cut off from its peers."""
         body: dict[str, Any] = {"protocol": PROTOCOL_VERSION, "generation": generation, "state": state,
                                 "report_id": secrets.token_hex(8)}
         if message:
@@ -133,6 +195,8 @@ class Client:
             body["rolled_back_seconds"] = max(0.0, float(rolled_back_seconds))
         if silent_peer:
             body["silent_peer"] = True
+        if unreachable_ranks:
+            body["unreachable_ranks"] = sorted(set(int(r) for r in unreachable_ranks))[:1024]
         self._do("POST", f"/v1/workers/{self._wid}/state", json.dumps(body).encode())
 
     def _poll(self, path: str, deadline: Optional[float]) -> Optional[bytes]:

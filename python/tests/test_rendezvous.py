@@ -75,5 +75,17 @@ class DriverWaitTest(unittest.TestCase):
             _rendezvous.parse_duration("2 min", "ELASTICD_DRIVER_WAIT")
 
 
+class ProbeTest(unittest.TestCase):
+    """A host answers a probe when something listens (the probe listener), and also when
+    nothing does any more (it refuses): only silence, or "no route", is a cut."""
+
+    def test_listener_and_refusal_answer(self) -> None:
+        listener = _rendezvous.ProbeListener("127.0.0.1")
+        for _ in range(300):  # more than any backlog: the listener accepts and closes each
+            self.assertTrue(_rendezvous.host_answers(listener.addr, 1.0))
+        closed = f"127.0.0.1:{_free_port()}"
+        self.assertEqual(_rendezvous.probe_hosts({0: listener.addr, 1: closed}, 1.0), [])
+
+
 if __name__ == "__main__":
     unittest.main()

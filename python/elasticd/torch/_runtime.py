@@ -121,6 +121,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._piggyback: Optional[tuple[int, int]] = None  # (generation, sum of pending versions)
         self._watcher = threading.Thread(target=self._watch_hosts, name="elasticd-hosts", daemon=True)
+        self._probe: Optional[_rendezvous.ProbeListener] = None  # peers dial it to ask whether this host is reachable
 
     # -- membership --
 
@@ -146,10 +147,11 @@ class Runtime:
                 self._build()
                 return
             except (_rendezvous.GenerationGone, RuntimeError) as e:
-                # The generation was abandoned while it formed: ask for the next one.
+                # The generation was abandoned while it formed: ask for the next one, naming
+                # the neighbours whose hosts do not answer (a network cut, for the driver).
                 print(f"elasticd: generation {self.generation} did not form ({e}); waiting for the next", file=sys.stderr, flush=True)
                 self._teardown()
-                self.client.report(self.generation, "READY")
+                self.client.report(self.generation, "READY", unreachable_ranks=self.unreachable_neighbours())
                 after = self.generation
 
     def _build(self) -> None:
@@ -184,6 +186,13 @@ class Runtime:
             store = dist.TCPStore(host.strip("[]"), int(port), size, False, timeout=form)
         self._store = store
         if size > 1:
+            if self._probe is None:
+                try:
+                    self._probe = _rendezvous.ProbeListener(self.host_addr)
+                except OSError as e:
+                    print(f"elasticd: cannot listen for peers' probes on {self.host_addr}: {e}", file=sys.stderr, flush=True)
+            if self._probe is not None:
+                self.client.kv_put(gen, f"elasticd/probe/{rank}", self._probe.addr.encode())
             await_members(store, f"elasticd/g{gen}/arrived", size,
                           time.time() + max(FORMATION_TIMEOUT.total_seconds(), self.timeout),
                           lambda: self._abandoned(gen))
@@ -205,6 +214,27 @@ class Runtime:
             return True
         return self.client.kv_get(gen, f"allreduce/g{gen}/abandoned", deadline=time.time()) is not None
 
+    def unreachable_neighbours(self) -> list[int]:
+        """The ring neighbours (rank ± 1) of this generation whose hosts do not answer a probe,
+        as published at its formation; a quarter of the collectives' timeout each, 0.2 s to
+        1 s. The cut host's two neighbours both name it, and it names them: the driver fails
+        the one named most."""
+        size, rank, gen = int(self.assignment.get("size", 0)), int(self.assignment.get("rank", 0)), self.generation
+        if size < 2:
+            return []
+        addrs: dict[int, str] = {}
+        for r in {(rank - 1) % size, (rank + 1) % size} - {rank}:
+            try:
+                v = self.client.kv_get(gen, f"elasticd/probe/{r}", deadline=time.time())
+            except _rendezvous.RendezvousError:
+                continue
+            if v is not None:
+                addrs[r] = v.decode()
+        ranks = _rendezvous.probe_hosts(addrs, min(max(self.timeout / 4, 0.2), 1.0))
+        if ranks:
+            print(f"elasticd: generation {gen}: the hosts of ranks {ranks} do not answer: a network cut?", file=sys.stderr, flush=True)
+        return ranks
+
     def formed(self) -> None:
         """Every member of the generation reached its first collective together: from now on
         a silent peer is found after the collectives' timeout, not the formation's."""
@@ -225,9 +255,11 @@ class Runtime:
         """Leaves the current generation and joins the next. A failure that is a collective's
         timeout tells the driver a peer went silent (hung or stopped), so that it is failed at
         once instead of holding everyone at the barrier."""
+        silent = is_timeout(failure)
+        unreachable = self.unreachable_neighbours() if silent else []
         self._teardown()
         self.client.report(self.generation, "READY", message=failure, rolled_back_steps=rolled_back_steps,
-                           rolled_back_seconds=rolled_back_seconds, silent_peer=is_timeout(failure))
+                           rolled_back_seconds=rolled_back_seconds, silent_peer=silent, unreachable_ranks=unreachable)
         self.join(self.generation)
 
     # -- host updates --
