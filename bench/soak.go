@@ -397,7 +397,12 @@ func (s *soak) driverArgs() []string {
 		"--listen", s.addr, "--state-dir", s.stateDir, "--checkpoint-dir", s.ckptDir,
 		"--host-discovery-script", s.discovery, "--discovery-timeout", "2s",
 		"-np", strconv.Itoa(np), "--min-np", "2", "--max-np", strconv.Itoa(np),
-		"--comm-timeout", s.o.CommTimeout.String(), "--blacklist-cooldown-range", "1s,1s", "--stop-grace", "1s", "--"}
+		"--comm-timeout", s.o.CommTimeout.String(), "--blacklist-cooldown-range", "1s,1s", "--stop-grace", "1s",
+		// A slot flaps when it fails within 1 s of its return (the flap fault's second kill).
+		// With the default minute, the nemesis's kills, seconds apart, quarantine slot after
+		// slot over an hour, and the job waits below --min-np: flap detection doing its
+		// job, which is not what the soak checks.
+		"--flap-window", "1s", "--"}
 	common := []string{"--events", "--commit-every", strconv.Itoa(soakCommit), "--dataset-size", strconv.Itoa(soakDatasetSz),
 		"--batch", strconv.Itoa(soakBatch), "--history", s.history, "--stop-file", s.stopFile}
 	if s.o.Program == ProgramTorch {
