@@ -35,7 +35,8 @@ const partitionCommTimeout = 2 * time.Second
 // host back once the cut heals (the job grows to 3 again), finish with exit 0, and leave no
 // process behind in any namespace.
 //
-// Loss and delay on a link (rather than a cut) need tc's netem, which this kernel lacks.
+// Loss and delay on a link (rather than a cut) come from tc's token bucket (slowLinkJob): this
+// kernel has no netem.
 func TestNetworkPartitions(t *testing.T) {
 	cases := []partition{
 		// The driver finds out when the agent's lease (--agent-lease, 6 s here) runs out: it
@@ -76,14 +77,69 @@ func TestNetworkPartitions(t *testing.T) {
 			partitionJob(t, tc)
 		})
 	}
-	t.Run("loss-and-delay", func(t *testing.T) {
-		l := newLAN(t, "probe")
-		out, err := exec.Command("tc", "-n", l.nss["probe"], "qdisc", "add", "dev", "eth0", "root", "netem", "delay", "1ms").CombinedOutput()
-		if err != nil {
-			t.Skipf("loss and delay on one link need tc's netem qdisc, and this kernel lacks sch_netem: %v: %s", err, strings.TrimSpace(string(out)))
-		}
-		t.Skip("netem works here, but the loss and delay cases are not written yet")
+	t.Run("slow-lossy-link", func(t *testing.T) {
+		t.Parallel()
+		slowLinkJob(t)
 	})
+}
+
+// slowLinkJob throttles one host's link (tc's token bucket on its egress: a low rate, and
+// packets that would queue past a few milliseconds dropped: delay and loss, where the kernel
+// has no netem) while a 3-worker job trains, then heals it. Whether the job resets or
+// crawls on, nothing may be trained twice beyond the uncommitted step, it must keep going,
+// and it must end with exit 0 and nothing left running.
+func slowLinkJob(t *testing.T) {
+	const steps = 900
+	hosts := []string{"host-1", "host-2", "host-3"}
+	l := newLAN(t, append([]string{"driver"}, hosts...)...)
+	if out, err := exec.Command("tc", "-n", l.nss["host-1"], "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1mbit", "burst", "8kb", "latency", "10ms").CombinedOutput(); err != nil {
+		t.Skipf("tc's tbf qdisc is not available here: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	tc := func(h string, args ...string) {
+		t.Helper()
+		if out, err := exec.Command("tc", append([]string{"-n", l.nss[h], "qdisc"}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("tc %v: %v: %s", args, err, out)
+		}
+	}
+	tc("host-1", "del", "dev", "eth0", "root")
+	secret := writeSecret(t)
+	listen := l.addrs["driver"] + ":29400"
+	drv := l.startJobIn(t, "driver", append([]string{"run", "-np", "3", "--min-np", "2", "--launcher", "agent",
+		"--agent-secret-file", secret, "--listen", listen,
+		"--comm-timeout", partitionCommTimeout.String(), "--blacklist-cooldown-range", "1s,2s", "--agent-lease", "6s"},
+		trainArgs("--steps", strconv.Itoa(steps), "--step-delay", "20ms", "--events", "--commit-every", "1")...)...)
+	agents := map[string]agentProc{}
+	for _, h := range hosts {
+		agents[h] = agentProc{l.startJobIn(t, h, "agent", "--driver", "http://"+listen, "--agent-secret-file", secret,
+			"--addr", l.addrs[h], "--host-id", h, "--slots", "1", "--metadata", "none")}
+	}
+	drv.waitFor(`event step=\d+ world=3 gen=1 `, 2*time.Minute)
+	rank0 := drv.waitFor(`launched worker" worker=(host-\d)/\d+ rank=0 `, 10*time.Second)[1]
+	slow := "host-1"
+	if slow == rank0 {
+		slow = "host-2"
+	}
+	drv.waitFor(`event step=100 `, time.Minute)
+	// 64 kbit/s, at most 5 ms of queue: a few hundred bytes in flight, the rest dropped.
+	tc(slow, "add", "dev", "eth0", "root", "tbf", "rate", "64kbit", "burst", "2kb", "latency", "5ms")
+	slowAt, before := time.Now(), len(stepEvents(drv.output()))
+	// The job must keep training through it: 100 more steps within two minutes.
+	drv.waitFor(`event step=(3\d\d|[4-9]\d\d) `, 2*time.Minute)
+	during := len(stepEvents(drv.output())) - before
+	tc(slow, "del", "dev", "eth0", "root")
+	t.Logf("%s's link at 64 kbit/s, 5 ms of queue: %d steps in %v", slow, during, time.Since(slowAt).Round(time.Millisecond))
+	if code := drv.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("job exit %d, want 0\n%s", code, tail(drv.output(), 4000))
+	}
+	checkStepsOnce(t, stepEvents(drv.output()), steps)
+	for _, h := range hosts {
+		agents[h].stop(t)
+	}
+	for _, name := range append([]string{"driver"}, hosts...) {
+		if pids := l.pids(t, name); len(pids) > 0 {
+			t.Errorf("processes %v still run in %s's namespace after the job and its agents ended", pids, name)
+		}
+	}
 }
 
 func partitionJob(t *testing.T, tc partition) {
