@@ -31,7 +31,21 @@ type Auth struct {
 	key    []byte
 	window time.Duration
 	nonces *nonceCache
+	// since is when the server that verifies with it started: a request signed before that
+	// second is refused (ReasonSignedBeforeStart). A restarted driver knows none of the
+	// nonces its predecessor saw, and would otherwise take a request captured on the way to
+	// it, replayed within the window. Zero for a client.
+	since int64
 }
+
+// ReasonSignedBeforeStart is the 401's reason for a request signed before the server
+// started. A client whose clock is behind the server's by d sees it for d seconds after the
+// server starts, and should sign the request again a second later (the Go and Python
+// clients do, for up to DefaultReplayWindow).
+const ReasonSignedBeforeStart = "signed before this server started (a replay, or this host's clock is behind the server's)"
+
+// SignedBeforeStart reports whether a 401's reason is ReasonSignedBeforeStart.
+func SignedBeforeStart(reason string) bool { return strings.Contains(reason, ReasonSignedBeforeStart) }
 
 // NewAuth returns an Auth for protocol label (which keeps one protocol's MAC from standing
 // for another's) keyed by secret, at least 16 bytes. Requests stamped outside now±window are
@@ -43,8 +57,13 @@ func NewAuth(secret []byte, label string, window time.Duration) (*Auth, error) {
 	if window <= 0 {
 		window = DefaultReplayWindow
 	}
-	return &Auth{key: deriveKey(secret, label), window: window, nonces: newNonceCache(2*window, time.Now())}, nil
+	now := time.Now()
+	return &Auth{key: deriveKey(secret, label), window: window, nonces: newNonceCache(2*window, now), since: now.Unix()}, nil
 }
+
+// StartedAt sets when the server started (NewAuth's time by default): requests signed before
+// that second are refused.
+func (a *Auth) StartedAt(t time.Time) { a.since = t.Unix() }
 
 // DefaultReplayWindow is how far a request's timestamp may be from the receiver's clock
 // unless a server is configured otherwise.
@@ -104,6 +123,12 @@ func CheckBody(r *http.Request, body []byte) error {
 // records as used.
 func (a *Auth) VerifyHeaders(r *http.Request, now time.Time) ([nonceBytes]byte, error) {
 	nonce, err := checkSignature(a.key, r.Method, r.RequestURI, r.Header.Get, now, a.window)
+	if err == nil && a.since != 0 {
+		// checkSignature parsed it: a well-formed decimal.
+		if sec, _ := strconv.ParseInt(r.Header.Get(HeaderTimestamp), 10, 64); sec < a.since {
+			return nonce, authError(ReasonSignedBeforeStart)
+		}
+	}
 	if err == nil && !a.nonces.add(nonce, now) {
 		err = authError("replayed request: nonce already used")
 	}

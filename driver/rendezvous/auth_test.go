@@ -88,7 +88,7 @@ func TestAuth(t *testing.T) {
 			t.Fatalf("replay: %d %q; want 401 replayed", code, msg)
 		}
 		// The same nonce under another timestamp is a replay too.
-		req.at = time.Now().Add(-2 * time.Second)
+		req.at = time.Now().Add(2 * time.Second)
 		if code, msg := e.send(t, req); code != http.StatusUnauthorized || !strings.Contains(msg, "replayed") {
 			t.Fatalf("replay, new timestamp: %d %q; want 401 replayed", code, msg)
 		}
@@ -376,6 +376,39 @@ func TestClientWaitsForADriverThatRestarts(t *testing.T) {
 	}
 	if d := time.Since(start); d < 700*time.Millisecond || d > 5*time.Second {
 		t.Fatalf("gave up after %v, want the 700ms wait and a backoff", d)
+	}
+}
+
+// A driver that has just started refuses requests stamped before its start; a worker whose
+// clock is behind it signs again a second later, until its stamps are past the start.
+func TestClientSignsAgainForADriverJustStarted(t *testing.T) {
+	e := newEnv(t, nil)
+	var early atomic.Int64
+	early.Store(2)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if early.Add(-1) >= 0 {
+			http.Error(w, protocol.ReasonSignedBeforeStart, http.StatusUnauthorized)
+			return
+		}
+		e.srv.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	c := rdzvclient.NewClient(ts.URL, secret, wid("h", 0), ts.Client())
+	start := time.Now()
+	if err := c.Report(t.Context(), 1, protocol.Ready, "again"); err != nil {
+		t.Fatalf("Report through two refusals of an early stamp: %v", err)
+	}
+	if d := time.Since(start); d < 1900*time.Millisecond {
+		t.Fatalf("signed again after %v: want a second between tries", d)
+	}
+	if ev := <-e.srv.Events(); ev.Message != "again" {
+		t.Fatalf("event %+v", ev)
+	}
+	// Any other 401 is final.
+	early.Store(0)
+	bad := rdzvclient.NewClient(ts.URL, []byte("another secret, another signature"), wid("h", 0), ts.Client())
+	if err := bad.Report(t.Context(), 1, protocol.Ready, ""); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("Report with the wrong secret = %v, want a 401", err)
 	}
 }
 

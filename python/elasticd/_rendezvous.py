@@ -21,6 +21,9 @@ PROTOCOL_VERSION = 1  # the driver refuses state reports of another version
 _KEY_LABEL = b"elasticd rendezvous v1"
 _RETRIES = 3
 _RETRY_DELAY = 0.1
+_REPLAY_WINDOW = 60.0  # seconds: the driver refuses requests stamped further from its clock
+# The driver's 401 for a request stamped before it started (protocol.ReasonSignedBeforeStart).
+_SIGNED_BEFORE_START = "signed before this server started"
 _POLL_WAIT_MS = 25000
 _REQUEST_TIMEOUT = 15.0
 
@@ -142,6 +145,7 @@ class Client:
         target = self._prefix + path
         last: Exception | None = None
         first_failure = 0.0
+        early = 0.0  # the first answer that the request was signed before the driver started
         delay = _RETRY_DELAY
         attempt = 0
         while True:
@@ -174,6 +178,14 @@ class Client:
             if resp.status >= 500:
                 last = RendezvousError(method, target, resp.status, data[:1024].decode(errors="replace").strip())
                 continue
+            if resp.status == 401 and _SIGNED_BEFORE_START in data.decode(errors="replace"):
+                # A driver that has just started, and this host's clock behind its own: sign
+                # again, a second later, until the clocks' gap has passed.
+                if not early:
+                    early = time.monotonic()
+                if time.monotonic() - early < _REPLAY_WINDOW:
+                    time.sleep(1.0)
+                    continue
             if resp.status >= 400:
                 cls = GenerationGone if resp.status == 410 else RendezvousError
                 raise cls(method, target, resp.status, data[:1024].decode(errors="replace").strip())

@@ -75,6 +75,39 @@ class DriverWaitTest(unittest.TestCase):
             _rendezvous.parse_duration("2 min", "ELASTICD_DRIVER_WAIT")
 
 
+class SignedBeforeStartTest(unittest.TestCase):
+    """A driver that has just started refuses requests stamped before its start (a replay, or
+    this host's clock behind its own): the client signs again a second later."""
+
+    def test_signs_again(self) -> None:
+        refusals = [2]
+
+        class Handler(_Handler):
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if refusals[0] > 0:
+                    refusals[0] -= 1
+                    body = b"signed before this server started (a replay, or this host's clock is behind the server's)\n"
+                    self.send_response(401)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                self.send_response(204)
+                self.end_headers()
+
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            c = _rendezvous.Client(f"http://127.0.0.1:{srv.server_address[1]}", b"k" * 32, "h/0")
+            start = time.monotonic()
+            c.report(1, "READY")
+            self.assertGreaterEqual(time.monotonic() - start, 1.9)
+            self.assertEqual(refusals[0], 0)
+        finally:
+            srv.shutdown()
+
+
 class ProbeTest(unittest.TestCase):
     """A host answers a probe when something listens (the probe listener), and also when
     nothing does any more (it refuses): only silence, or "no route", is a cut."""

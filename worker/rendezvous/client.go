@@ -235,7 +235,7 @@ func (c *Client) waitQuery() string {
 // answers outside want come back as a *protocol.StatusError.
 func (c *Client) do(ctx context.Context, method, target string, body []byte, wait time.Duration, want ...int) (int, []byte, error) {
 	var errs []error
-	var firstErr time.Time
+	var firstErr, firstEarly time.Time
 	delay := c.retryDelay
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -255,6 +255,17 @@ func (c *Client) do(ctx context.Context, method, target string, body []byte, wai
 				}
 			}
 			err = &protocol.StatusError{Method: method, Target: target, Code: code, Message: protocol.ErrorReason(data)}
+			if code == http.StatusUnauthorized && protocol.SignedBeforeStart(err.(*protocol.StatusError).Message) {
+				// A driver that has just started, and this host's clock behind its own:
+				// sign again, a second later, until the clocks' gap has passed.
+				if firstEarly.IsZero() {
+					firstEarly = time.Now()
+				}
+				if time.Since(firstEarly) < protocol.DefaultReplayWindow {
+					delay = time.Second
+					continue
+				}
+			}
 			if code < 500 {
 				return 0, nil, err
 			}
