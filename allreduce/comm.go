@@ -493,7 +493,13 @@ func (c *Comm) connect(ctx, parent context.Context, ln net.Listener, self record
 			}
 		}
 		if ranks := probeHosts(parent, addrs, c.probeTimeout()); len(ranks) > 0 {
-			err = &UnreachableError{Ranks: ranks, Err: err}
+			var reached []int // the neighbours connected, and those whose hosts answered
+			for _, q := range c.nb {
+				if !slices.Contains(ranks, q) && (c.peers[q] != nil || addrs[q] != "") {
+					reached = append(reached, q)
+				}
+			}
+			err = &UnreachableError{Ranks: ranks, Reached: reached, Err: err}
 		}
 	}
 	return err

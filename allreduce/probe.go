@@ -16,10 +16,11 @@ import (
 // between this rank and them rather than a dead or hung peer, whose host still answers.
 var ErrPeerUnreachable = errors.New("peer unreachable")
 
-// UnreachableError is a failure after which the hosts of Ranks did not answer a probe.
+// UnreachableError is a failure after which the hosts of Ranks did not answer a probe;
+// Reached are the neighbours that did, or that this rank was connected to.
 type UnreachableError struct {
-	Ranks []int
-	Err   error
+	Ranks, Reached []int
+	Err            error
 }
 
 func (e *UnreachableError) Error() string {
@@ -29,29 +30,37 @@ func (e *UnreachableError) Error() string {
 // Unwrap matches ErrPeerLost (the worker resets), ErrPeerUnreachable and the failure itself.
 func (e *UnreachableError) Unwrap() []error { return []error{ErrPeerLost, ErrPeerUnreachable, e.Err} }
 
-// Unreachable returns the ranks of err's UnreachableError, nil when it has none.
-func Unreachable(err error) []int {
+// Unreachable returns the unreachable and the reached ranks of err's UnreachableError, nil
+// when it has none.
+func Unreachable(err error) (unreachable, reached []int) {
 	var u *UnreachableError
 	if errors.As(err, &u) {
-		return u.Ranks
+		return u.Ranks, u.Reached
 	}
-	return nil
+	return nil, nil
 }
 
 // ProbeNeighbours asks whether the host of each neighbour still answers, after a collective
-// found a peer silent, and returns the ranks whose host did not: one dial each, at once, of
-// up to probeTimeout. A host that answers, even by refusing the connection, is reachable; a
+// found a peer silent, and returns the ranks whose host did not, and those whose host did:
+// one dial each, at once, of up to probeTimeout. A host that answers, even by refusing the connection, is reachable; a
 // silent peer there is hung, not cut off. Neighbours over shared memory are dialed too: on
 // this machine they answer at once, and network namespaces on one kernel share memory
 // while a route may cut them apart. Call it before Close.
-func (c *Comm) ProbeNeighbours(ctx context.Context) []int {
+func (c *Comm) ProbeNeighbours(ctx context.Context) (unreachable, reached []int) {
 	addrs := map[int]string{}
 	for _, p := range c.peers {
 		if p != nil && p.addr != "" {
 			addrs[p.rank] = p.addr
 		}
 	}
-	return probeHosts(ctx, addrs, c.probeTimeout())
+	unreachable = probeHosts(ctx, addrs, c.probeTimeout())
+	for r := range addrs {
+		if !slices.Contains(unreachable, r) {
+			reached = append(reached, r)
+		}
+	}
+	slices.Sort(reached)
+	return unreachable, reached
 }
 
 // probeTimeout is how long a probe waits for a host: a quarter of Config.Timeout, from

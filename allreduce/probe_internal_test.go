@@ -53,12 +53,12 @@ func TestUnreachableErrors(t *testing.T) {
 			t.Errorf("unreachable(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
-	u := &UnreachableError{Ranks: []int{2}, Err: errors.New("waiting for peers [2]: context deadline exceeded")}
+	u := &UnreachableError{Ranks: []int{2}, Reached: []int{1}, Err: errors.New("waiting for peers [2]: context deadline exceeded")}
 	wrapped := fmt.Errorf("allreduce: rank 0 of 3: %w", u)
-	if !errors.Is(wrapped, ErrPeerLost) || !errors.Is(wrapped, ErrPeerUnreachable) || len(Unreachable(wrapped)) != 1 {
-		t.Fatalf("%v: want ErrPeerLost, ErrPeerUnreachable and ranks [2]", wrapped)
+	if un, re := Unreachable(wrapped); !errors.Is(wrapped, ErrPeerLost) || !errors.Is(wrapped, ErrPeerUnreachable) || len(un) != 1 || len(re) != 1 {
+		t.Fatalf("%v: want ErrPeerLost, ErrPeerUnreachable, ranks [2] and reached [1]", wrapped)
 	}
-	if Unreachable(errors.New("other")) != nil {
+	if un, re := Unreachable(errors.New("other")); un != nil || re != nil {
 		t.Fatal("ranks from an error that names none")
 	}
 }

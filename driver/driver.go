@@ -438,7 +438,7 @@ func (d *runner) fanIn(ctx context.Context, in inputs) {
 			if !ok {
 				return
 			}
-			ev = WorkerReported{Now: r.At, Worker: r.Worker, Generation: r.Generation, State: r.State, Message: r.Message, Rollback: r.Rollback, SilentPeer: r.SilentPeer, Unreachable: r.Unreachable}
+			ev = WorkerReported{Now: r.At, Worker: r.Worker, Generation: r.Generation, State: r.State, Message: r.Message, Rollback: r.Rollback, SilentPeer: r.SilentPeer, Unreachable: r.Unreachable, Reached: r.Reached}
 		}
 		d.send(ctx, ev)
 	}

@@ -38,8 +38,9 @@ type WorkerReported struct {
 	Message    string
 	Rollback   protocol.Rollback // with READY: the work it threw away since the last commit
 	SilentPeer bool              // with READY: it left because a peer stopped answering
-	// Unreachable, with READY: ranks of that generation whose hosts did not answer its probe.
-	Unreachable []int
+	// Unreachable and Reached, with READY: ranks of that generation whose hosts did not answer
+	// its probe, and those that did (or that it was connected to).
+	Unreachable, Reached []int
 }
 
 // WorkerExited is a worker process ending.
@@ -267,15 +268,15 @@ type Machine struct {
 	workers map[protocol.WorkerID]*workerInfo // processes not yet exited
 	failed  bool                              // the reset under way was caused by a failure
 	silent  bool                              // a READY of the reset under way found a peer silent: the barrier is cut to HungWindow
-	// unreachable: per member, the members of the current generation whose hosts did not
-	// answer its probe, as its READY of the reset under way said (cutOff weighs them).
-	unreachable map[protocol.WorkerID][]protocol.WorkerID
-	deadline    time.Time                       // barrier / start / elastic deadline of the phase
-	regDue      map[protocol.WorkerID]time.Time // workers that must register by then
-	discovered  []providers.Host                // the latest discovery result, one pseudo-host per slot
-	raw         []providers.Host                // the latest discovery result as the provider gave it
-	pending     map[string][]providers.Notice   // host ID -> notices to complete once its workers are gone
-	loads       map[string]hosts.Load           // host ID -> load, for --slot-policy loadaware
+	// probes: per member, what its READY of the reset under way said of its peers' hosts
+	// (which answered its probe or its connection, which did not); failCutOff weighs them.
+	probes     map[protocol.WorkerID]probeReport
+	deadline   time.Time                       // barrier / start / elastic deadline of the phase
+	regDue     map[protocol.WorkerID]time.Time // workers that must register by then
+	discovered []providers.Host                // the latest discovery result, one pseudo-host per slot
+	raw        []providers.Host                // the latest discovery result as the provider gave it
+	pending    map[string][]providers.Notice   // host ID -> notices to complete once its workers are gone
+	loads      map[string]hosts.Load           // host ID -> load, for --slot-policy loadaware
 
 	registered bool                // a worker has registered with the rendezvous: in-process under ModeAuto
 	started    time.Time           // when the current generation was published
@@ -621,70 +622,118 @@ func (m *Machine) reported(now time.Time, e WorkerReported) []Action {
 		}
 		acts = append(acts, Note{"a worker found a peer silent; whoever has not reset within the hung window is failed", []any{"worker", e.Worker.String(), "window", HungWindow}})
 	}
-	// A member whose host its peers cannot reach, though it may reach the driver (a network
-	// cut between them), is failed as soon as the reports single it out.
+	// What a member's probe of its peers' hosts found, weighed once every live member has
+	// reported (advance, failCutOff).
 	if e.Generation == m.gen && len(e.Unreachable) > 0 && m.phase == phaseResetting {
-		m.noteUnreachable(e.Worker, e.Unreachable)
-		if id, by, ok := m.cutOff(); ok {
-			why := fmt.Sprintf("could not be reached over the network by %d of its peers (%s): cut off from them", len(by), joinIDs(by))
-			acts = append(acts, m.failWorker(now, id, why, false)...)
-		}
+		m.noteProbes(e.Worker, e.Reached, e.Unreachable)
 	}
 	// Someone is hung: when everybody else is at the barrier, the one missing is it. Not
 	// when a member reported peers unreachable: then the one missing may be a healthy peer
 	// whose report is on its way, and a cut member reports too (it reaches the driver).
-	if missing := m.barrierMissing(); m.silent && m.phase == phaseResetting && len(missing) == 1 && len(m.unreachable) == 0 {
+	if missing := m.barrierMissing(); m.silent && m.phase == phaseResetting && len(missing) == 1 && len(m.probes) == 0 {
 		acts = append(acts, m.failWorker(now, missing[0], "was the only member not to reach the reset barrier after a peer found a rank silent (hung or stopped?)", true)...)
 	}
 	return acts
 }
 
-// noteUnreachable records the ranks of the current generation whose hosts reporter could
-// not reach.
-func (m *Machine) noteUnreachable(reporter protocol.WorkerID, ranks []int) {
-	if m.unreachable == nil {
-		m.unreachable = map[protocol.WorkerID][]protocol.WorkerID{}
+// probeReport is what one member's probe found: the members whose hosts answered (or that
+// it is connected to) and those whose hosts did not.
+type probeReport struct{ reached, unreachable []protocol.WorkerID }
+
+// noteProbes records reporter's probe, given as ranks of the current generation.
+func (m *Machine) noteProbes(reporter protocol.WorkerID, reached, unreachable []int) {
+	if m.probes == nil {
+		m.probes = map[protocol.WorkerID]probeReport{}
 	}
-	var ids []protocol.WorkerID
-	for _, r := range ranks {
-		if r >= 0 && r < len(m.order) && m.order[r] != reporter && !slices.Contains(ids, m.order[r]) {
-			ids = append(ids, m.order[r])
+	ids := func(ranks []int) []protocol.WorkerID {
+		var out []protocol.WorkerID
+		for _, r := range ranks {
+			if r >= 0 && r < len(m.order) && m.order[r] != reporter && !slices.Contains(out, m.order[r]) {
+				out = append(out, m.order[r])
+			}
 		}
+		return out
 	}
-	m.unreachable[reporter] = ids
+	m.probes[reporter] = probeReport{reached: ids(reached), unreachable: ids(unreachable)}
 }
 
-// cutOff is the member a network cut isolates from its peers, as the READY reports of the
-// reset under way tell: at least two live members could not reach its host, and more could
-// not reach it than any other member. Reports from or about members already failed do not
-// count. by lists who could not reach it. With two members, each blames the other and no
-// one is singled out.
-func (m *Machine) cutOff() (id protocol.WorkerID, by []protocol.WorkerID, ok bool) {
-	live := func(x protocol.WorkerID) bool {
-		w := m.workers[x]
-		return w != nil && !w.exited && !w.stopping
+// failCutOff fails the members a network cut separates from the rest, once every live
+// member has reported: over the members that reported a probe, two are joined when either
+// reached the other and neither failed to, and the largest group so joined goes on (of equal
+// ones, the one with the lowest rank). A member outside it that some member could not reach,
+// or that could not reach some, is failed. One host cut off from the rest, several, or a
+// network split: the group that can still train together stays. Members that reported no
+// probe are left alone.
+func (m *Machine) failCutOff(now time.Time) []Action {
+	if len(m.probes) == 0 {
+		return nil
 	}
-	votes := map[protocol.WorkerID][]protocol.WorkerID{}
-	for _, from := range m.order {
-		if !live(from) {
-			continue
-		}
-		for _, to := range m.unreachable[from] {
-			if live(to) {
-				votes[to] = append(votes[to], from)
+	var P []protocol.WorkerID // in rank order
+	for _, id := range m.order {
+		if w := m.workers[id]; w != nil && !w.exited && !w.stopping {
+			if _, ok := m.probes[id]; ok {
+				P = append(P, id)
 			}
 		}
 	}
-	second := 0
-	for _, x := range m.order {
-		switch n := len(votes[x]); {
-		case n > len(by):
-			second, id, by = len(by), x, votes[x]
-		case n > second:
-			second = n
+	if len(P) < 2 {
+		return nil
+	}
+	bad := func(x, y protocol.WorkerID) bool {
+		return slices.Contains(m.probes[x].unreachable, y) || slices.Contains(m.probes[y].unreachable, x)
+	}
+	group := map[protocol.WorkerID]int{} // union-find by index into P
+	parent := make([]int, len(P))
+	for i := range parent {
+		parent[i] = i
+	}
+	var find func(int) int
+	find = func(i int) int {
+		for parent[i] != i {
+			parent[i] = parent[parent[i]]
+			i = parent[i]
+		}
+		return i
+	}
+	for i, x := range P {
+		for j := i + 1; j < len(P); j++ {
+			y := P[j]
+			if !bad(x, y) && (slices.Contains(m.probes[x].reached, y) || slices.Contains(m.probes[y].reached, x)) {
+				parent[find(i)] = find(j)
+			}
 		}
 	}
-	return id, by, len(by) >= 2 && len(by) > second
+	size := map[int]int{}
+	for i := range P {
+		size[find(i)]++
+	}
+	best := find(0) // of equal groups, the one with the lowest rank
+	for i := range P {
+		if r := find(i); size[r] > size[best] {
+			best = r
+		}
+	}
+	for i, x := range P {
+		group[x] = find(i)
+	}
+	var acts []Action
+	for _, x := range P {
+		if group[x] == best {
+			continue
+		}
+		var by []protocol.WorkerID
+		for _, y := range P {
+			if group[y] == best && bad(x, y) {
+				by = append(by, y)
+			}
+		}
+		if len(by) == 0 {
+			continue // nothing says it is cut off from the group that goes on
+		}
+		why := fmt.Sprintf("could not be reached over the network by %s, or could not reach them: cut off from the %d members that go on", joinIDs(by), size[best])
+		acts = append(acts, m.failWorker(now, x, why, false)...)
+	}
+	return acts
 }
 
 func joinIDs(ids []protocol.WorkerID) string {
@@ -1108,7 +1157,9 @@ func (m *Machine) advance(now time.Time) []Action {
 		if live == 0 && m.failed {
 			return m.finish(ExitFailed, fmt.Sprintf("all %d workers of generation %d failed%s", len(m.order), m.gen, m.lastFailureSuffix()))
 		}
-		return m.completeReset(now, "resets")
+		// Every live member has reported: a network cut among them is weighed now.
+		acts := m.failCutOff(now)
+		return append(acts, m.completeReset(now, "resets")...)
 	case phaseRestarting:
 		for _, w := range m.workers {
 			if !w.exited {
@@ -1213,7 +1264,7 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 		m.addrs[id] = addrOf[id]
 	}
 	m.phase, m.failed, m.silent, m.counted, m.deadline = phaseRunning, false, false, false, time.Time{}
-	m.unreachable = nil
+	m.probes = nil
 	m.started, m.growAt, m.ownExits, m.atStart = now, time.Time{}, 0, false
 	acts := []Action{Publish{Generation: m.gen, Plan: m.plan}}
 	master := addrOf[order[0]]

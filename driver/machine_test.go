@@ -461,47 +461,88 @@ func TestSilentPeerLastOneMissingIsFailedAtOnce(t *testing.T) {
 	s.expectPlan(acts, 2, "h0", "h2")
 }
 
-// unreachable is h's READY for gen after a silent peer, naming the ranks it could not reach.
-func (s *sim) unreachable(gen uint64, h string, ranks ...int) []Action {
-	return s.m.Step(WorkerReported{Now: s.now, Worker: wid(h), Generation: gen, State: protocol.Ready, Message: "timed out", SilentPeer: true, Unreachable: ranks})
+// probed is h's READY for gen after a silent peer, naming the ranks whose hosts answered its
+// probe and those that did not.
+func (s *sim) probed(gen uint64, h string, reached, unreachable []int) []Action {
+	return s.m.Step(WorkerReported{Now: s.now, Worker: wid(h), Generation: gen, State: protocol.Ready, Message: "timed out",
+		SilentPeer: true, Reached: reached, Unreachable: unreachable})
+}
+
+func stops(acts []Action) []Stop {
+	var out []Stop
+	for _, a := range acts {
+		if st, ok := a.(Stop); ok {
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 // A host cut off from its peers but not from the driver: every member's collective times out
-// and every one reports, the cut one too, each naming the hosts it could not reach. The one
-// that two members could not reach, and more than any other, is failed, whichever reports
-// last; a healthy member whose report comes last is not taken for hung.
+// and every one reports, the cut one too, each naming the hosts it reached and those it could
+// not. Once all have, the group that can train together goes on and the cut one is failed; a
+// healthy member whose report comes last is not taken for hung meanwhile.
 func TestCutOffMemberIsFailed(t *testing.T) {
 	s := newSim(t, Config{NP: 3, MinNP: 2, BarrierTimeout: time.Minute})
 	s.start(3)
-	acts := s.unreachable(1, "h2", 0, 1) // the cut host: no peer answers it
-	acts = append(acts, s.after(5*time.Millisecond).unreachable(1, "h0", 2)...)
-	if got := stopped(acts); len(got) > 0 {
-		t.Fatalf("stopped %v with one member's word against another's", got)
+	acts := s.probed(1, "h2", nil, []int{0, 1}) // the cut host: no peer answers it
+	acts = append(acts, s.after(5*time.Millisecond).probed(1, "h0", []int{1}, []int{2})...)
+	if got := stops(acts); len(got) > 0 {
+		t.Fatalf("stopped %+v before every member reported", got)
 	}
-	acts = s.after(5*time.Millisecond).unreachable(1, "h1", 2)
-	var stop *Stop
-	for _, a := range acts {
-		if st, ok := a.(Stop); ok {
-			stop = &st
-		}
-	}
-	if stop == nil || stop.Worker != wid("h2") || !strings.Contains(stop.Reason, "could not be reached over the network by 2 of its peers (h0/0, h1/0)") {
-		t.Fatalf("stop %+v, want h2, cut off", stop)
+	acts = s.after(5*time.Millisecond).probed(1, "h1", []int{0}, []int{2})
+	got := stops(acts)
+	if len(got) != 1 || got[0].Worker != wid("h2") || !strings.Contains(got[0].Reason, "could not be reached over the network by h0/0, h1/0, or could not reach them: cut off from the 2 members that go on") {
+		t.Fatalf("stops %+v, want h2, cut off", got)
 	}
 	s.expectPlan(acts, 2, "h0", "h1")
 }
 
-// Reports naming no one, or one member's word against another's, single no one out: two
-// members that cannot reach each other, or a rank out of range or a member's own.
-func TestCutOffNeedsTwoWitnesses(t *testing.T) {
-	s := newSim(t, Config{NP: 2, MinNP: 2, BarrierTimeout: time.Minute})
-	s.start(2)
-	acts := s.unreachable(1, "h0", 1, 7)
-	acts = append(acts, s.unreachable(1, "h1", 0, 1)...)
-	if got := stopped(acts); len(got) > 0 {
-		t.Fatalf("stopped %v: two members blaming each other cannot tell which is cut off", got)
+// Two hosts cut off at once (from the rest and from each other), and a network split in
+// halves: the largest group that can train together goes on; of equal ones, rank 0's.
+func TestCutOffGroups(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		reports map[string][2][]int // host: reached, unreachable (ranks)
+	}{
+		{"two hosts cut off", map[string][2][]int{
+			"h0": {{1}, {2, 3}}, "h1": {{0}, {2, 3}}, "h2": {nil, {0, 1, 3}}, "h3": {nil, {0, 1, 2}},
+		}},
+		{"split in halves", map[string][2][]int{
+			"h0": {{1}, {2, 3}}, "h1": {{0}, {2, 3}}, "h2": {{3}, {0, 1}}, "h3": {{2}, {0, 1}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSim(t, Config{NP: 4, MinNP: 2, BarrierTimeout: time.Minute})
+			s.start(4)
+			var acts []Action
+			for _, h := range []string{"h3", "h2", "h1", "h0"} {
+				acts = append(acts, s.after(time.Millisecond).probed(1, h, tc.reports[h][0], tc.reports[h][1])...)
+			}
+			var got []string
+			for _, st := range stops(acts) {
+				got = append(got, st.Worker.Host)
+			}
+			if !slices.Equal(got, []string{"h2", "h3"}) {
+				t.Fatalf("stopped %v, want h2 and h3", got)
+			}
+			s.expectPlan(acts, 2, "h0", "h1")
+		})
 	}
-	s.expectPlan(acts, 2, "h0", "h1")
+}
+
+// A member that reports peers unreachable but is not set apart by the others' reports (a
+// lost host whose worker is gone reports nothing) fails no one.
+func TestCutOffNeedsTheGroupApart(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, BarrierTimeout: time.Minute})
+	s.start(3)
+	acts := s.probed(1, "h0", []int{1}, []int{2})
+	acts = append(acts, s.probed(1, "h1", []int{0}, []int{2})...)
+	acts = append(acts, s.ready(1, "h2")...) // it reached everyone: no probe report
+	if got := stops(acts); len(got) > 0 {
+		t.Fatalf("stopped %+v: h2 is in no group apart", got)
+	}
+	s.expectPlan(acts, 2, "h0", "h1", "h2")
 }
 
 // Without a silent report, a missing member still gets --barrier-timeout (it may be slow, not

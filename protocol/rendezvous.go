@@ -48,7 +48,8 @@ type ReadyReport struct {
 	SilentPeer bool
 	// Unreachable are the ranks of the generation left whose hosts did not answer this
 	// worker's probe after its collective or connect failed: a network cut between them.
-	Unreachable []int
+	// Reached are those whose hosts did answer (or that it was connected to).
+	Unreachable, Reached []int
 }
 
 // MaxUnreachable is the most ranks a READY may name as unreachable.
@@ -101,6 +102,9 @@ type StateReport struct {
 	// Unreachable, with READY: ranks of the generation left whose hosts did not answer the
 	// worker's probe (ReadyReport.Unreachable). Added in version 1; older clients omit it.
 	Unreachable []int `json:"unreachable_ranks,omitempty"`
+	// Reached, with unreachable_ranks: the ranks whose hosts answered the probe, or that
+	// the worker was connected to.
+	Reached []int `json:"reached_ranks,omitempty"`
 }
 
 // ProgressReport is the body of POST /v1/workers/{id}/progress.

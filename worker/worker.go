@@ -250,7 +250,8 @@ func (w *Worker) join(ctx context.Context, after uint64, why protocol.ReadyRepor
 			return fmt.Errorf("worker %s: connect generation %d: %w", w.id, a.Generation, err)
 		}
 		w.log.Info("generation ended while connecting; asking for the next", "generation", a.Generation, "err", err)
-		after, why = a.Generation, protocol.ReadyReport{Message: err.Error(), Unreachable: allreduce.Unreachable(err)}
+		unreachable, reached := allreduce.Unreachable(err)
+		after, why = a.Generation, protocol.ReadyReport{Message: err.Error(), Unreachable: unreachable, Reached: reached}
 	}
 }
 
@@ -355,7 +356,7 @@ func (w *Worker) reset(ctx context.Context, why error) error {
 	// weighs every member's list to find the one cut off, which still reaches it.
 	ready := protocol.ReadyReport{Message: why.Error(), SilentPeer: errors.Is(why, allreduce.ErrPeerSilent)}
 	if ready.SilentPeer {
-		ready.Unreachable = w.comm.ProbeNeighbours(ctx)
+		ready.Unreachable, ready.Reached = w.comm.ProbeNeighbours(ctx)
 		if len(ready.Unreachable) > 0 {
 			w.log.Warn("the hosts of some peers do not answer: a network cut?", "generation", old, "ranks", ready.Unreachable)
 		}

@@ -99,16 +99,16 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 	case !(req.Seconds >= 0 && req.Seconds < maxRollbackSeconds):
 		http.Error(w, fmt.Sprintf(`"rolled_back_seconds" %v: want seconds, at least 0 and below a year`, req.Seconds), http.StatusBadRequest)
 		return
-	case len(req.Unreachable) > protocol.MaxUnreachable:
-		http.Error(w, fmt.Sprintf(`"unreachable_ranks" names %d ranks, more than %d`, len(req.Unreachable), protocol.MaxUnreachable), http.StatusBadRequest)
+	case len(req.Unreachable) > protocol.MaxUnreachable || len(req.Reached) > protocol.MaxUnreachable:
+		http.Error(w, fmt.Sprintf(`"unreachable_ranks" and "reached_ranks" name at most %d ranks each`, protocol.MaxUnreachable), http.StatusBadRequest)
 		return
-	case slices.ContainsFunc(req.Unreachable, func(r int) bool { return r < 0 }):
-		http.Error(w, `"unreachable_ranks": a rank is at least 0`, http.StatusBadRequest)
+	case slices.ContainsFunc(req.Unreachable, func(r int) bool { return r < 0 }) || slices.ContainsFunc(req.Reached, func(r int) bool { return r < 0 }):
+		http.Error(w, `"unreachable_ranks", "reached_ranks": a rank is at least 0`, http.StatusBadRequest)
 		return
 	}
 	ev := Event{Worker: id, Generation: *req.Generation, State: req.State, Message: req.Message, At: time.Now(), Rollback: req.Rollback, SilentPeer: req.SilentPeer && req.State == protocol.Ready}
 	if req.State == protocol.Ready {
-		ev.Unreachable = req.Unreachable
+		ev.Unreachable, ev.Reached = req.Unreachable, req.Reached
 	}
 
 	// De-duplication and queueing under one lock: a retry racing its original cannot slip

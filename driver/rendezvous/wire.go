@@ -19,9 +19,9 @@ type Event struct {
 	// SilentPeer, with READY: the worker left its generation because a collective timed out
 	// on a peer that stopped answering (hung or stopped), not because one was lost.
 	SilentPeer bool
-	// Unreachable, with READY: ranks of the generation whose hosts did not answer the
-	// worker's probe.
-	Unreachable []int
+	// Unreachable and Reached, with READY: ranks of the generation whose hosts did not
+	// answer the worker's probe, and those that did (or that it was connected to).
+	Unreachable, Reached []int
 }
 
 // Progress is how far training has got, as rank 0 of the newest generation last reported:

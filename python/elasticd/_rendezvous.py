@@ -82,7 +82,7 @@ class ProbeListener:
     dial to ask whether this host can be reached (probe_hosts)."""
 
     def __init__(self, host: str) -> None:
-        self._sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self._sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET, backlog=128)
         self.addr = f"[{host}]:{self._sock.getsockname()[1]}" if ":" in host else f"{host}:{self._sock.getsockname()[1]}"
         threading.Thread(target=self._serve, name="elasticd-probe", daemon=True).start()
 
@@ -192,12 +192,14 @@ class Client:
             return resp.status, data
 
     def report(self, generation: int, state: str, message: str = "", rolled_back_steps: int = 0, rolled_back_seconds: float = 0.0,
-               silent_peer: bool = False, unreachable_ranks: Optional[list[int]] = None) -> None:
+               silent_peer: bool = False, unreachable_ranks: Optional[list[int]] = None,
+               reached_ranks: Optional[list[int]] = None) -> None:
         """READY, SUCCESS or FAILURE for a generation; the report ID makes retries harmless.
         silent_peer (with READY): a collective timed out on a peer that stopped answering,
         which the driver then fails at once rather than after --barrier-timeout.
-        unreachable_ranks (with READY): ranks of that generation whose hosts did not answer a
-        probe, which the driver weighs to find a host cut off from its peers."""
+        unreachable_ranks and reached_ranks (with READY): ranks of that generation whose hosts
+        did not answer a probe, and those that did, which the driver weighs to find the hosts
+        a network cut sets apart."""
         body: dict[str, Any] = {"protocol": PROTOCOL_VERSION, "generation": generation, "state": state,
                                 "report_id": secrets.token_hex(8)}
         if message:
@@ -209,6 +211,8 @@ class Client:
             body["silent_peer"] = True
         if unreachable_ranks:
             body["unreachable_ranks"] = sorted(set(int(r) for r in unreachable_ranks))[:1024]
+            if reached_ranks:
+                body["reached_ranks"] = sorted(set(int(r) for r in reached_ranks))[:1024]
         self._do("POST", f"/v1/workers/{self._wid}/state", json.dumps(body).encode())
 
     def _poll(self, path: str, deadline: Optional[float]) -> Optional[bytes]:

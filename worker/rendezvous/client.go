@@ -127,7 +127,7 @@ func (c *Client) ReportReady(ctx context.Context, gen uint64, r protocol.ReadyRe
 func (c *Client) report(ctx context.Context, gen uint64, st protocol.State, r protocol.ReadyReport) error {
 	// Invalid UTF-8 would grow in JSON (each bad byte becomes U+FFFD), so replace it first.
 	msg := truncate(strings.ToValidUTF8(r.Message, "\uFFFD"), protocol.MaxMessage)
-	body, err := json.Marshal(protocol.StateReport{Protocol: protocol.ProtocolVersion, Generation: &gen, State: st, Message: msg, ReportID: protocol.NewReportID(), Rollback: r.Rollback, SilentPeer: r.SilentPeer, Unreachable: r.Unreachable})
+	body, err := json.Marshal(protocol.StateReport{Protocol: protocol.ProtocolVersion, Generation: &gen, State: st, Message: msg, ReportID: protocol.NewReportID(), Rollback: r.Rollback, SilentPeer: r.SilentPeer, Unreachable: r.Unreachable, Reached: r.Reached})
 	if err != nil {
 		return fmt.Errorf("rendezvous: report %s: %w", st, err)
 	}

@@ -151,7 +151,8 @@ class Runtime:
                 # the neighbours whose hosts do not answer (a network cut, for the driver).
                 print(f"elasticd: generation {self.generation} did not form ({e}); waiting for the next", file=sys.stderr, flush=True)
                 self._teardown()
-                self.client.report(self.generation, "READY", unreachable_ranks=self.unreachable_neighbours())
+                unreachable, reached = self.probe_neighbours()
+                self.client.report(self.generation, "READY", unreachable_ranks=unreachable, reached_ranks=reached)
                 after = self.generation
 
     def _build(self) -> None:
@@ -214,14 +215,14 @@ class Runtime:
             return True
         return self.client.kv_get(gen, f"allreduce/g{gen}/abandoned", deadline=time.time()) is not None
 
-    def unreachable_neighbours(self) -> list[int]:
+    def probe_neighbours(self) -> tuple[list[int], list[int]]:
         """The ring neighbours (rank ± 1) of this generation whose hosts do not answer a probe,
-        as published at its formation; a quarter of the collectives' timeout each, 0.2 s to
-        1 s. The cut host's two neighbours both name it, and it names them: the driver fails
-        the one named most."""
+        and those whose hosts do, at the addresses published at its formation; a quarter of
+        the collectives' timeout each, 0.2 s to 1 s. The driver joins the members that reach
+        each other and fails those a cut sets apart."""
         size, rank, gen = int(self.assignment.get("size", 0)), int(self.assignment.get("rank", 0)), self.generation
         if size < 2:
-            return []
+            return [], []
         addrs: dict[int, str] = {}
         for r in {(rank - 1) % size, (rank + 1) % size} - {rank}:
             try:
@@ -233,7 +234,7 @@ class Runtime:
         ranks = _rendezvous.probe_hosts(addrs, min(max(self.timeout / 4, 0.2), 1.0))
         if ranks:
             print(f"elasticd: generation {gen}: the hosts of ranks {ranks} do not answer: a network cut?", file=sys.stderr, flush=True)
-        return ranks
+        return ranks, sorted(r for r in addrs if r not in ranks)
 
     def formed(self) -> None:
         """Every member of the generation reached its first collective together: from now on
@@ -256,10 +257,11 @@ class Runtime:
         timeout tells the driver a peer went silent (hung or stopped), so that it is failed at
         once instead of holding everyone at the barrier."""
         silent = is_timeout(failure)
-        unreachable = self.unreachable_neighbours() if silent else []
+        unreachable, reached = self.probe_neighbours() if silent else ([], [])
         self._teardown()
         self.client.report(self.generation, "READY", message=failure, rolled_back_steps=rolled_back_steps,
-                           rolled_back_seconds=rolled_back_seconds, silent_peer=silent, unreachable_ranks=unreachable)
+                           rolled_back_seconds=rolled_back_seconds, silent_peer=silent, unreachable_ranks=unreachable,
+                           reached_ranks=reached)
         self.join(self.generation)
 
     # -- host updates --
