@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"cmp"
 	"fmt"
 	"os/exec"
 	"regexp"
@@ -17,9 +18,11 @@ import (
 // and the growth back to 3 before it ends.
 type partition struct {
 	name  string
-	cut   func(t *testing.T, l *lan, h string, peers []string)
+	cut   func(t *testing.T, l *lan, cut, peers []string)
 	bound time.Duration
 	steps int
+	hosts int  // 3 unless given
+	cuts  int  // how many hosts are cut off: 1 unless given
 	torch bool // PyTorch in-process (bench/pytorch/soak_train.py, elasticd.torch on gloo) instead of the Go demo trainer
 }
 
@@ -41,37 +44,40 @@ func TestNetworkPartitions(t *testing.T) {
 	cases := []partition{
 		// The driver finds out when the agent's lease (--agent-lease, 6 s here) runs out: it
 		// counts the worker lost and tells the others to reset at their next step.
-		{name: "from-driver", steps: 1500, cut: func(t *testing.T, l *lan, h string, _ []string) {
-			l.blackhole(t, h, "driver")
-			l.blackhole(t, "driver", h)
+		{name: "from-driver", steps: 1500, cut: func(t *testing.T, l *lan, cut, _ []string) {
+			l.blackhole(t, cut[0], "driver")
+			l.blackhole(t, "driver", cut[0])
 		}},
 		// The agent's requests still reach the driver on connections it had open, each
 		// until the agent's own timeout gives it up (with the default 30 s lease this took
 		// 65 s; with 6 s, the lease ends it first).
-		{name: "asymmetric-driver-to-host", steps: 1500, cut: func(t *testing.T, l *lan, h string, _ []string) {
-			l.blackhole(t, "driver", h) // the host's packets reach the driver; no answer comes back
+		{name: "asymmetric-driver-to-host", steps: 1500, cut: func(t *testing.T, l *lan, cut, _ []string) {
+			l.blackhole(t, "driver", cut[0]) // the host's packets reach the driver; no answer comes back
 		}},
-		{name: "from-peers", bound: partitionCommTimeout + 2*time.Second, steps: 1000, cut: func(t *testing.T, l *lan, h string, peers []string) {
+		{name: "from-peers", bound: partitionCommTimeout + 2*time.Second, steps: 1000, cut: cutBothWays},
+		{name: "asymmetric-host-to-peers", bound: partitionCommTimeout + 2*time.Second, steps: 1000, cut: func(t *testing.T, l *lan, cut, peers []string) {
 			for _, p := range peers {
-				l.blackhole(t, h, p)
-				l.blackhole(t, p, h)
+				l.blackhole(t, cut[0], p) // the peers' packets reach the host; none of its own leave
 			}
 		}},
-		{name: "asymmetric-host-to-peers", bound: partitionCommTimeout + 2*time.Second, steps: 1000, cut: func(t *testing.T, l *lan, h string, peers []string) {
-			for _, p := range peers {
-				l.blackhole(t, h, p) // the peers' packets reach the host; none of its own leave
+		// Two hosts of four cut off at once, from the others and from each other (a rack
+		// losing its uplink, say): the largest group that reaches itself, the other two, goes on.
+		{name: "two-hosts-from-peers", bound: partitionCommTimeout + 2*time.Second, steps: 1000, hosts: 4, cuts: 2, cut: cutBothWays},
+		// A split in halves, each still whole: of two equal groups, rank 0's goes on.
+		{name: "split-in-halves", bound: partitionCommTimeout + 2*time.Second, steps: 1000, hosts: 4, cuts: 2, cut: func(t *testing.T, l *lan, cut, peers []string) {
+			for _, h := range cut {
+				for _, p := range peers {
+					l.blackhole(t, h, p)
+					l.blackhole(t, p, h)
+				}
 			}
 		}},
 		// The same cut under PyTorch workers: gloo's timeout, then the Python runtime's probe
 		// of its ring neighbours' hosts.
-		{name: "from-peers-pytorch", bound: partitionCommTimeout + 3*time.Second, steps: 700, torch: true, cut: func(t *testing.T, l *lan, h string, peers []string) {
-			for _, p := range peers {
-				l.blackhole(t, h, p)
-				l.blackhole(t, p, h)
-			}
-		}},
+		{name: "from-peers-pytorch", bound: partitionCommTimeout + 3*time.Second, steps: 700, torch: true, cut: cutBothWays},
 	}
 	for _, tc := range cases {
+		tc.hosts, tc.cuts = cmp.Or(tc.hosts, 3), cmp.Or(tc.cuts, 1)
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			partitionJob(t, tc)
@@ -142,8 +148,23 @@ func slowLinkJob(t *testing.T) {
 	}
 }
 
+// cutBothWays cuts each host of cut off from every other host, both ways: from the peers
+// and from the other cut hosts; the driver still reaches them all.
+func cutBothWays(t *testing.T, l *lan, cut, peers []string) {
+	for i, h := range cut {
+		for _, p := range append(slices.Clone(peers), cut[i+1:]...) {
+			l.blackhole(t, h, p)
+			l.blackhole(t, p, h)
+		}
+	}
+}
+
 func partitionJob(t *testing.T, tc partition) {
-	hosts := []string{"host-1", "host-2", "host-3"}
+	var hosts []string
+	for i := range tc.hosts {
+		hosts = append(hosts, fmt.Sprintf("host-%d", i+1))
+	}
+	np, left := strconv.Itoa(tc.hosts), tc.hosts-tc.cuts
 	l := newLAN(t, append([]string{"driver"}, hosts...)...)
 	secret := writeSecret(t)
 	listen := l.addrs["driver"] + ":29400"
@@ -154,7 +175,7 @@ func partitionJob(t *testing.T, tc partition) {
 			"--steps", strconv.Itoa(tc.steps), "--step-delay", "0.02", "--events", "--commit-every", "1"}
 		env = []string{"GLOO_SOCKET_IFNAME=eth0"} // each host's one link, not loopback
 	}
-	drv := l.startJobIn(t, "driver", append([]string{"run", "-np", "3", "--min-np", "2", "--launcher", "agent",
+	drv := l.startJobIn(t, "driver", append([]string{"run", "-np", np, "--min-np", "2", "--launcher", "agent",
 		"--agent-secret-file", secret, "--listen", listen,
 		"--comm-timeout", partitionCommTimeout.String(), "--blacklist-cooldown-range", "1s,2s", "--agent-lease", "6s"},
 		program...)...)
@@ -163,13 +184,12 @@ func partitionJob(t *testing.T, tc partition) {
 		agents[h] = agentProc{l.startJobInEnv(t, h, env, "agent", "--driver", "http://"+listen, "--agent-secret-file", secret,
 			"--addr", l.addrs[h], "--host-id", h, "--slots", "1", "--metadata", "none")}
 	}
-	drv.waitFor(`event step=\d+ world=3 gen=1 `, 2*time.Minute)
+	drv.waitFor(`event step=\d+ world=`+np+` gen=1 `, 2*time.Minute)
 	rank0 := drv.waitFor(`launched worker" worker=(host-\d)/\d+ rank=0 `, 10*time.Second)[1]
-	var cut string
-	var peers []string
+	var cut, peers []string
 	for _, h := range hosts {
-		if h != rank0 && cut == "" {
-			cut = h
+		if h != rank0 && len(cut) < tc.cuts {
+			cut = append(cut, h)
 		} else {
 			peers = append(peers, h)
 		}
@@ -198,27 +218,33 @@ func partitionJob(t *testing.T, tc partition) {
 
 	cutAt := time.Now()
 	tc.cut(t, l, cut, peers)
-	on := waitEvent("training with 2 workers", cutAt, 90*time.Second, func(e stepEvent) bool { return e.world == 2 && e.gen > start.gen })
+	on := waitEvent("training without the cut hosts", cutAt, 90*time.Second, func(e stepEvent) bool { return e.world == left && e.gen > start.gen })
 	tookOn := on.at.Sub(cutAt)
-	t.Logf("%s: %s cut off at step %d; training went on with 2 workers after %v (generation %d, step %d)",
-		tc.name, cut, start.step, tookOn.Round(time.Millisecond), on.gen, on.step)
+	t.Logf("%s: %v cut off at step %d; training went on with %d workers after %v (generation %d, step %d)",
+		tc.name, cut, start.step, left, tookOn.Round(time.Millisecond), on.gen, on.step)
 	if tc.bound > 0 && tookOn > tc.bound {
 		t.Errorf("the job went on %v after the cut; the peers see it, so within --comm-timeout + 2 s (%v)", tookOn.Round(time.Millisecond), tc.bound)
 	}
 
 	healAt := time.Now()
 	l.heal(t)
-	back := waitEvent("training with 3 workers again", healAt, 90*time.Second, func(e stepEvent) bool { return e.world == 3 && e.gen > on.gen })
-	t.Logf("%s: healed; training went on with 3 workers again after %v (generation %d, step %d)",
-		tc.name, back.at.Sub(healAt).Round(time.Millisecond), back.gen, back.step)
+	back := waitEvent("training with every worker again", healAt, 90*time.Second, func(e stepEvent) bool { return e.world == tc.hosts && e.gen > on.gen })
+	t.Logf("%s: healed; training went on with %d workers again after %v (generation %d, step %d)",
+		tc.name, tc.hosts, back.at.Sub(healAt).Round(time.Millisecond), back.gen, back.step)
 
 	// Where the peers see the cut, the driver learns it from their probes.
 	if tc.bound > 0 && !strings.Contains(drv.output(), "could not be reached over the network by") {
 		t.Errorf("the driver failed a worker without its peers' probes naming it cut off")
 	}
-	// The host cut off is the one the driver took out, not a healthy peer.
-	if m := regexp.MustCompile(`worker failed; its slot is [^"]*"(?: rank=\d+)? worker=(host-\d)/`).FindStringSubmatch(drv.output()); m == nil || m[1] != cut {
-		t.Errorf("the first worker failed is %v, want %s's, the host cut off", m, cut)
+	// The hosts cut off are the ones the driver took out, never a healthy peer.
+	failed := regexp.MustCompile(`worker failed; its slot is [^"]*"(?: rank=\d+)? worker=(host-\d)/`).FindAllStringSubmatch(drv.output(), -1)
+	if len(failed) == 0 {
+		t.Error("no worker was failed")
+	}
+	for _, m := range failed {
+		if !slices.Contains(cut, m[1]) {
+			t.Errorf("%s's worker was failed; only those of the hosts cut off, %v, should be", m[1], cut)
+		}
 	}
 	if code := drv.wait(2 * time.Minute); code != 0 {
 		t.Fatalf("job exit %d, want 0\n%s", code, tail(drv.output(), 4000))
