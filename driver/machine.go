@@ -624,16 +624,26 @@ func (m *Machine) reported(now time.Time, e WorkerReported) []Action {
 	}
 	// What a member's probe of its peers' hosts found, weighed once every live member has
 	// reported (advance, failCutOff).
-	if e.Generation == m.gen && len(e.Unreachable) > 0 && m.phase == phaseResetting {
+	if e.Generation == m.gen && len(e.Unreachable)+len(e.Reached) > 0 && m.phase == phaseResetting {
 		m.noteProbes(e.Worker, e.Reached, e.Unreachable)
 	}
 	// Someone is hung: when everybody else is at the barrier, the one missing is it. Not
 	// when a member reported peers unreachable: then the one missing may be a healthy peer
 	// whose report is on its way, and a cut member reports too (it reaches the driver).
-	if missing := m.barrierMissing(); m.silent && m.phase == phaseResetting && len(missing) == 1 && len(m.probes) == 0 {
+	if missing := m.barrierMissing(); m.silent && m.phase == phaseResetting && len(missing) == 1 && !m.cutSuspected() {
 		acts = append(acts, m.failWorker(now, missing[0], "was the only member not to reach the reset barrier after a peer found a rank silent (hung or stopped?)", true)...)
 	}
 	return acts
+}
+
+// cutSuspected reports whether a member of the reset under way could not reach a peer's host.
+func (m *Machine) cutSuspected() bool {
+	for _, p := range m.probes {
+		if len(p.unreachable) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // probeReport is what one member's probe found: the members whose hosts answered (or that
@@ -658,22 +668,22 @@ func (m *Machine) noteProbes(reporter protocol.WorkerID, reached, unreachable []
 }
 
 // failCutOff fails the members a network cut separates from the rest, once every live
-// member has reported: over the members that reported a probe, two are joined when either
-// reached the other and neither failed to, and the largest group so joined goes on (of equal
-// ones, the one with the lowest rank). A member outside it that some member could not reach,
-// or that could not reach some, is failed. One host cut off from the rest, several, or a
-// network split: the group that can still train together stays. Members that reported no
-// probe are left alone.
+// member has reported: two live members are joined when either reached the other and
+// neither failed to, as their probes say, and the largest group so joined goes on (of equal
+// ones, the one with the lowest rank). A member outside it that some member of it could not
+// reach, or that could not reach one, is failed. One host cut off from the rest, several,
+// or a network split: the group that can still train together stays. A member nothing is
+// known of is left alone.
 func (m *Machine) failCutOff(now time.Time) []Action {
-	if len(m.probes) == 0 {
+	if !m.cutSuspected() {
 		return nil
 	}
+	// Every live member, those that sent no report too (a member whose failure was no
+	// silent peer probes nothing): the others' reports say whom it reaches.
 	var P []protocol.WorkerID // in rank order
 	for _, id := range m.order {
 		if w := m.workers[id]; w != nil && !w.exited && !w.stopping {
-			if _, ok := m.probes[id]; ok {
-				P = append(P, id)
-			}
+			P = append(P, id)
 		}
 	}
 	if len(P) < 2 {

@@ -531,16 +531,36 @@ func TestCutOffGroups(t *testing.T) {
 	}
 }
 
-// A member that reports peers unreachable but is not set apart by the others' reports (a
-// lost host whose worker is gone reports nothing) fails no one.
+// A split in halves where a member of rank 0's half probed nothing (its collective failed
+// on a peer's abort, not a silent one): the others' reports still place it, and its half is
+// the one that goes on, not the other half, larger than what reported on rank 0's side.
+func TestCutOffCountsMembersWithoutAReport(t *testing.T) {
+	s := newSim(t, Config{NP: 4, MinNP: 2, BarrierTimeout: time.Minute})
+	s.start(4)
+	acts := s.probed(1, "h0", []int{1}, []int{2, 3})
+	acts = append(acts, s.probed(1, "h2", []int{3}, []int{0, 1})...)
+	acts = append(acts, s.probed(1, "h3", []int{2}, []int{0, 1})...)
+	acts = append(acts, s.ready(1, "h1")...)
+	var got []string
+	for _, st := range stops(acts) {
+		got = append(got, st.Worker.Host)
+	}
+	if !slices.Equal(got, []string{"h2", "h3"}) {
+		t.Fatalf("stopped %v, want h2 and h3: rank 0's half goes on", got)
+	}
+	s.expectPlan(acts, 2, "h0", "h1")
+}
+
+// One failed probe does not set a member apart from a group it is otherwise joined to (h1
+// reached both): no one is failed, and the next generation has everyone.
 func TestCutOffNeedsTheGroupApart(t *testing.T) {
 	s := newSim(t, Config{NP: 3, MinNP: 2, BarrierTimeout: time.Minute})
 	s.start(3)
 	acts := s.probed(1, "h0", []int{1}, []int{2})
-	acts = append(acts, s.probed(1, "h1", []int{0}, []int{2})...)
-	acts = append(acts, s.ready(1, "h2")...) // it reached everyone: no probe report
+	acts = append(acts, s.probed(1, "h1", []int{0, 2}, []int{})...)
+	acts = append(acts, s.ready(1, "h2")...)
 	if got := stops(acts); len(got) > 0 {
-		t.Fatalf("stopped %+v: h2 is in no group apart", got)
+		t.Fatalf("stopped %+v: h2 is joined to the others through h1", got)
 	}
 	s.expectPlan(acts, 2, "h0", "h1", "h2")
 }

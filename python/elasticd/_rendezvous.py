@@ -211,8 +211,8 @@ class Client:
             body["silent_peer"] = True
         if unreachable_ranks:
             body["unreachable_ranks"] = sorted(set(int(r) for r in unreachable_ranks))[:1024]
-            if reached_ranks:
-                body["reached_ranks"] = sorted(set(int(r) for r in reached_ranks))[:1024]
+        if reached_ranks:
+            body["reached_ranks"] = sorted(set(int(r) for r in reached_ranks))[:1024]
         self._do("POST", f"/v1/workers/{self._wid}/state", json.dumps(body).encode())
 
     def _poll(self, path: str, deadline: Optional[float]) -> Optional[bytes]:
