@@ -519,11 +519,7 @@ func TestCutOffGroups(t *testing.T) {
 			for _, h := range []string{"h3", "h2", "h1", "h0"} {
 				acts = append(acts, s.after(time.Millisecond).probed(1, h, tc.reports[h][0], tc.reports[h][1])...)
 			}
-			var got []string
-			for _, st := range stops(acts) {
-				got = append(got, st.Worker.Host)
-			}
-			if !slices.Equal(got, []string{"h2", "h3"}) {
+			if got := stopped(acts); !slices.Equal(got, []string{"h2", "h3"}) {
 				t.Fatalf("stopped %v, want h2 and h3", got)
 			}
 			s.expectPlan(acts, 2, "h0", "h1")
@@ -541,11 +537,7 @@ func TestCutOffCountsMembersWithoutAReport(t *testing.T) {
 	acts = append(acts, s.probed(1, "h2", []int{3}, []int{0, 1})...)
 	acts = append(acts, s.probed(1, "h3", []int{2}, []int{0, 1})...)
 	acts = append(acts, s.ready(1, "h1")...)
-	var got []string
-	for _, st := range stops(acts) {
-		got = append(got, st.Worker.Host)
-	}
-	if !slices.Equal(got, []string{"h2", "h3"}) {
+	if got := stopped(acts); !slices.Equal(got, []string{"h2", "h3"}) {
 		t.Fatalf("stopped %v, want h2 and h3: rank 0's half goes on", got)
 	}
 	s.expectPlan(acts, 2, "h0", "h1")
