@@ -446,7 +446,7 @@ func (s *soak) liveWorkers() map[int][]int {
 	out := map[int][]int{}
 	for p, h := range s.workers {
 		pid, _ := strconv.Atoi(p)
-		if alive(pid) {
+		if s.ours(pid) {
 			out[h] = append(out[h], pid)
 		}
 	}
@@ -491,6 +491,18 @@ func freeze(pid int, d time.Duration) {
 	syscall.Kill(pid, syscall.SIGSTOP)
 	time.Sleep(d)
 	syscall.Kill(pid, syscall.SIGCONT)
+}
+
+// ours is whether pid is a live process of this run: its command line names the run's
+// directory (the driver's --state-dir, the agents' secret, the workers' --history, ctl's
+// admin secret). A PID recorded earlier may since belong to another process, another
+// soak's worker even: the nemesis signals, and the end counts as orphans, only its own.
+func (s *soak) ours(pid int) bool {
+	if !alive(pid) {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(string(cmdline), s.dir)
 }
 
 // alive is whether pid is a process that has not exited (a zombie has).
@@ -666,10 +678,10 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 				record(kind, fmt.Sprintf("%s pid %d", hostID(h), pid))
 				at := time.Now()
 				syscall.Kill(pid, syscall.SIGSTOP)
-				for alive(pid) && time.Since(at) < 3*stopBound {
+				for s.ours(pid) && time.Since(at) < 3*stopBound {
 					sleep(ctx, 20*time.Millisecond)
 				}
-				if took := time.Since(at); alive(pid) || took > stopBound {
+				if took := time.Since(at); s.ours(pid) || took > stopBound {
 					violate("stopped-worker-killed", "worker %d SIGSTOPped: still alive %v later (bound %v)", pid, took.Round(time.Millisecond), stopBound)
 					syscall.Kill(pid, syscall.SIGKILL)
 				}
@@ -743,7 +755,11 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 				break
 			}
 			record(kind, fmt.Sprintf("driver pid %d, then %s pid %d while it is down", driver.pid(), hostID(h), pid))
-			if err := restartDriver(syscall.SIGKILL, func() { syscall.Kill(pid, syscall.SIGKILL) }); err != nil {
+			if err := restartDriver(syscall.SIGKILL, func() {
+				if s.ours(pid) { // still the worker picked, not a stranger given its PID
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}); err != nil {
 				return res, err
 			}
 		}
@@ -795,7 +811,7 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 	for t0 := time.Now(); time.Since(t0) < 5*time.Second; sleep(ctx, 100*time.Millisecond) {
 		orphans = orphans[:0]
 		for _, p := range pids {
-			if alive(p) {
+			if s.ours(p) {
 				orphans = append(orphans, strconv.Itoa(p))
 			}
 		}
