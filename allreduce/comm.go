@@ -437,7 +437,7 @@ func (c *Comm) peerRanks() []int {
 //
 // When it fails, the hosts of the neighbours it lacks that published their address are
 // probed (under parent, which outlives ctx): an error naming those that did not answer is an
-// UnreachableError, which the driver weighs to find a host cut off from its peers.
+// UnreachableError, which the driver weighs to find the hosts a network cut sets apart.
 func (c *Comm) connect(ctx, parent context.Context, ln net.Listener, self record, cands map[string]*handover) error {
 	reuse := self.ID != ""
 	ctx, cancel := context.WithCancel(ctx)

@@ -347,13 +347,10 @@ func (w *Worker) reset(ctx context.Context, why error) error {
 	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_ = allreduce.Abandon(actx, w.client.Store(old), old, fmt.Sprintf("rank %d reset: %v", w.assign.Rank, why))
 	cancel()
-	// A planned reset (hosts changed) leaves a healthy communicator: its connections to
-	// members that stay neighbours are reused. After a failure the communicator is broken
-	// and is closed at once, as its failure must reach every peer.
 	// A peer that went silent is hung or stopped and will not reset: say so, and the driver
 	// fails it at once instead of waiting out --barrier-timeout. Or the network cut it off:
-	// the hosts of the neighbours that do not answer a probe are named, and the driver
-	// weighs every member's list to find the one cut off, which still reaches it.
+	// the neighbours whose hosts answer a probe and those whose hosts do not are named, and
+	// the driver keeps the members that reach each other.
 	ready := protocol.ReadyReport{Message: why.Error(), SilentPeer: errors.Is(why, allreduce.ErrPeerSilent)}
 	if ready.SilentPeer {
 		ready.Unreachable, ready.Reached = w.comm.ProbeNeighbours(ctx)
@@ -361,6 +358,9 @@ func (w *Worker) reset(ctx context.Context, why error) error {
 			w.log.Warn("the hosts of some peers do not answer: a network cut?", "generation", old, "ranks", ready.Unreachable)
 		}
 	}
+	// A planned reset (hosts changed) leaves a healthy communicator: its connections to
+	// members that stay neighbours are reused. After a failure the communicator is broken
+	// and is closed at once, as its failure must reach every peer.
 	var prev *allreduce.Comm
 	if errors.Is(why, ErrHostsUpdated) {
 		prev = w.comm
