@@ -692,13 +692,11 @@ func (m *Machine) failCutOff(now time.Time) []Action {
 	bad := func(x, y protocol.WorkerID) bool {
 		return slices.Contains(m.probes[x].unreachable, y) || slices.Contains(m.probes[y].unreachable, x)
 	}
-	group := map[protocol.WorkerID]int{} // union-find by index into P
-	parent := make([]int, len(P))
+	parent := make([]int, len(P)) // union-find by index into P
 	for i := range parent {
 		parent[i] = i
 	}
-	var find func(int) int
-	find = func(i int) int {
+	find := func(i int) int {
 		for parent[i] != i {
 			parent[i] = parent[parent[i]]
 			i = parent[i]
@@ -723,17 +721,14 @@ func (m *Machine) failCutOff(now time.Time) []Action {
 			best = r
 		}
 	}
-	for i, x := range P {
-		group[x] = find(i)
-	}
 	var acts []Action
-	for _, x := range P {
-		if group[x] == best {
+	for i, x := range P {
+		if find(i) == best {
 			continue
 		}
 		var by []protocol.WorkerID
-		for _, y := range P {
-			if group[y] == best && bad(x, y) {
+		for j, y := range P {
+			if find(j) == best && bad(x, y) {
 				by = append(by, y)
 			}
 		}
