@@ -411,6 +411,53 @@ func TestPyTorchInProcessMemberDiesWhileTheGroupForms(t *testing.T) {
 	inProcessSteps(t, j.output())
 }
 
+// In-process mode, a new worker that reaches the state sync seconds after the survivors (a
+// process that took long to build its model, as one does under load): the survivors wait for
+// it at the generation's store, not in the sync's first collective, whose --comm-timeout (2 s)
+// would otherwise run out and take the late worker for a hung one, reset after reset, each
+// new worker late in turn. torch before 2.3 forms groups under the collectives' timeout.
+func TestPyTorchInProcessLateJoinerDoesNotResetTheGroup(t *testing.T) {
+	py := torchPython(t)
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "late")
+	wrapper := filepath.Join(dir, "late.py")
+	// After hvd.init() (the group is built), a worker started once the marker exists sleeps
+	// 5 s before the script goes on to its state sync.
+	code := fmt.Sprintf(`import os, runpy, sys, time
+import elasticd.torch as hvd
+init = hvd.init
+def late_init(*a, **k):
+    init(*a, **k)
+    if os.path.exists(%q):
+        time.sleep(5)
+hvd.init = late_init
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+`, marker)
+	if err := os.WriteFile(wrapper, []byte(code), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j := startJob(t, "run", "-np", "3", "--min-np", "2", "--comm-timeout", "2s",
+		"--blacklist-cooldown-range", "1s,1s", "--",
+		py, wrapper, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "4", "--samples", "1024", "--batch-size", "16", "--hidden", "64", "--step-delay", "0.05")
+	j.waitFor(`\[0\] step 10 `, 90*time.Second)
+	victim := workerPID(t, j.output(), 2, 3)
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(victim, syscall.SIGKILL)
+	j.waitFor(`\[0\] step \d+ t=\S+ world=2 [^\n]*\n(?s:.*)\[0\] step \d+ t=\S+ world=3 `, 90*time.Second)
+	if code := j.wait(3 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	out := j.output()
+	inProcessSteps(t, out)
+	m := regexp.MustCompile(`resets \d+ of which (\d+) after failures`).FindStringSubmatch(out)
+	if m == nil || m[1] != "1" {
+		t.Fatalf("resets after failures: %v, want 1 (the kill): the late worker was taken for a hung one", m)
+	}
+}
+
 // workerPID is the PID that the in-process worker printed as rank `rank` of a world of size, in
 // out (elastic_hvd.py's and sampler_log.py's "worker pid=P rank=R size=S" line).
 func workerPID(t *testing.T, out string, rank, size int) int {

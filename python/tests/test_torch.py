@@ -397,6 +397,28 @@ CHILD_SAMPLER = textwrap.dedent("""
     hvd.shutdown()
 """)
 
+# A collective that completed on some ranks and failed on others leaves them at different
+# commits: here rank 2 committed twice, rank 0 once, ranks 1 and 3 never (joiners). Every rank
+# must end with rank 2's state, not rank 0's: taking rank 0's would train a committed step again.
+CHILD_SYNC = textwrap.dedent("""
+    import json, sys, torch
+    sys.path.insert(0, sys.argv[1])
+    import elasticd.torch as hvd
+    from elasticd.torch.elastic import TorchState
+    hvd.init()
+    r = hvd.rank()
+    torch.manual_seed(r)
+    model = torch.nn.Linear(2, 1)
+    state = TorchState(model=model, step=0)
+    for _ in range({0: 1, 2: 2}.get(r, 0)):
+        state.step += 1
+        state.commit()
+    weights = {r: model.weight.detach().tolist()}
+    state.sync()
+    print("RESULT " + json.dumps({"step": state.step, "weight": model.weight.detach().tolist(), "mine": weights}), flush=True)
+    hvd.shutdown()
+""")
+
 
 def run_four(test: unittest.TestCase, child: str, timeout: float) -> list[Any]:
     """Runs child in four processes with torchrun's environment (gloo on loopback) and returns
@@ -427,6 +449,14 @@ class FourProcessesTest(unittest.TestCase):
         for res in run_four(self, CHILD_SAMPLER, 60):
             self.assertEqual(res["sync"], [1, 2, 11, 12])
             self.assertEqual(res["commit"], [1, 2, 3, 11, 12, 13, 23, 33])
+
+    def test_sync_takes_the_most_advanced_rank(self) -> None:
+        results = run_four(self, CHILD_SYNC, 60)
+        rank2 = results[2]["mine"]["2"]
+        self.assertNotEqual(results[0]["mine"]["0"], rank2, "the ranks must start apart for the test to mean anything")
+        for r, res in enumerate(results):
+            self.assertEqual(res["step"], 2, f"rank {r} did not take the step count of rank 2, the most advanced")
+            self.assertEqual(res["weight"], rank2, f"rank {r} did not take rank 2's weights")
 
     def test_collectives_and_gradient_averaging(self) -> None:
         results = run_four(self, CHILD, 120)

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from elasticd import _rendezvous
+from elasticd.common.exceptions import HorovodInternalError
 
 _STORE_KEY = "torch/store"
 # How long a generation's group may take to form where torch lets the collectives' timeout
@@ -235,6 +236,25 @@ class Runtime:
         if ranks:
             print(f"elasticd: generation {gen}: the hosts of ranks {ranks} do not answer: a network cut?", file=sys.stderr, flush=True)
         return ranks, sorted(r for r in addrs if r not in ranks)
+
+    def arrive(self, what: str) -> None:
+        """Waits, at the generation's store, until every member has reached `what` (the state
+        sync of elastic.run), under the formation timeout, leaving as soon as the driver gives
+        the generation up. The first collective of a generation then finds every member at
+        it: a survivor reaches it straight from the reset, a new worker only after building
+        its model, seconds later under load, and under the collectives' timeout (torch
+        before 2.3 cannot form a group under a longer one) the survivors would time out in
+        turn, generation after generation. Raises HorovodInternalError, so that elastic.run
+        resets."""
+        size, gen, store = int(self.assignment.get("size", 0)), self.generation, self._store
+        if size < 2 or store is None:
+            return
+        try:
+            await_members(store, f"elasticd/g{gen}/{what}", size,
+                          time.time() + max(FORMATION_TIMEOUT.total_seconds(), self.timeout),
+                          lambda: self._abandoned(gen), poll=0.02)
+        except (RuntimeError, _rendezvous.RendezvousError) as e:
+            raise HorovodInternalError(f"generation {gen}: {e}") from e
 
     def formed(self) -> None:
         """Every member of the generation reached its first collective together: from now on

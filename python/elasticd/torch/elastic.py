@@ -6,7 +6,7 @@ hosts, agreed by every rank at the same commit with one allreduce(max) of the ho
 version each has heard (not a broadcast from rank 0: Horovod #3494), resets with no rollback.
 A reset destroys the process group, reports READY to the driver with the work rolled back,
 waits for the next generation, builds its group, runs the reset callbacks, and syncs the state
-from rank 0 (the oldest survivor, which holds the newest commit).
+from the most advanced rank (most often rank 0, the oldest survivor: see ObjectState.sync).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _copy_into(old: Any, new: Any) -> Any:
 
 class ObjectState:
     """State of plain attributes (kwargs): saved by commit(), restored after a failure,
-    broadcast from rank 0 by sync()."""
+    made the most advanced rank's by sync()."""
 
     def __init__(self, **kwargs: Any) -> None:
         self._reset_callbacks: list[Callable[[], None]] = []
@@ -203,18 +203,25 @@ class ObjectState:
                 for k, v in self._values().items()}
 
     def sync(self) -> None:
-        """Makes every rank's state rank 0's: survivors that hold rank 0's commit count and a
-        joiner-free world move nothing but one small allgather."""
+        """Makes every rank's state that of the most advanced rank: the one with the most
+        steps (then commits; then the lowest rank, rank 0 being the oldest survivor). A
+        collective that completed on some ranks and failed on others leaves those it failed
+        at their commit and those it completed a commit or a step ahead: their state is whole
+        (their collectives completed), and taking rank 0's instead would train committed
+        steps again. Survivors that all hold the same state and a joiner-free world move
+        nothing but one small allgather."""
         hvd = _hvd()
         self._resume()
         if hvd.size() == 1:
             return
+        rt = _runtime.runtime()
+        if rt is not None:
+            rt.arrive("sync")
         # Whether a sampler's indices recorded one by one are allgathered must be the same on
         # every rank: a joiner's fresh sampler has recorded none yet, while the survivors' may
         # have. So the ranks agree on it here, in the allgather they make anyway.
         samplers = [v for v in self._values().values() if isinstance(v, ElasticSampler)]
         counts = hvd.allgather_object((self._commits, self._steps, [sp._raw for sp in samplers]))
-        rt = _runtime.runtime()
         if rt is not None:
             rt.formed()  # every member got here: collectives now take --comm-timeout
         for i, sp in enumerate(samplers):
@@ -224,8 +231,9 @@ class ObjectState:
         if all(c == counts[0] for c in counts):
             self._after_sync()
             return
-        payload = hvd.broadcast_object(self._full_state() if hvd.rank() == 0 else None, 0)
-        if hvd.rank() != 0:
+        src = max(range(len(counts)), key=lambda r: (counts[r][1], counts[r][0], -r))
+        payload = hvd.broadcast_object(self._full_state() if hvd.rank() == src else None, src)
+        if hvd.rank() != src:
             self._load_full_state(payload)
         self._after_sync()
 
@@ -250,7 +258,8 @@ class ObjectState:
 
 class TorchState(ObjectState):
     """Model and optimizer state dicts plus any attributes (epoch, batch, a sampler), committed
-    in host memory, restored after a failure, synced from rank 0 after every reset."""
+    in host memory, restored after a failure, synced from the most advanced rank after every
+    reset."""
 
     def __init__(self, model: Optional[torch.nn.Module] = None, optimizer: Optional[torch.optim.Optimizer] = None, **kwargs: Any) -> None:
         self.model, self.optimizer = model, optimizer
