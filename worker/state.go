@@ -294,18 +294,18 @@ func (s *State) Step(ctx context.Context) error {
 	return nil
 }
 
-// broadcast makes every rank's live state equal to rank 0's, entry by entry.
-func (s *State) broadcast(ctx context.Context) error {
+// broadcast makes every rank's live state equal to root's, entry by entry.
+func (s *State) broadcast(ctx context.Context, root int) error {
 	c := s.w.comm
 	for _, e := range s.entries {
 		switch l := e.live.(type) {
 		case []float32, []float64, []int64:
-			if err := c.Broadcast(ctx, l, 0); err != nil {
+			if err := c.Broadcast(ctx, l, root); err != nil {
 				return fmt.Errorf("sync %q: %w", e.name, err)
 			}
 		default:
 			var buf []byte
-			if c.Rank() == 0 {
+			if c.Rank() == root {
 				var err error
 				if buf, err = e.encode(); err != nil {
 					return fmt.Errorf("sync: %w", err)
@@ -313,20 +313,20 @@ func (s *State) broadcast(ctx context.Context) error {
 			}
 			n := make([]byte, 8)
 			binary.LittleEndian.PutUint64(n, uint64(len(buf)))
-			if err := c.Broadcast(ctx, n, 0); err != nil {
+			if err := c.Broadcast(ctx, n, root); err != nil {
 				return fmt.Errorf("sync %q: %w", e.name, err)
 			}
 			size := binary.LittleEndian.Uint64(n)
 			if size > 1<<30 {
-				return fmt.Errorf("sync %q: rank 0 sent %d bytes", e.name, size)
+				return fmt.Errorf("sync %q: rank %d sent %d bytes", e.name, root, size)
 			}
-			if c.Rank() != 0 {
+			if c.Rank() != root {
 				buf = make([]byte, size)
 			}
-			if err := c.Broadcast(ctx, buf, 0); err != nil {
+			if err := c.Broadcast(ctx, buf, root); err != nil {
 				return fmt.Errorf("sync %q: %w", e.name, err)
 			}
-			if c.Rank() != 0 {
+			if c.Rank() != root {
 				if err := e.decode(buf); err != nil {
 					return fmt.Errorf("sync: %w", err)
 				}

@@ -43,9 +43,13 @@ type syncInfo struct {
 	Total   uint64 // its live step count (State.total)
 }
 
-// Sync makes every rank's state equal to rank 0's (the oldest worker, which holds the newest
-// commit), then commits it. Ranks that already hold rank 0's commit (same commit counter)
-// move nothing: after a reset among survivors, Sync costs one small allgather.
+// Sync makes every rank's state equal to the most advanced rank's, then commits it. That is
+// the holder with the most steps (then the highest commit counter, then the lowest rank):
+// most often rank 0, the oldest worker. A collective that completes on some ranks and fails
+// on others leaves those it failed at their commit and those it completed a commit or a step
+// ahead; their state is whole (their collectives completed), and taking rank 0's would train
+// committed steps again. Ranks that already hold that state (same commit counter and step
+// count) move nothing: after a reset among survivors, Sync costs one small allgather.
 func (s *State) Sync(ctx context.Context) (err error) {
 	// Every rank counts steps from here, so that all commit and check at the same steps (a
 	// joiner's count would otherwise start at 0 and a survivor's not).
@@ -81,20 +85,21 @@ func (s *State) Sync(ctx context.Context) (err error) {
 			return fmt.Errorf("sync: rank %d's state summary: %w", i, err)
 		}
 	}
-	v0, t0 := infos[0].Version, infos[0].Total
-	// A rank holds rank 0's state when it has rank 0's commit counter and step count. The
+	src := sourceRank(infos)
+	v0, t0 := infos[src].Version, infos[src].Total
+	// A rank holds the source's state when it has its commit counter and step count. The
 	// counter alone is not enough: a collective that completes on some ranks and fails on
 	// others splits them at the same counter, those it failed having restored their commit
 	// and those it completed (hearing of a host change there) keeping the step after it.
 	holds := func(in syncInfo) bool { return in.Holds && in.Version == v0 && in.Total == t0 }
-	// Rank 0's step count goes with its state; Sync ends in a commit of it on every rank.
+	// The source's step count goes with its state; Sync ends in a commit of it on every rank.
 	s.total = t0
 	defer func() {
 		if err == nil {
 			s.committedNow(time.Now())
 		}
 	}()
-	// A holder has rank 0's live state (the ranks step in lockstep; it is ahead of the commit
+	// A holder has the source's live state (the ranks step in lockstep; it is ahead of the commit
 	// when the hosts changed at a step that did not commit), so it commits it now, before any
 	// transfer. A transfer that fails part-way then leaves every holder with the same commit
 	// at v0; were they to commit it only once the transfer succeeded, some would restore the
@@ -121,7 +126,7 @@ func (s *State) Sync(ctx context.Context) (err error) {
 	if needers == 0 {
 		return nil
 	}
-	if infos[0].Addr != "" && wantPeers(mode, infos[0].Size) {
+	if infos[src].Addr != "" && wantPeers(mode, infos[src].Size) {
 		failed := int64(0)
 		holder := holds(infos[c.Rank()])
 		published := holder && infos[c.Rank()].Addr != "" // a holder whose server did not start serves nothing
@@ -155,11 +160,25 @@ func (s *State) Sync(ctx context.Context) (err error) {
 			return s.save()
 		}
 	}
-	if err := s.broadcast(ctx); err != nil {
+	if err := s.broadcast(ctx, src); err != nil {
 		return err
 	}
 	s.version, s.holds = v0, true
 	return s.save()
+}
+
+// sourceRank is the rank whose state Sync gives every rank: of the holders (rank 0 always
+// counts as one), the one with the most steps, then the highest commit counter, then the
+// lowest rank.
+func sourceRank(infos []syncInfo) int {
+	src := 0
+	for r, in := range infos {
+		best := infos[src]
+		if in.Holds && (in.Total > best.Total || in.Total == best.Total && in.Version > best.Version) {
+			src = r
+		}
+	}
+	return src
 }
 
 // transferMode is ELASTICD_STATE_TRANSFER; an unknown value is auto, said once per worker in
