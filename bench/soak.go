@@ -126,11 +126,18 @@ type SoakResult struct {
 	Orphans           []string        `json:"orphans"`
 	Resources         []SoakResources `json:"resources"`
 	DriverExit        int             `json:"driver_exit"`
-	Violations        []SoakViolation `json:"violations"`
+	// Interrupted: the soak was stopped (SIGINT, SIGTERM) before its --duration; the job was
+	// still ended as at the end, and the history so far checked.
+	Interrupted bool            `json:"interrupted"`
+	Violations  []SoakViolation `json:"violations"`
 }
 
 // ErrSoakViolation is returned (wrapped) by Soak when an invariant broke.
 var ErrSoakViolation = errors.New("soak: invariants broken")
+
+// ErrSoakInterrupted is returned (wrapped) by Soak, when no invariant broke, if it was
+// stopped before its duration.
+var ErrSoakInterrupted = errors.New("soak: interrupted")
 
 // Soak runs a job of Hosts agents on loopback addresses under `elasticd run --launcher
 // agent --state-dir`, the demo trainer logging its history, and applies faults drawn from
@@ -187,6 +194,9 @@ func Soak(ctx context.Context, o SoakOptions) (SoakResult, error) {
 	if len(res.Violations) > 0 {
 		return res, fmt.Errorf("%w: %d (seed %d)", ErrSoakViolation, len(res.Violations), o.Seed)
 	}
+	if res.Interrupted {
+		return res, fmt.Errorf("%w after %.0f s of %v (seed %d): the history so far holds", ErrSoakInterrupted, res.DurationS, o.Duration, o.Seed)
+	}
 	return res, nil
 }
 
@@ -202,6 +212,9 @@ func printSoak(w io.Writer, r SoakResult) {
 		r.DuplicateSamples, r.MissingSamples, r.PaddedSamples, fmtDur(r.LongestStallS), r.LongestStallCause, r.DriverExit, len(r.Orphans))
 	for _, x := range r.Resources {
 		fmt.Fprintf(w, "  %-8s RSS %6d → %6d KiB, fds %3d → %3d\n", x.Role, x.RSSKiBAt0, x.RSSKiB, x.FDsAt0, x.FDs)
+	}
+	if r.Interrupted {
+		fmt.Fprintln(w, "  interrupted before its duration: the job was ended and the history so far checked")
 	}
 	if len(r.Violations) == 0 {
 		fmt.Fprintln(w, "  no violation")
@@ -624,8 +637,10 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 		}
 		sleep(ctx, time.Until(down.Add(time.Second+time.Duration(rng.IntN(1000))*time.Millisecond)))
 		drivers++
-		var err error
-		driver, err = s.startDriver(ctx, drivers)
+		d, err := s.startDriver(ctx, drivers)
+		if err == nil {
+			driver = d
+		}
 		return err
 	}
 	ctl := func(args ...string) error {
@@ -642,6 +657,10 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 
 	end := s.start.Add(s.o.Duration)
 	maxFaults := int(s.o.Duration/(2*time.Second)) + 1
+	// startFailed: whether a process the nemesis starts again failed to start for the
+	// interrupt (the loop then ends, as at its duration), or must fail the soak.
+	startFailed := func(err error) bool { return err != nil && ctx.Err() == nil }
+faults:
 	for n := 0; n < maxFaults && time.Now().Before(end) && ctx.Err() == nil; n++ {
 		sleep(ctx, 2*time.Second+time.Duration(rng.IntN(4000))*time.Millisecond)
 		if !time.Now().Before(end) {
@@ -649,7 +668,9 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 		}
 		// Each fault on a job that trains: the last one healed, a step done since.
 		if !s.waitProgress(ctx, time.Now().Add(-500*time.Millisecond), 2, time.Minute) {
-			violate("progress", "no step for a minute before fault %d", n+1)
+			if ctx.Err() == nil { // not the wait cut short by an interrupt
+				violate("progress", "no step for a minute before fault %d", n+1)
+			}
 			break
 		}
 		if len(queue) == 0 {
@@ -713,17 +734,21 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 			agent[h].wait(10 * time.Second)
 			sleep(ctx, 2*time.Second+time.Duration(rng.IntN(2000))*time.Millisecond)
 			agents[h]++
-			if agent[h], err = s.startAgent(ctx, h, agents[h]); err != nil {
+			a, err := s.startAgent(ctx, h, agents[h])
+			if startFailed(err) {
 				return res, err
+			} else if err != nil {
+				break faults
 			}
+			agent[h] = a
 		case FaultNotice:
 			h := rng.IntN(s.o.Hosts)
 			record(kind, hostID(h))
-			if err := ctl("remove-host", hostAddr(h)); err != nil {
+			if err := ctl("remove-host", hostAddr(h)); err != nil && ctx.Err() == nil {
 				violate("ctl", "%v", err)
 			}
 			sleep(ctx, 2*time.Second+time.Duration(rng.IntN(2000))*time.Millisecond)
-			if err := ctl("add-host", fmt.Sprintf("%s:%d", hostAddr(h), s.o.Slots)); err != nil {
+			if err := ctl("add-host", fmt.Sprintf("%s:%d", hostAddr(h), s.o.Slots)); err != nil && ctx.Err() == nil {
 				violate("ctl", "%v", err)
 			}
 		case FaultAgentStop:
@@ -746,8 +771,10 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 		case FaultDriverKill, FaultDriverTerm:
 			sig := map[string]syscall.Signal{FaultDriverKill: syscall.SIGKILL, FaultDriverTerm: syscall.SIGTERM}[kind]
 			record(kind, fmt.Sprintf("driver pid %d", driver.pid()))
-			if err := restartDriver(sig, nil); err != nil {
+			if err := restartDriver(sig, nil); startFailed(err) {
 				return res, err
+			} else if err != nil {
+				break faults
 			}
 		case FaultDriverAway:
 			h, pid, ok := pick(-1)
@@ -759,8 +786,10 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 				if s.ours(pid) { // still the worker picked, not a stranger given its PID
 					syscall.Kill(pid, syscall.SIGKILL)
 				}
-			}); err != nil {
+			}); startFailed(err) {
 				return res, err
+			} else if err != nil {
+				break faults
 			}
 		}
 		if driver.exited() {
@@ -769,9 +798,10 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 		}
 	}
 	res.DurationS = time.Since(s.start).Seconds()
+	res.Interrupted = ctx.Err() != nil
 
 	// The end: the job back at full size, resources measured, the job stopped.
-	if !s.waitProgress(ctx, time.Now(), np, time.Minute) {
+	if !res.Interrupted && !s.waitProgress(ctx, time.Now(), np, time.Minute) {
 		s.say("the job did not grow back to %d workers within a minute", np)
 	}
 	for i, r := range sample() {
@@ -795,6 +825,10 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 		exit = driver.cmd.ProcessState.ExitCode()
 	}
 	res.DriverExit = exit
+	wantExit := 0
+	if res.Interrupted { // the interrupt sent the driver SIGTERM, maybe while it started again
+		wantExit = exit
+	}
 	for _, a := range agent {
 		syscall.Kill(a.pid(), syscall.SIGTERM)
 	}
@@ -832,7 +866,7 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 	}
 	c := CheckSoak(events, SoakObservations{
 		DatasetSize: soakDatasetSz, Padding: s.o.Program == ProgramTorch, Faults: res.Schedule, Bounds: SoakBounds(s.o.Program, s.o.CommTimeout),
-		Orphans: res.Orphans, Resources: res.Resources, ExitCode: exit, WantExit: 0,
+		Orphans: res.Orphans, Resources: res.Resources, ExitCode: exit, WantExit: wantExit,
 		FDSlack: 8, RSSGrowth: 64 << 10, Extra: extra,
 	})
 	res.Steps, res.Epochs, res.Generations = c.Steps, c.Epochs, c.Generations

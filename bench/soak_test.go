@@ -98,3 +98,27 @@ func TestSoakEndToEnd(t *testing.T) {
 		t.Errorf("%d steps, %d epochs: the job hardly trained", r.Steps, r.Epochs)
 	}
 }
+
+// A soak interrupted before its duration (Ctrl-C) ends the job, checks the history so far,
+// and says it was interrupted: no invariant is taken as broken for the waits the interrupt
+// cut short, and nothing is left running.
+func TestSoakInterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 15 s soak")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	time.AfterFunc(15*time.Second, cancel)
+	var out, stderr bytes.Buffer
+	r, err := bench.Soak(ctx, bench.SoakOptions{Exe: binary, Trainer: trainer, Seed: 3, Duration: 5 * time.Minute, Hosts: 3, Slots: 1,
+		CommTimeout: 2 * time.Second, Out: &out, Err: &stderr})
+	if !errors.Is(err, bench.ErrSoakInterrupted) {
+		t.Fatalf("err %v, want ErrSoakInterrupted:\n%s\n%s", err, out.String(), stderr.String())
+	}
+	if !r.Interrupted || len(r.Violations) > 0 || len(r.Orphans) > 0 || r.DurationS > 60 {
+		t.Fatalf("interrupted %v, violations %v, orphans %v, %.0f s:\n%s", r.Interrupted, r.Violations, r.Orphans, r.DurationS, out.String())
+	}
+	if !strings.Contains(out.String(), "interrupted before its duration") {
+		t.Errorf("the summary does not say the soak was interrupted:\n%s", out.String())
+	}
+}

@@ -203,7 +203,8 @@ again; every sample once per epoch (PyTorch's sampler may repeat up to world siz
 epoch's last step, as torch's DistributedSampler pads); no stall beyond its fault's bound;
 the driver's exit 0; no process left; the driver's and agents' descriptors and memory flat.
 It prints the seed and every fault as it applies it, then the summary; it exits 1 on any
-violation. docs/reliability.md ("Soak") gives the bounds.
+violation. Interrupted (Ctrl-C, SIGTERM), it ends the job, checks the history so far, and
+exits 130 when that holds. docs/reliability.md ("Soak") gives the bounds.
 
 Examples:
    elasticd bench soak --seed 1 --duration 5m
@@ -224,8 +225,11 @@ Examples:
 			_, err := bench.Soak(c.Context, bench.SoakOptions{Seed: c.Uint64("seed"), Duration: c.Duration("duration"), Hosts: c.Int("hosts"),
 				Slots: c.Int("slots"), CommTimeout: c.Duration("comm-timeout"), Program: c.String("program"), Trainer: c.String("trainer"), Python: c.String("python"), LogDir: c.String("log-dir"),
 				JSON: c.Bool("json"), Out: c.App.Writer, Err: c.App.ErrWriter})
-			if errors.Is(err, bench.ErrSoakViolation) {
+			switch {
+			case errors.Is(err, bench.ErrSoakViolation):
 				return cli.Exit(err.Error(), 1)
+			case errors.Is(err, bench.ErrSoakInterrupted):
+				return cli.Exit(err.Error(), 130)
 			}
 			return benchExit(err)
 		},
