@@ -127,7 +127,7 @@ type SoakResult struct {
 	Resources         []SoakResources `json:"resources"`
 	DriverExit        int             `json:"driver_exit"`
 	// Interrupted: the soak was stopped (SIGINT, SIGTERM) before its --duration; the job was
-	// still ended as at the end, and the history so far checked.
+	// still ended, and the history so far checked (Resources, left empty, were not).
 	Interrupted bool            `json:"interrupted"`
 	Violations  []SoakViolation `json:"violations"`
 }
@@ -211,10 +211,10 @@ func printSoak(w io.Writer, r SoakResult) {
 	fmt.Fprintf(w, "  duplicate samples %d, missing %d, epoch-end padding %d\n  longest stall %s after %s\n  driver exit %d, orphans %d\n",
 		r.DuplicateSamples, r.MissingSamples, r.PaddedSamples, fmtDur(r.LongestStallS), r.LongestStallCause, r.DriverExit, len(r.Orphans))
 	for _, x := range r.Resources {
-		fmt.Fprintf(w, "  %-8s RSS %6d → %6d KiB, fds %3d → %3d\n", x.Role, x.RSSKiBAt0, x.RSSKiB, x.FDsAt0, x.FDs)
+		fmt.Fprintf(w, "  %-8s RSS %6d → %6d KiB, fds %3d → %3d, goroutines %3d → %3d\n", x.Role, x.RSSKiBAt0, x.RSSKiB, x.FDsAt0, x.FDs, x.GoroutinesAt0, x.Goroutines)
 	}
 	if r.Interrupted {
-		fmt.Fprintln(w, "  interrupted before its duration: the job was ended and the history so far checked")
+		fmt.Fprintln(w, "  interrupted before its duration: the job was ended and the history so far checked (not its resources)")
 	}
 	if len(r.Violations) == 0 {
 		fmt.Fprintln(w, "  no violation")
@@ -270,9 +270,33 @@ type soak struct {
 type child struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed once it has exited
+
+	mu         sync.Mutex
+	stats      int // "runtime stats" lines read from its output
+	goroutines int // in the last of them
 }
 
 func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// goroutinesNow asks the process (a driver or an agent) for its runtime figures with
+// SIGUSR1 and returns the goroutines it logs, or -1 if it says nothing within d.
+func (c *child) goroutinesNow(d time.Duration) int {
+	c.mu.Lock()
+	seen := c.stats
+	c.mu.Unlock()
+	if c.exited() || syscall.Kill(c.pid(), syscall.SIGUSR1) != nil {
+		return -1
+	}
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		c.mu.Lock()
+		n, g := c.stats, c.goroutines
+		c.mu.Unlock()
+		if n > seen {
+			return g
+		}
+	}
+	return -1
+}
 
 func (c *child) exited() bool {
 	select {
@@ -296,6 +320,7 @@ func (c *child) wait(d time.Duration) int {
 var (
 	soakEvent   = regexp.MustCompile(`event step=(\d+) world=(\d+) gen=\d+ t=(\d+)`)
 	soakStarted = regexp.MustCompile(`started worker.* pid=(\d+)`)
+	soakStats   = regexp.MustCompile(`msg="runtime stats" goroutines=(\d+)`)
 )
 
 func newSoak(self, trainer string, o SoakOptions, errw io.Writer) (*soak, error) {
@@ -395,6 +420,12 @@ func (s *soak) spawn(ctx context.Context, name string, scan func(string), args .
 		sc.Buffer(make([]byte, 1<<16), 1<<20)
 		for sc.Scan() {
 			fmt.Fprintln(logw, sc.Text())
+			if m := soakStats.FindStringSubmatch(sc.Text()); m != nil {
+				g, _ := strconv.Atoi(m[1])
+				c.mu.Lock()
+				c.stats, c.goroutines = c.stats+1, g
+				c.mu.Unlock()
+			}
 			if scan != nil {
 				scan(sc.Text())
 			}
@@ -583,17 +614,18 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 	sample := func() []SoakResources {
 		var r []SoakResources
 		rss, fds := resources(driver.pid())
-		r = append(r, SoakResources{Role: "driver", RSSKiB: rss, FDs: fds})
+		r = append(r, SoakResources{Role: "driver", RSSKiB: rss, FDs: fds, Goroutines: driver.goroutinesNow(5 * time.Second)})
 		for i, a := range agent {
 			rss, fds := resources(a.pid())
-			r = append(r, SoakResources{Role: hostID(i), RSSKiB: rss, FDs: fds})
+			r = append(r, SoakResources{Role: hostID(i), RSSKiB: rss, FDs: fds, Goroutines: a.goroutinesNow(5 * time.Second)})
 		}
 		return r
 	}
 	sleep(ctx, 2*time.Second) // past the start's first resets
 	res.Resources = sample()
 	for i := range res.Resources {
-		res.Resources[i].RSSKiBAt0, res.Resources[i].FDsAt0 = res.Resources[i].RSSKiB, res.Resources[i].FDs
+		x := &res.Resources[i]
+		x.RSSKiBAt0, x.FDsAt0, x.GoroutinesAt0 = x.RSSKiB, x.FDs, x.Goroutines
 	}
 
 	rng := mrand.New(mrand.NewPCG(s.o.Seed, 0x50a4))
@@ -800,12 +832,17 @@ faults:
 	res.DurationS = time.Since(s.start).Seconds()
 	res.Interrupted = ctx.Err() != nil
 
-	// The end: the job back at full size, resources measured, the job stopped.
-	if !res.Interrupted && !s.waitProgress(ctx, time.Now(), np, time.Minute) {
-		s.say("the job did not grow back to %d workers within a minute", np)
-	}
-	for i, r := range sample() {
-		res.Resources[i].RSSKiB, res.Resources[i].FDs = r.RSSKiB, r.FDs
+	// The end: the job back at full size, resources measured, the job stopped. An interrupt
+	// has already sent every child SIGTERM: nothing is left to measure.
+	if res.Interrupted {
+		res.Resources = nil
+	} else {
+		if !s.waitProgress(ctx, time.Now(), np, time.Minute) {
+			s.say("the job did not grow back to %d workers within a minute", np)
+		}
+		for i, r := range sample() {
+			res.Resources[i].RSSKiB, res.Resources[i].FDs, res.Resources[i].Goroutines = r.RSSKiB, r.FDs, r.Goroutines
+		}
 	}
 	// The job ends on its own: every rank sees the stop file at its next commit, training
 	// returns, the workers exit 0, and so must the driver.
@@ -867,7 +904,7 @@ faults:
 	c := CheckSoak(events, SoakObservations{
 		DatasetSize: soakDatasetSz, Padding: s.o.Program == ProgramTorch, Faults: res.Schedule, Bounds: SoakBounds(s.o.Program, s.o.CommTimeout),
 		Orphans: res.Orphans, Resources: res.Resources, ExitCode: exit, WantExit: wantExit,
-		FDSlack: 8, RSSGrowth: 64 << 10, Extra: extra,
+		FDSlack: 8, RSSGrowth: 64 << 10, GoroutineSlack: 64, Extra: extra,
 	})
 	res.Steps, res.Epochs, res.Generations = c.Steps, c.Epochs, c.Generations
 	res.StepsLost, res.StepsRolledBack = c.StepsLost, c.StepsRolledBack

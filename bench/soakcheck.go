@@ -37,15 +37,17 @@ type SoakFault struct {
 	Target string    `json:"target"`
 }
 
-// SoakResources are a driver's or an agent's resident memory (KiB) and open descriptors, at
-// the soak's start and at its end (the process then may be a later one of the same role,
-// started again after a fault).
+// SoakResources are a driver's or an agent's resident memory (KiB), open descriptors and
+// goroutines (as it logs them on SIGUSR1; -1: it did not answer), at the soak's start and at
+// its end (the process then may be a later one of the same role, started again after a fault).
 type SoakResources struct {
-	Role      string `json:"role"`
-	RSSKiBAt0 int64  `json:"rss_kib_start"`
-	RSSKiB    int64  `json:"rss_kib_end"`
-	FDsAt0    int    `json:"fds_start"`
-	FDs       int    `json:"fds_end"`
+	Role          string `json:"role"`
+	RSSKiBAt0     int64  `json:"rss_kib_start"`
+	RSSKiB        int64  `json:"rss_kib_end"`
+	FDsAt0        int    `json:"fds_start"`
+	FDs           int    `json:"fds_end"`
+	GoroutinesAt0 int    `json:"goroutines_start"`
+	Goroutines    int    `json:"goroutines_end"`
 }
 
 // SoakObservations are what the harness saw besides the history.
@@ -61,10 +63,12 @@ type SoakObservations struct {
 	Resources []SoakResources
 	ExitCode  int // the driver's exit status at the end
 	WantExit  int // what it should be
-	// FDSlack and RSSGrowth bound the resource growth: end ≤ start + FDSlack descriptors,
-	// end RSS ≤ 2 × start + RSSGrowth KiB.
-	FDSlack   int
-	RSSGrowth int64
+	// FDSlack, RSSGrowth and GoroutineSlack bound the resource growth: end ≤ start + FDSlack
+	// descriptors, end RSS ≤ 2 × start + RSSGrowth KiB, end goroutines ≤ 2 × start +
+	// GoroutineSlack (long polls in flight come and go; a leak per fault does not).
+	FDSlack        int
+	RSSGrowth      int64
+	GoroutineSlack int
 	// Extra are violations the harness found itself (a SIGSTOPped worker not killed in time).
 	Extra []SoakViolation
 }
@@ -401,6 +405,12 @@ func CheckSoak(events []SoakEvent, o SoakObservations) SoakCheck {
 		}
 		if r.RSSKiB > 2*r.RSSKiBAt0+o.RSSGrowth {
 			bad("rss-bounded", "%s: RSS %d KiB at the end, %d KiB at the start (bound 2× + %d KiB)", r.Role, r.RSSKiB, r.RSSKiBAt0, o.RSSGrowth)
+		}
+		switch {
+		case r.GoroutinesAt0 < 0 || r.Goroutines < 0:
+			bad("goroutines-flat", "%s: did not tell its goroutines (SIGUSR1) at the start or the end", r.Role)
+		case r.Goroutines > 2*r.GoroutinesAt0+o.GoroutineSlack:
+			bad("goroutines-flat", "%s: %d goroutines at the end, %d at the start (bound 2× + %d)", r.Role, r.Goroutines, r.GoroutinesAt0, o.GoroutineSlack)
 		}
 	}
 	slices.SortStableFunc(c.Violations, func(a, b SoakViolation) int { return cmp.Compare(a.Invariant, b.Invariant) })

@@ -50,7 +50,7 @@ func (h *hist) gen(g uint64, size int, from, to int64, commitEvery int) {
 }
 
 func obs() bench.SoakObservations {
-	return bench.SoakObservations{DatasetSize: dataset, Bounds: map[string]time.Duration{"": time.Second, bench.FaultWorkerKill: 3 * time.Second}, FDSlack: 4, RSSGrowth: 1024}
+	return bench.SoakObservations{DatasetSize: dataset, Bounds: map[string]time.Duration{"": time.Second, bench.FaultWorkerKill: 3 * time.Second}, FDSlack: 4, RSSGrowth: 1024, GoroutineSlack: 8}
 }
 
 func invariants(c bench.SoakCheck) string {
@@ -160,6 +160,14 @@ func TestSoakCheck(t *testing.T) {
 			o.ExitCode, o.WantExit = 1, 130
 			o.Resources = []bench.SoakResources{{Role: "driver", FDsAt0: 10, FDs: 15, RSSKiBAt0: 1000, RSSKiB: 3100}, {Role: "host-2", FDsAt0: 10, FDs: 14, RSSKiBAt0: 1000, RSSKiB: 3000}}
 		}, "driver-exit,fds-flat,no-orphans,rss-bounded", 2},
+		{"goroutines grown, or not told", func(h *hist, o *bench.SoakObservations) {
+			h.gen(1, 2, 0, 2, 1)
+			o.Resources = []bench.SoakResources{
+				{Role: "driver", GoroutinesAt0: 20, Goroutines: 49}, // over 2 × 20 + 8
+				{Role: "host-2", GoroutinesAt0: 20, Goroutines: 48}, // within
+				{Role: "host-3", GoroutinesAt0: -1, Goroutines: 5},  // no answer at the start
+			}
+		}, "goroutines-flat,goroutines-flat", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var h hist

@@ -105,6 +105,7 @@ func runAgent(c *cli.Context) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level, ReplaceAttr: shortTime}))
+	logStatsOnSIGUSR1(c.Context, log)
 	cfg := agent.Config{
 		DriverURL: c.String("driver"), Slots: c.Int("slots"), Version: version, Logger: log,
 		DriverTimeout: c.Duration("driver-timeout"), StopGrace: c.Duration("stop-grace"),

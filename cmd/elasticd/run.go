@@ -161,6 +161,7 @@ func runJob(c *cli.Context) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level, ReplaceAttr: shortTime}))
+	logStatsOnSIGUSR1(c.Context, log)
 	if c.NArg() == 0 {
 		return cli.Exit("run: no command: put the training command after --, e.g. elasticd run -np 4 -- ./train", 2)
 	}
