@@ -77,6 +77,21 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 
 func (c *Client) do(ctx context.Context, method, target string, in, out any) error {
 	r, err := c.auth.Exchange(ctx, c.hc, method, c.base+target, in, 16<<20)
+	// A driver that has just started refuses requests stamped before its start second: with
+	// this host's clock behind its own, sign again each second until the gap has passed. The
+	// request was refused unread, so sending it again cannot apply it twice.
+	for first := time.Now(); ; {
+		ue, ok := errors.AsType[*protocol.UnsignedError](err)
+		if !ok || ue.Status != http.StatusUnauthorized || !protocol.SignedBeforeStart(ue.Reason) || time.Since(first) >= protocol.DefaultReplayWindow {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the driver refused the request as %s, until %w", ue.Reason, ctx.Err())
+		case <-time.After(time.Second):
+		}
+		r, err = c.auth.Exchange(ctx, c.hc, method, c.base+target, in, 16<<20)
+	}
 	if ue, ok := errors.AsType[*protocol.UnsignedError](err); ok {
 		switch ue.Status {
 		case http.StatusUnauthorized:

@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/elasticd/elasticd/driver"
 	"github.com/elasticd/elasticd/driver/admin"
@@ -317,5 +319,43 @@ func TestStop(t *testing.T) {
 	}
 	if got := <-stops; got != "loss plateaued" {
 		t.Fatalf("the job got %q", got)
+	}
+}
+
+// A driver that has just started refuses requests stamped before its start second; ctl on a
+// host whose clock is behind signs again a second later, and the request goes through once.
+// Any other refusal of the signature is final.
+func TestClientSignsAgainForADriverJustStarted(t *testing.T) {
+	a := newAPI(t)
+	h, _ := admin.NewHandler(secret, a.overlay, nil, nil)
+	var early, served atomic.Int64
+	early.Store(2)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if early.Add(-1) >= 0 {
+			http.Error(w, protocol.ReasonSignedBeforeStart, http.StatusUnauthorized)
+			return
+		}
+		served.Add(1)
+		h.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	c, _ := admin.NewClient(ts.URL, secret, nil)
+	start := time.Now()
+	if _, err := c.AddHost(context.Background(), "127.0.0.9", 2); err != nil {
+		t.Fatalf("add-host through two refusals of an early stamp: %v", err)
+	}
+	if d := time.Since(start); d < 1900*time.Millisecond {
+		t.Fatalf("signed again after %v: want a second between tries", d)
+	}
+	if served.Load() != 1 {
+		t.Fatalf("the handler saw the request %d times, want once", served.Load())
+	}
+	bad, _ := admin.NewClient(ts.URL, []byte("another secret, another signature"), nil)
+	start = time.Now()
+	if _, err := bad.Status(context.Background()); err == nil || !strings.Contains(err.Error(), "refused the request's signature") {
+		t.Fatalf("Status with the wrong secret = %v, want the signature refused", err)
+	}
+	if d := time.Since(start); d > 900*time.Millisecond {
+		t.Fatalf("a wrong secret's refusal took %v: it must not be tried again", d)
 	}
 }
