@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - said plainly, not skipped silently und
 import torch.distributed as dist  # noqa: E402
 
 import elasticd.torch as hvd  # noqa: E402
-from elasticd.torch._runtime import await_members  # noqa: E402
+from elasticd.torch._runtime import await_members, neighbours  # noqa: E402
 from elasticd.torch.elastic import ElasticSampler, TorchState  # noqa: E402
 
 for k in ("ELASTICD_RENDEZVOUS", "RANK", "WORLD_SIZE", "MASTER_ADDR"):
@@ -373,6 +373,33 @@ class AwaitMembersTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "1 of 2 members"):
             await_members(self.master, "d", 2, time.time() + 0.5, lambda: False)
         self.assertLess(time.time() - start, 5)
+
+
+class NeighboursTest(unittest.TestCase):
+    """After a failure a member probes its ring neighbours and recursive-doubling partners, so
+    that every member's side of a cut is known to the driver from a few dials each."""
+
+    def test_ring_and_partners(self) -> None:
+        self.assertEqual(neighbours(0, 1), [])
+        self.assertEqual(neighbours(0, 2), [1])
+        self.assertEqual(neighbours(0, 8), [1, 2, 4, 7])
+        self.assertEqual(neighbours(5, 8), [1, 4, 6, 7])
+        self.assertEqual(neighbours(5, 6), [0, 1, 4])   # 5 XOR 2 = 7 is past the world
+        self.assertEqual(neighbours(2, 3), [0, 1])
+        for size in range(2, 40):
+            for rank in range(size):
+                got = neighbours(rank, size)
+                self.assertNotIn(rank, got)
+                self.assertTrue(all(0 <= r < size for r in got))
+                self.assertLessEqual(len(got), size.bit_length() + 2)
+            # the probes join the members: from rank 0, every member is reached through them
+            seen, todo = {0}, [0]
+            while todo:
+                for r in neighbours(todo.pop(), size):
+                    if r not in seen:
+                        seen.add(r)
+                        todo.append(r)
+            self.assertEqual(len(seen), size)
 
 
 # Two survivors that recorded indices one by one (record_indices) and two ranks that have just

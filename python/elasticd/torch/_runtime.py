@@ -54,6 +54,19 @@ def await_members(store: Any, key: str, size: int, deadline: float, superseded: 
         time.sleep(poll)
 
 
+def neighbours(rank: int, size: int) -> list[int]:
+    """The ranks a member probes after a failure: its ring neighbours and its recursive-
+    doubling partners (rank XOR 1, 2, 4, ...), sorted, without itself."""
+    out = {(rank - 1) % size, (rank + 1) % size}
+    k = 1
+    while k < size:
+        if rank ^ k < size:
+            out.add(rank ^ k)
+        k <<= 1
+    out.discard(rank)
+    return sorted(out)
+
+
 def parse_duration(text: str) -> float:
     """ELASTICD_COMM_TIMEOUT, a Go duration, in seconds."""
     return _rendezvous.parse_duration(text, "ELASTICD_COMM_TIMEOUT")
@@ -217,15 +230,17 @@ class Runtime:
         return self.client.kv_get(gen, f"allreduce/g{gen}/abandoned", deadline=time.time()) is not None
 
     def probe_neighbours(self) -> tuple[list[int], list[int]]:
-        """The ring neighbours (rank ± 1) of this generation whose hosts do not answer a probe,
-        and those whose hosts do, at the addresses published at its formation; a quarter of
-        the collectives' timeout each, 0.2 s to 1 s. The driver joins the members that reach
-        each other and fails those a cut sets apart."""
+        """The neighbours of this generation whose hosts do not answer a probe, and those whose
+        hosts do, at the addresses published at its formation; a quarter of the collectives'
+        timeout each, 0.2 s to 1 s. The neighbours are the ring's (rank ± 1) and the
+        recursive-doubling partners (rank XOR 2^k), as Go workers probe: log2(size) + 2 hosts,
+        enough for the driver, which joins the members that reach each other, to find which
+        side of a cut each member is on."""
         size, rank, gen = int(self.assignment.get("size", 0)), int(self.assignment.get("rank", 0)), self.generation
         if size < 2:
             return [], []
         addrs: dict[int, str] = {}
-        for r in {(rank - 1) % size, (rank + 1) % size} - {rank}:
+        for r in neighbours(rank, size):
             try:
                 v = self.client.kv_get(gen, f"elasticd/probe/{r}", deadline=time.time())
             except _rendezvous.RendezvousError:
