@@ -136,12 +136,15 @@ bench-pytorch: build
 # checked: every step once, no committed step lost, every sample once per epoch, stalls
 # within bounds, exit 0, nothing left behind, descriptors and memory flat. Exits 1 on a
 # violation. SOAK_PROGRAM: go (the demo trainer) or torch (elasticd.torch in-process).
+# SOAK_FLAGS: more flags, e.g. SOAK_FLAGS=--netns (as root: hosts in network namespaces, and
+# the network faults: cut-peers, cut-one-way, cut-driver, slow-link).
 # soak-ci (.ci/run): seed 1, the Go program for 5 minutes, then PyTorch for 2.
 SOAK_DURATION ?= 2h
 SOAK_SEED     ?= 1
 SOAK_PROGRAM  ?= go
+SOAK_FLAGS    ?=
 soak: build
-	./$(BIN) bench soak --program $(SOAK_PROGRAM) --seed $(SOAK_SEED) --duration $(SOAK_DURATION)
+	./$(BIN) bench soak --program $(SOAK_PROGRAM) --seed $(SOAK_SEED) --duration $(SOAK_DURATION) $(SOAK_FLAGS)
 
 soak-ci: build
 	./$(BIN) bench soak --seed 1 --duration 5m

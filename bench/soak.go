@@ -20,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/elasticd/elasticd/internal/lan"
 )
 
 // The fault kinds of the soak's nemesis, in the order a seed's shuffle starts from.
@@ -37,11 +39,20 @@ const (
 	FaultDiscErr    = "discovery-error" // the discovery script fails (exit 1) for 3–6 s
 	FaultDiscHang   = "discovery-hang"  // the discovery script hangs past --discovery-timeout for 3–6 s
 	FaultDriverAway = "driver-away"     // SIGKILL of the driver, then of a worker while it is down; the driver started again 1–2 s later
+
+	// With Netns (hosts in network namespaces):
+	FaultCutPeers  = "cut-peers"   // a host cut off from the other hosts, both ways, not from the driver, for 3–6 s
+	FaultCutDriver = "cut-driver"  // a host cut off from the driver, both ways, not from its peers, for 3–6 s
+	FaultCutOneWay = "cut-one-way" // a host's packets to the other hosts dropped, theirs still arriving, for 3–6 s
+	FaultSlowLink  = "slow-link"   // a host's link throttled (64 kbit/s, packets queued past 5 ms dropped) for 3–6 s
 )
 
-// SoakFaultKinds are every kind the nemesis applies.
+// SoakFaultKinds are every kind the nemesis applies without Netns.
 var SoakFaultKinds = []string{FaultWorkerKill, FaultWorkerStop, FaultAgentKill, FaultNotice, FaultFlap, FaultDriverKill, FaultDriverTerm, FaultDouble,
 	FaultAgentStop, FaultDriverStop, FaultDiscErr, FaultDiscHang, FaultDriverAway}
+
+// SoakNetFaultKinds are the kinds it adds with Netns.
+var SoakNetFaultKinds = []string{FaultCutPeers, FaultCutDriver, FaultCutOneWay, FaultSlowLink}
 
 // The programs a soak can train: the demo trainer (Go, worker.State), or
 // bench/pytorch/soak_train.py (PyTorch, elasticd.torch in-process, gloo).
@@ -77,6 +88,12 @@ func SoakBounds(program string, commTimeout time.Duration) map[string]time.Durat
 		FaultDriverStop: r + 4*time.Second,
 		FaultDiscErr:    r, // the hosts stay as they were: nothing should stall
 		FaultDiscHang:   r,
+		// The cut host's workers are found cut off after --comm-timeout and a probe and
+		// failed; after the heal (up to 6 s) the host returns with a reset.
+		FaultCutPeers:  commTimeout + time.Second + r + 6*time.Second,
+		FaultCutOneWay: commTimeout + time.Second + r + 6*time.Second,
+		FaultCutDriver: r + 6*time.Second, // within the agent's lease: its workers train on
+		FaultSlowLink:  r + 6*time.Second, // the job crawls; were a collective to time out, a reset
 	}
 }
 
@@ -100,10 +117,15 @@ type SoakOptions struct {
 	Hosts       int           // agents on 127.0.0.2 up, 3 to 8
 	Slots       int           // slots per host, 1 to 4
 	CommTimeout time.Duration // the job's --comm-timeout
-	LogDir      string        // where the children's output goes ("": discarded)
-	JSON        bool
-	Out         io.Writer // the summary
-	Err         io.Writer // the seed and one line per fault unless JSON
+	// Netns runs the driver and each agent in its own network namespace, joined by a bridge
+	// (Linux, root, iproute2, tc), and adds SoakNetFaultKinds.
+	Netns bool
+	// Faults are the kinds the nemesis draws from (nil: all it can apply).
+	Faults []string
+	LogDir string // where the children's output goes ("": discarded)
+	JSON   bool
+	Out    io.Writer // the summary
+	Err    io.Writer // the seed and one line per fault unless JSON
 }
 
 // SoakResult is what Soak found: `elasticd bench soak --json`.
@@ -154,6 +176,14 @@ func Soak(ctx context.Context, o SoakOptions) (SoakResult, error) {
 	case o.CommTimeout < 500*time.Millisecond || o.CommTimeout > time.Minute:
 		return SoakResult{}, usageError("comm-timeout", "%v: must be from 500ms to 1m", o.CommTimeout)
 	}
+	for _, k := range o.Faults {
+		switch {
+		case slices.Contains(SoakNetFaultKinds, k) && !o.Netns:
+			return SoakResult{}, usageError("faults", "%s needs --netns (hosts in network namespaces)", k)
+		case !slices.Contains(SoakFaultKinds, k) && !slices.Contains(SoakNetFaultKinds, k):
+			return SoakResult{}, usageError("faults", "%q is no fault kind: use %s (and with --netns %s)", k, strings.Join(SoakFaultKinds, ", "), strings.Join(SoakNetFaultKinds, ", "))
+		}
+	}
 	self, err := executable(o.Exe)
 	if err != nil {
 		return SoakResult{}, err
@@ -179,7 +209,7 @@ func Soak(ctx context.Context, o SoakOptions) (SoakResult, error) {
 	if err != nil {
 		return SoakResult{}, err
 	}
-	defer os.RemoveAll(s.dir)
+	defer s.close()
 	res, err := s.run(ctx)
 	if err != nil {
 		return res, err
@@ -202,7 +232,7 @@ func Soak(ctx context.Context, o SoakOptions) (SoakResult, error) {
 
 func printSoak(w io.Writer, r SoakResult) {
 	fmt.Fprintf(w, "soak: %s program, seed %d, %.0f s, %d faults", r.Program, r.Seed, r.DurationS, len(r.Schedule))
-	for _, k := range SoakFaultKinds {
+	for _, k := range slices.Concat(SoakFaultKinds, SoakNetFaultKinds) {
 		if r.Faults[k] > 0 {
 			fmt.Fprintf(w, ", %s %d", k, r.Faults[k])
 		}
@@ -249,7 +279,8 @@ type soak struct {
 	agentSecret, admin string
 	stateDir, ckptDir  string
 	history, addr      string
-	discovery          string // the discovery script; discoveryMode is the file that makes it fail or hang
+	lan                *lan.LAN // with Netns: the driver's and the hosts' namespaces
+	discovery          string   // the discovery script; discoveryMode is the file that makes it fail or hang
 	discoveryMode      string
 	stopFile           string // created at the end: the job ends at its next commit, exit 0
 	torchScript        string // bench/pytorch/soak_train.py, written out, with ProgramTorch
@@ -329,19 +360,30 @@ func newSoak(self, trainer string, o SoakOptions, errw io.Writer) (*soak, error)
 		return nil, err
 	}
 	s := &soak{o: o, self: self, trainer: trainer, dir: dir, errw: errw, workers: map[string]int{}}
+	fail := func(err error) (*soak, error) {
+		s.close()
+		return nil, err
+	}
+	if o.Netns {
+		names := []string{"driver"}
+		for i := range o.Hosts {
+			names = append(names, hostID(i))
+		}
+		if s.lan, err = lan.New(fmt.Sprintf("edsoak-%d", os.Getpid()), "10.251.9", names...); err != nil {
+			return fail(fmt.Errorf("--netns: %w", err))
+		}
+	}
 	s.agentSecret, s.admin = filepath.Join(dir, "agent-secret"), filepath.Join(dir, "admin-secret")
 	s.stateDir, s.ckptDir, s.history = filepath.Join(dir, "state"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "history")
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	for _, f := range []struct{ path, v string }{{s.agentSecret, tag + "-soak-agent-secret\n"}, {s.admin, tag + "-soak-admin-secret\n"}} {
 		if err := os.WriteFile(f.path, []byte(f.v), 0o600); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
+			return fail(err)
 		}
 	}
 	for _, d := range []string{s.stateDir, s.ckptDir, s.history} {
 		if err := os.Mkdir(d, 0o700); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
+			return fail(err)
 		}
 	}
 	// Discovery lists the agents' addresses, unless the nemesis has it fail or hang (its
@@ -349,7 +391,7 @@ func newSoak(self, trainer string, o SoakOptions, errw io.Writer) (*soak, error)
 	s.discovery, s.discoveryMode, s.stopFile = filepath.Join(dir, "discover.sh"), filepath.Join(dir, "discovery-mode"), filepath.Join(dir, "stop")
 	var hosts strings.Builder
 	for i := range o.Hosts {
-		fmt.Fprintf(&hosts, "%s:%d\n", hostAddr(i), o.Slots)
+		fmt.Fprintf(&hosts, "%s:%d\n", s.hostAddr(i), o.Slots)
 	}
 	script := fmt.Sprintf(`#!/bin/sh
 # elasticd bench soak's host discovery: the hosts file, unless the nemesis makes it fail or hang.
@@ -372,18 +414,55 @@ exec cat '%s'
 	}
 	for _, f := range files {
 		if err := os.WriteFile(f.path, []byte(f.body), f.mode); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
+			return fail(err)
 		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+		return fail(err)
 	}
 	s.addr = ln.Addr().String()
 	ln.Close()
+	if s.lan != nil { // the driver's namespace is the soak's alone: any port is free there
+		s.addr = net.JoinHostPort(s.lan.Addr("driver"), "29400")
+	}
 	return s, nil
+}
+
+// close deletes the run's directory and its namespaces: every process of the run is gone.
+func (s *soak) close() {
+	os.RemoveAll(s.dir)
+	if s.lan != nil {
+		for _, ns := range s.lan.Namespaces() { // what the run missed: its own, by PID
+			if pids, err := lan.Pids(ns); err == nil {
+				for _, pid := range pids {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		if err := s.lan.Close(); err != nil {
+			fmt.Fprintf(s.errw, "soak: %v\n", err)
+		}
+	}
+}
+
+// kinds are the fault kinds the nemesis draws from: Faults, or every kind it can apply.
+func (s *soak) kinds() []string {
+	if len(s.o.Faults) > 0 {
+		return s.o.Faults
+	}
+	if s.lan != nil {
+		return slices.Concat(SoakFaultKinds, SoakNetFaultKinds)
+	}
+	return SoakFaultKinds
+}
+
+// hostAddr is host i's address: 127.0.0.(i+2), or with Netns its namespace's.
+func (s *soak) hostAddr(i int) string {
+	if s.lan != nil {
+		return s.lan.Addr(hostID(i))
+	}
+	return fmt.Sprintf("127.0.0.%d", i+2)
 }
 
 func (s *soak) say(format string, a ...any) {
@@ -391,13 +470,23 @@ func (s *soak) say(format string, a ...any) {
 	fmt.Fprintf(s.errw, format+"\n", a...)
 }
 
-// spawn starts self with args; its output goes to name's log and through each line to scan.
-func (s *soak) spawn(ctx context.Context, name string, scan func(string), args ...string) (*child, error) {
+// spawn starts self with args, on machine ("driver" or a host ID; with Netns, in its
+// namespace); its output goes to name's log and through each line to scan.
+func (s *soak) spawn(ctx context.Context, machine, name string, scan func(string), args ...string) (*child, error) {
 	var env []string
 	if s.o.Program == ProgramTorch {
-		env = []string{"GLOO_SOCKET_IFNAME=lo"} // gloo's traffic on loopback, not on the address the hostname resolves to
+		// gloo's traffic on the hosts' own link, not on the address the hostname resolves to
+		env = []string{"GLOO_SOCKET_IFNAME=lo"}
+		if s.lan != nil {
+			env = []string{"GLOO_SOCKET_IFNAME=eth0"}
+		}
 	}
-	cmd, out, err := startChildEnv(ctx, &s.procs, env, s.self, args...)
+	prog := s.self
+	if s.lan != nil {
+		argv := s.lan.Command(machine, s.self, args...)
+		prog, args = argv[0], argv[1:]
+	}
+	cmd, out, err := startChildEnv(ctx, &s.procs, env, prog, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -456,7 +545,7 @@ func (s *soak) driverArgs() []string {
 }
 
 func (s *soak) startDriver(ctx context.Context, n int) (*child, error) {
-	return s.spawn(ctx, fmt.Sprintf("driver-%d", n), func(line string) {
+	return s.spawn(ctx, "driver", fmt.Sprintf("driver-%d", n), func(line string) {
 		if m := soakEvent.FindStringSubmatch(line); m != nil {
 			w, _ := strconv.Atoi(m[2])
 			s.mu.Lock()
@@ -466,12 +555,11 @@ func (s *soak) startDriver(ctx context.Context, n int) (*child, error) {
 	}, s.driverArgs()...)
 }
 
-func hostID(i int) string   { return fmt.Sprintf("host-%d", i+2) }
-func hostAddr(i int) string { return fmt.Sprintf("127.0.0.%d", i+2) }
+func hostID(i int) string { return fmt.Sprintf("host-%d", i+2) }
 
 func (s *soak) startAgent(ctx context.Context, i, n int) (*child, error) {
 	id := hostID(i)
-	return s.spawn(ctx, fmt.Sprintf("agent-%s-%d", id, n), func(line string) {
+	return s.spawn(ctx, id, fmt.Sprintf("agent-%s-%d", id, n), func(line string) {
 		if m := soakStarted.FindStringSubmatch(line); m != nil {
 			pid, _ := strconv.Atoi(m[1])
 			s.mu.Lock()
@@ -479,7 +567,7 @@ func (s *soak) startAgent(ctx context.Context, i, n int) (*child, error) {
 			s.allPIDs = append(s.allPIDs, pid)
 			s.mu.Unlock()
 		}
-	}, "agent", "--driver", "http://"+s.addr, "--agent-secret-file", s.agentSecret, "--addr", hostAddr(i),
+	}, "agent", "--driver", "http://"+s.addr, "--agent-secret-file", s.agentSecret, "--addr", s.hostAddr(i),
 		"--host-id", id, "--slots", strconv.Itoa(s.o.Slots), "--metadata", "none")
 }
 
@@ -576,7 +664,11 @@ func resources(pid int) (int64, int) {
 func (s *soak) run(ctx context.Context) (SoakResult, error) {
 	res := SoakResult{Seed: s.o.Seed, Program: s.o.Program, Faults: map[string]int{}}
 	s.start = time.Now()
-	s.say("seed %d, duration %v, %d hosts × %d slots, --comm-timeout %v, program %s", s.o.Seed, s.o.Duration, s.o.Hosts, s.o.Slots, s.o.CommTimeout, s.o.Program)
+	where := "on loopback"
+	if s.lan != nil {
+		where = "in network namespaces"
+	}
+	s.say("seed %d, duration %v, %d hosts × %d slots %s, --comm-timeout %v, program %s, faults %s", s.o.Seed, s.o.Duration, s.o.Hosts, s.o.Slots, where, s.o.CommTimeout, s.o.Program, strings.Join(s.kinds(), " "))
 	// Everything ends by then: the faults, the heal, the stop, the check.
 	ctx, cancel := context.WithTimeout(ctx, s.o.Duration+3*time.Minute)
 	var extra []SoakViolation
@@ -676,7 +768,7 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 		return err
 	}
 	ctl := func(args ...string) error {
-		c, err := s.spawn(ctx, "ctl", nil, append([]string{"ctl", "--driver", "http://" + s.addr, "--admin-secret-file", s.admin}, args...)...)
+		c, err := s.spawn(ctx, "driver", "ctl", nil, append([]string{"ctl", "--driver", "http://" + s.addr, "--admin-secret-file", s.admin}, args...)...)
 		if err != nil {
 			return err
 		}
@@ -706,8 +798,9 @@ faults:
 			break
 		}
 		if len(queue) == 0 {
-			for _, i := range rng.Perm(len(SoakFaultKinds)) {
-				queue = append(queue, SoakFaultKinds[i])
+			kinds := s.kinds()
+			for _, i := range rng.Perm(len(kinds)) {
+				queue = append(queue, kinds[i])
 			}
 		}
 		kind := queue[0]
@@ -776,11 +869,11 @@ faults:
 		case FaultNotice:
 			h := rng.IntN(s.o.Hosts)
 			record(kind, hostID(h))
-			if err := ctl("remove-host", hostAddr(h)); err != nil && ctx.Err() == nil {
+			if err := ctl("remove-host", s.hostAddr(h)); err != nil && ctx.Err() == nil {
 				violate("ctl", "%v", err)
 			}
 			sleep(ctx, 2*time.Second+time.Duration(rng.IntN(2000))*time.Millisecond)
-			if err := ctl("add-host", fmt.Sprintf("%s:%d", hostAddr(h), s.o.Slots)); err != nil && ctx.Err() == nil {
+			if err := ctl("add-host", fmt.Sprintf("%s:%d", s.hostAddr(h), s.o.Slots)); err != nil && ctx.Err() == nil {
 				violate("ctl", "%v", err)
 			}
 		case FaultAgentStop:
@@ -807,6 +900,37 @@ faults:
 				return res, err
 			} else if err != nil {
 				break faults
+			}
+		case FaultCutPeers, FaultCutOneWay, FaultCutDriver, FaultSlowLink:
+			h := rng.IntN(s.o.Hosts)
+			id := hostID(h)
+			record(kind, id)
+			var errs []error
+			switch kind {
+			case FaultCutPeers, FaultCutOneWay:
+				for o := range s.o.Hosts {
+					if o != h {
+						errs = append(errs, s.lan.Blackhole(id, hostID(o)))
+						if kind == FaultCutPeers {
+							errs = append(errs, s.lan.Blackhole(hostID(o), id))
+						}
+					}
+				}
+			case FaultCutDriver:
+				errs = append(errs, s.lan.Blackhole(id, "driver"), s.lan.Blackhole("driver", id))
+			case FaultSlowLink:
+				errs = append(errs, s.lan.Throttle(id, "64kbit", "2kb", "5ms"))
+			}
+			if errors.Join(errs...) == nil {
+				sleep(ctx, 3*time.Second+time.Duration(rng.IntN(3000))*time.Millisecond)
+			}
+			if kind == FaultSlowLink {
+				errs = append(errs, s.lan.Unthrottle(id))
+			} else {
+				errs = append(errs, s.lan.Heal())
+			}
+			if err := errors.Join(errs...); err != nil {
+				return res, err
 			}
 		case FaultDriverAway:
 			h, pid, ok := pick(-1)

@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/elasticd/elasticd/bench"
+	"github.com/elasticd/elasticd/internal/lan"
 )
 
 // The checker finds the bugs the trainer's hidden --mutation plants, in the history of a real
@@ -120,5 +123,36 @@ func TestSoakInterrupted(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "interrupted before its duration") {
 		t.Errorf("the summary does not say the soak was interrupted:\n%s", out.String())
+	}
+}
+
+// The network faults, on hosts in network namespaces: cut off from their peers (both ways
+// and one way), from the driver, and throttled. Every invariant must hold; nothing may be
+// left in the namespaces, which are gone at the end. Skips where namespaces cannot be made.
+func TestSoakNetworkFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 40 s soak")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var out, stderr bytes.Buffer
+	r, err := bench.Soak(ctx, bench.SoakOptions{Exe: binary, Trainer: trainer, Seed: 5, Duration: 40 * time.Second, Hosts: 3, Slots: 2,
+		CommTimeout: 2 * time.Second, Netns: true, Faults: bench.SoakNetFaultKinds, Out: &out, Err: &stderr})
+	if errors.Is(err, lan.ErrUnavailable) {
+		t.Skip(err)
+	}
+	t.Logf("%s", out.String())
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, stderr.String())
+	}
+	if len(r.Faults) < 3 || r.Steps < 300 {
+		t.Errorf("%d network fault kinds applied (%v), %d steps: want at least 3 kinds and a job that trained", len(r.Faults), r.Faults, r.Steps)
+	}
+	left, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(left), fmt.Sprintf("edsoak-%d", os.Getpid())) {
+		t.Errorf("namespaces left behind:\n%s", left)
 	}
 }

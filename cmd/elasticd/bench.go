@@ -197,18 +197,31 @@ the next, 2 to 6 s apart:
    discovery-error  the discovery script fails for 3-6 s
    discovery-hang   the discovery script hangs past --discovery-timeout for 3-6 s
 
+With --netns (Linux, root, iproute2 and tc) the driver and each agent run in their own
+network namespace on 10.251.9.0/24, joined by a bridge, and four network faults join them:
+
+   cut-peers        a host cut off from the other hosts, both ways (not from the driver),
+                    for 3-6 s
+   cut-one-way      a host's packets to the other hosts dropped, theirs still arriving
+   cut-driver       a host cut off from the driver, both ways (not from its peers)
+   slow-link        a host's link throttled to 64 kbit/s, packets queued past 5 ms dropped
+
+--faults draws from the kinds named instead (e.g. --faults cut-peers,slow-link).
+
 Then the program is told to stop (it ends at its next commit, and the job with exit 0), the agents are stopped,
 and it checks: the final lineage of steps has every step once; no committed step trained
 again; every sample once per epoch (PyTorch's sampler may repeat up to world size - 1 in an
 epoch's last step, as torch's DistributedSampler pads); no stall beyond its fault's bound;
-the driver's exit 0; no process left; the driver's and agents' descriptors and memory flat.
+the driver's exit 0; no process left; the driver's and agents' descriptors, memory and
+goroutines (each logs them on SIGUSR1) flat.
 It prints the seed and every fault as it applies it, then the summary; it exits 1 on any
 violation. Interrupted (Ctrl-C, SIGTERM), it ends the job, checks the history so far, and
 exits 130 when that holds. docs/reliability.md ("Soak") gives the bounds.
 
 Examples:
    elasticd bench soak --seed 1 --duration 5m
-   elasticd bench soak --program torch --seed 1 --duration 2m --log-dir /tmp/soak`,
+   elasticd bench soak --program torch --seed 1 --duration 2m --log-dir /tmp/soak
+   sudo elasticd bench soak --netns --seed 1 --duration 10m`,
 		Flags: []cli.Flag{
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the fault schedule", EnvVars: []string{"ELASTICD_SEED"}},
 			&cli.DurationFlag{Name: "duration", Value: 5 * time.Minute, Usage: "how long faults are applied (10s to 24h)", EnvVars: []string{"ELASTICD_DURATION"}},
@@ -218,12 +231,15 @@ Examples:
 			&cli.StringFlag{Name: "program", Value: bench.ProgramGo, Usage: "what the job trains: go (the demo trainer, worker.State) or torch (bench/pytorch/soak_train.py: elasticd.torch in-process, gloo; built into this binary)", EnvVars: []string{"ELASTICD_PROGRAM"}},
 			&cli.StringFlag{Name: "trainer", Usage: "with --program go: the demo trainer binary (default: train beside elasticd, as make build puts it)", EnvVars: []string{"ELASTICD_TRAINER"}},
 			&cli.StringFlag{Name: "python", Usage: "with --program torch: an interpreter that imports torch (default: /usr/bin/python3, then python3)", EnvVars: []string{"ELASTICD_PYTHON"}},
+			&cli.BoolFlag{Name: "netns", Usage: "run the driver and each agent in its own network namespace, and add the network faults (Linux, root)", EnvVars: []string{"ELASTICD_NETNS"}},
+			&cli.StringSliceFlag{Name: "faults", Usage: "draw only from these fault `KINDS` (comma-separated; default: every kind)", EnvVars: []string{"ELASTICD_FAULTS"}},
 			&cli.StringFlag{Name: "log-dir", Usage: "write the driver's, agents' and workers' output to `DIR` (default: discarded)", EnvVars: []string{"ELASTICD_LOG_DIR"}},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object", EnvVars: []string{"ELASTICD_JSON"}},
 		},
 		Action: func(c *cli.Context) error {
 			_, err := bench.Soak(c.Context, bench.SoakOptions{Seed: c.Uint64("seed"), Duration: c.Duration("duration"), Hosts: c.Int("hosts"),
 				Slots: c.Int("slots"), CommTimeout: c.Duration("comm-timeout"), Program: c.String("program"), Trainer: c.String("trainer"), Python: c.String("python"), LogDir: c.String("log-dir"),
+				Netns: c.Bool("netns"), Faults: c.StringSlice("faults"),
 				JSON: c.Bool("json"), Out: c.App.Writer, Err: c.App.ErrWriter})
 			switch {
 			case errors.Is(err, bench.ErrSoakViolation):

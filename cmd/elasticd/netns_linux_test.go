@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,29 +11,19 @@ import (
 	"testing"
 	"time"
 
+	netlan "github.com/elasticd/elasticd/internal/lan"
 	"github.com/elasticd/elasticd/internal/netnstest"
 )
 
-// lan is a small network of namespaces: a switch namespace holding bridge br0, and one
-// namespace per machine with a veth eth0 (SUBNET.i/24) whose other end is a port of br0, as
-// bench/baselines/run.sh's HOSTS mode builds it. Nothing is added to this machine's own
-// namespace, so every lan may use the same subnet.
+// lan is a small network of namespaces (internal/lan): a switch, and one namespace per
+// machine with its address on SUBNET.i/24.
 type lan struct {
-	prefix string
-	nss    map[string]string // machine name → namespace
-	addrs  map[string]string // machine name → address
+	*netlan.LAN
+	nss   map[string]string // machine name → namespace
+	addrs map[string]string // machine name → address
 }
 
 const lanSubnet = "10.251.7"
-
-// ipCmd runs ip with args and says what failed.
-func ipCmd(args ...string) error {
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
 
 // newLAN makes the switch and one namespace per name (addresses SUBNET.1, .2, … in order),
 // deleted when the test ends with whatever still runs in them (killed by PID, and reported).
@@ -40,49 +31,33 @@ func ipCmd(args ...string) error {
 // netns test does; a missing ip fails under CI (scripts/install-test-deps.sh installs it).
 func newLAN(t *testing.T, names ...string) *lan {
 	t.Helper()
-	if _, err := exec.LookPath("ip"); err != nil {
-		msg := fmt.Sprintf("ip (iproute2) not found: %v: scripts/install-test-deps.sh installs it", err)
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
+	if _, err := exec.LookPath("ip"); err != nil && os.Getenv("CI") != "" {
+		t.Fatalf("ip (iproute2) not found: %v: scripts/install-test-deps.sh installs it", err)
+	}
+	n, err := netlan.New(fmt.Sprintf("edpart-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9), lanSubnet, names...)
+	if errors.Is(err, netlan.ErrUnavailable) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, ns := range n.Namespaces() {
+			netnstest.Delete(t, ns)
 		}
-		t.Skip(msg)
-	}
-	l := &lan{prefix: fmt.Sprintf("edpart-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9), nss: map[string]string{}, addrs: map[string]string{}}
-	sw := l.prefix + "-sw"
-	if err := ipCmd("netns", "add", sw); err != nil {
-		t.Skipf("cannot create a network namespace here (needs root or CAP_SYS_ADMIN): %v", err)
-	}
-	t.Cleanup(func() { netnstest.Delete(t, sw) })
-	must := func(args ...string) {
-		t.Helper()
-		if err := ipCmd(args...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	must("-n", sw, "link", "set", "lo", "up")
-	must("-n", sw, "link", "add", "br0", "type", "bridge")
-	must("-n", sw, "link", "set", "br0", "up")
-	for i, name := range names {
-		ns := fmt.Sprintf("%s-%d", l.prefix, i+1)
-		must("netns", "add", ns)
-		t.Cleanup(func() { netnstest.Delete(t, ns) })
-		port := fmt.Sprintf("p%d", i+1)
-		addr := fmt.Sprintf("%s.%d", lanSubnet, i+1)
-		must("-n", ns, "link", "set", "lo", "up")
-		must("-n", sw, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
-		must("-n", sw, "link", "set", port, "master", "br0", "up")
-		must("-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
-		must("-n", ns, "link", "set", "eth0", "up")
-		l.nss[name], l.addrs[name] = ns, addr
+	})
+	l := &lan{LAN: n, nss: map[string]string{}, addrs: map[string]string{}}
+	for _, name := range names {
+		l.nss[name], l.addrs[name] = n.NS(name), n.Addr(name)
 	}
 	return l
 }
 
 // blackhole drops, in machine from's namespace, everything it sends to machine to: one
-// direction of a partition (the kernel has no iptables or netem here; a route does it).
+// direction of a partition.
 func (l *lan) blackhole(t *testing.T, from, to string) {
 	t.Helper()
-	if err := ipCmd("-n", l.nss[from], "route", "add", "blackhole", l.addrs[to]+"/32"); err != nil {
+	if err := l.Blackhole(from, to); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -90,18 +65,8 @@ func (l *lan) blackhole(t *testing.T, from, to string) {
 // heal removes every blackhole route of the lan.
 func (l *lan) heal(t *testing.T) {
 	t.Helper()
-	for _, ns := range l.nss {
-		out, err := exec.Command("ip", "-n", ns, "route", "show", "type", "blackhole").Output()
-		if err != nil {
-			t.Fatalf("ip -n %s route show: %v", ns, err)
-		}
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "blackhole" {
-				if err := ipCmd("-n", ns, "route", "del", "blackhole", f[1]); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+	if err := l.Heal(); err != nil {
+		t.Fatal(err)
 	}
 }
 

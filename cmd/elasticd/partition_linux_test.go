@@ -3,7 +3,6 @@ package main_test
 import (
 	"cmp"
 	"fmt"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -98,16 +97,16 @@ func slowLinkJob(t *testing.T) {
 	const steps = 900
 	hosts := []string{"host-1", "host-2", "host-3"}
 	l := newLAN(t, append([]string{"driver"}, hosts...)...)
-	if out, err := exec.Command("tc", "-n", l.nss["host-1"], "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1mbit", "burst", "8kb", "latency", "10ms").CombinedOutput(); err != nil {
-		t.Skipf("tc's tbf qdisc is not available here: %v: %s", err, strings.TrimSpace(string(out)))
+	if err := l.Throttle("host-1", "1mbit", "8kb", "10ms"); err != nil {
+		t.Skipf("tc's tbf qdisc is not available here: %v", err)
 	}
-	tc := func(h string, args ...string) {
+	must := func(err error) {
 		t.Helper()
-		if out, err := exec.Command("tc", append([]string{"-n", l.nss[h], "qdisc"}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("tc %v: %v: %s", args, err, out)
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
-	tc("host-1", "del", "dev", "eth0", "root")
+	must(l.Unthrottle("host-1"))
 	secret := writeSecret(t)
 	listen := l.addrs["driver"] + ":29400"
 	drv := l.startJobIn(t, "driver", append([]string{"run", "-np", "3", "--min-np", "2", "--launcher", "agent",
@@ -127,12 +126,12 @@ func slowLinkJob(t *testing.T) {
 	}
 	drv.waitFor(`event step=100 `, time.Minute)
 	// 64 kbit/s, at most 5 ms of queue: a few hundred bytes in flight, the rest dropped.
-	tc(slow, "add", "dev", "eth0", "root", "tbf", "rate", "64kbit", "burst", "2kb", "latency", "5ms")
+	must(l.Throttle(slow, "64kbit", "2kb", "5ms"))
 	slowAt, before := time.Now(), len(stepEvents(drv.output()))
 	// The job must keep training through it: 100 more steps within two minutes.
 	drv.waitFor(`event step=(3\d\d|[4-9]\d\d) `, 2*time.Minute)
 	during := len(stepEvents(drv.output())) - before
-	tc(slow, "del", "dev", "eth0", "root")
+	must(l.Unthrottle(slow))
 	t.Logf("%s's link at 64 kbit/s, 5 ms of queue: %d steps in %v", slow, during, time.Since(slowAt).Round(time.Millisecond))
 	if code := drv.wait(2 * time.Minute); code != 0 {
 		t.Fatalf("job exit %d, want 0\n%s", code, tail(drv.output(), 4000))

@@ -4,26 +4,14 @@ package netnstest
 
 import (
 	"os/exec"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/elasticd/elasticd/internal/lan"
 )
 
 // Pids lists the processes running in namespace ns.
-func Pids(ns string) ([]int, error) {
-	out, err := exec.Command("ip", "netns", "pids", ns).Output()
-	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(out)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
-}
+func Pids(ns string) ([]int, error) { return lan.Pids(ns) }
 
 // Delete kills what still runs in namespace ns, by PID, failing the test for each (a test
 // stops what it starts), and deletes the namespace; its veths go with it.
