@@ -58,6 +58,11 @@ type Options struct {
 	// overlay's Changed), so an operator's change reaches the job without waiting for
 	// DiscoveryInterval.
 	Rediscover <-chan struct{}
+	// Operator, when set, is what the operator changed through the admin API (the overlay's
+	// Snapshot): saved with the job's state, for a driver started again on it to restore.
+	Operator interface {
+		Snapshot() (added, stopped []providers.Host)
+	}
 	// Releases, when set, brings back quarantined (flapping) slots: the admin API sends one
 	// when an operator adds a host that is already in the job (elasticd ctl add-host).
 	Releases <-chan Release
@@ -732,6 +737,9 @@ func (d *runner) save(hostsVersion uint64, stopped bool) {
 		st.SecretFrom = "agents"
 	}
 	st.HostsVersion, st.WorkersStopped = hostsVersion, stopped
+	if d.o.Operator != nil {
+		st.OperatorAdded, st.OperatorStopped = d.o.Operator.Snapshot()
+	}
 	// At once when the job changed (a generation, a reset, the group), else every journalEvery.
 	key := [4]uint64{st.Generation, uint64(st.Resets), uint64(len(st.Hosts)), hostsVersion}
 	if now := time.Now(); stopped || d.leaving || key != d.journalKey || now.Sub(d.journalAt) >= journalEvery {

@@ -67,6 +67,10 @@ type SavedState struct {
 	Hosts       []providers.Host       `json:"hosts"`
 	Blacklist   []hosts.BlacklistEntry `json:"blacklist"`
 	Quarantined []string               `json:"quarantined"`
+	// OperatorAdded and OperatorStopped are the hosts an operator added and removed
+	// (elasticd ctl add-host, remove-host): a restarted driver keeps them so.
+	OperatorAdded   []providers.Host `json:"operator_added,omitempty"`
+	OperatorStopped []providers.Host `json:"operator_stopped,omitempty"`
 
 	Resets        int `json:"resets"`
 	FailureResets int `json:"failure_resets"`

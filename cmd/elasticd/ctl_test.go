@@ -141,6 +141,62 @@ func TestCtlAddRemoveHosts(t *testing.T) {
 	}
 }
 
+// What the operator changed survives a restart of the driver on its --state-dir: a host
+// removed with ctl remove-host stays out of the job, one added stays in, and ctl, asked
+// right after the restart, waits for the driver's first discovery instead of failing.
+func TestCtlHostsSurviveADriverRestart(t *testing.T) {
+	secret, state, addr := writeSecret(t), t.TempDir(), freeAddr(t)
+	args := append([]string{"run", "-np", "3", "--min-np", "2", "--max-np", "4", "-H", "127.0.0.2:1,127.0.0.3:1,127.0.0.4:1",
+		"--admin-secret-file", secret, "--listen", addr, "--state-dir", state, "--discovery-interval", "200ms"},
+		trainArgs("--steps", "100000", "--step-delay", "10ms", "--events")...)
+	env := []string{"ELASTICD_DRIVER=http://" + addr, "ELASTICD_ADMIN_SECRET_FILE=" + secret}
+	mustCtl := func(want string, args ...string) {
+		t.Helper()
+		stdout, stderr, code := elasticd(t, env, append([]string{"ctl"}, args...)...)
+		if code != 0 || !strings.Contains(stdout, want) {
+			t.Fatalf("ctl %v: exit %d, stdout %q, stderr %q; want exit 0 and %q", args, code, stdout, stderr, want)
+		}
+	}
+	drv := startJob(t, args...)
+	drv.waitFor(`event step=\d+ world=3 `, time.Minute)
+	mustCtl("removed host 127.0.0.4 (1 slot)", "remove-host", "127.0.0.4")
+	mustCtl("added host 127.0.0.5 (1 slot)", "add-host", "127.0.0.5:1")
+	drv.waitFor(`world=3 [^\n]*\n(?s:.*)generation \d+: world size 3`, 30*time.Second) // .4 out, .5 in
+	syscall.Kill(drv.cmd.Process.Pid, syscall.SIGKILL)
+	drv.wait(10 * time.Second)
+
+	again := startJob(t, args...)
+	driverURL(again) // listening
+	// At once: the driver may not have listed its hosts yet; ctl waits for it, then hears the
+	// host is still stopped.
+	if _, stderr, code := elasticd(t, env, "ctl", "remove-host", "127.0.0.4"); code != 1 || !strings.Contains(stderr, "host 127.0.0.4 is already stopped") {
+		t.Fatalf("ctl remove-host 127.0.0.4 right after the restart: exit %d, %q; want 1, already stopped", code, stderr)
+	}
+	again.waitFor(`event step=\d+ world=3 `, time.Minute)
+	time.Sleep(time.Second) // discovery polls every 200 ms: .4 would be back by now
+	stdout, _, _ := elasticd(t, env, "ctl", "status", "--json")
+	var st admin.Status
+	if err := json.Unmarshal([]byte(stdout), &st); err != nil {
+		t.Fatalf("ctl status --json: %v\n%s", err, stdout)
+	}
+	states := map[string]string{}
+	for _, h := range st.Hosts {
+		states[h.ID] = h.State
+	}
+	if states["127.0.0.4"] != admin.StateStopped || states["127.0.0.5"] != admin.StateActive || st.WorldSize != 3 {
+		t.Fatalf("after the restart: hosts %v, world size %d; want 127.0.0.4 stopped, 127.0.0.5 active, 3 workers", states, st.WorldSize)
+	}
+	if strings.Contains(again.output(), `worker=127.0.0.4/0`) {
+		t.Fatal("the restarted driver launched a worker on the host the operator had removed")
+	}
+	mustCtl("host 127.0.0.4 is back (1 slot)", "add-host", "127.0.0.4")
+	again.waitFor(`generation \d+: world size 4`, 30*time.Second)
+	elasticd(t, env, "ctl", "stop", "test done")
+	if code := again.wait(time.Minute); code == -1 {
+		t.Fatal("the job did not end after ctl stop")
+	}
+}
+
 // A driver started without --admin-secret-file has no admin API: ctl says so.
 func TestCtlAdminAPIOff(t *testing.T) {
 	secret := writeSecret(t)

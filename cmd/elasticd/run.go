@@ -716,6 +716,9 @@ func adminAPI(c *cli.Context, o *driver.Options) error {
 		minNP = o.NP
 	}
 	overlay := admin.NewOverlay(o.Provider, minNP)
+	if o.Restore != nil { // a host the operator removed stays removed; one added stays
+		overlay.Restore(o.Restore.OperatorAdded, o.Restore.OperatorStopped)
+	}
 	o.Status = &driver.StatusBoard{}
 	h, err := admin.NewHandler(secret, overlay, o.Status.Load, o.Logger)
 	if err != nil {
@@ -724,7 +727,7 @@ func adminAPI(c *cli.Context, o *driver.Options) error {
 	releases, stops := make(chan driver.Release), make(chan string)
 	h.Releases(releases)
 	h.Stops(stops)
-	o.Provider, o.Admin, o.Rediscover, o.Releases, o.Stops = overlay, h, overlay.Changed(), releases, stops
+	o.Provider, o.Admin, o.Rediscover, o.Releases, o.Stops, o.Operator = overlay, h, overlay.Changed(), releases, stops, overlay
 	return nil
 }
 

@@ -107,6 +107,15 @@ func (c *Client) do(ctx context.Context, method, target string, in, out any) err
 	if err != nil {
 		return err
 	}
+	if r.Status == http.StatusServiceUnavailable && strings.Contains(r.Reason, ReasonNotDiscovered) {
+		// A driver that has just started: its first discovery poll answers within moments.
+		select {
+		case <-ctx.Done():
+			return &Refused{Code: r.Status, Msg: r.Reason}
+		case <-time.After(time.Second):
+		}
+		return c.do(ctx, method, target, in, out)
+	}
 	if r.Status != http.StatusOK {
 		return &Refused{Code: r.Status, Msg: r.Reason}
 	}

@@ -343,7 +343,8 @@ func (h *Handler) snapshot() Status {
 	return s
 }
 
-// answerRefusal answers an Overlay refusal: 404 unknown host, 409 a conflict with the job's state.
+// answerRefusal answers an Overlay refusal: 404 unknown host, 409 a conflict with the job's
+// state, 503 hosts not discovered yet.
 func answerRefusal(a protocol.Answer, err error) {
 	switch {
 	case errors.Is(err, ErrUnknownHost):
@@ -352,6 +353,8 @@ func answerRefusal(a protocol.Answer, err error) {
 		a.Error(http.StatusConflict, err.Error())
 	case errors.Is(err, ErrBadHost):
 		a.Error(http.StatusBadRequest, err.Error())
+	case errors.Is(err, ErrNotDiscovered):
+		a.Error(http.StatusServiceUnavailable, err.Error())
 	default:
 		a.Error(http.StatusInternalServerError, err.Error())
 	}

@@ -359,3 +359,30 @@ func TestClientSignsAgainForADriverJustStarted(t *testing.T) {
 		t.Fatalf("a wrong secret's refusal took %v: it must not be tried again", d)
 	}
 }
+
+// A driver that has just started has not listed its hosts: add-host and remove-host get 503
+// with the reason, and the client tries again each second until the first poll is in, within
+// its context.
+func TestClientWaitsForTheFirstDiscovery(t *testing.T) {
+	g := &group{hosts: []providers.Host{host("127.0.0.2", 2), host("127.0.0.3", 2)}}
+	o := admin.NewOverlay(g, 1)
+	h, _ := admin.NewHandler(secret, o, nil, nil)
+	ts := httptest.NewServer(h)
+	defer ts.Close()
+	c, _ := admin.NewClient(ts.URL, secret, nil)
+
+	short, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	_, err := c.RemoveHost(short, "127.0.0.3", false)
+	refused(t, err, http.StatusServiceUnavailable, "has not listed its hosts yet")
+
+	time.AfterFunc(1200*time.Millisecond, func() { o.Hosts(context.Background()) })
+	start := time.Now()
+	if _, err := c.RemoveHost(context.Background(), "127.0.0.3", false); err != nil {
+		t.Fatalf("remove-host across the first discovery: %v", err)
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Fatalf("removed after %v, before the first discovery", d)
+	}
+	want(t, "stopped", ids(o.Stopped()), "127.0.0.3:2")
+}

@@ -22,7 +22,14 @@ var (
 	ErrUnknownHost    = errors.New("unknown host")
 	ErrBelowMinNP     = errors.New("would go below --min-np")
 	ErrBadHost        = errors.New("malformed host")
+	// ErrNotDiscovered: the driver has just started and its provider has not answered yet, so
+	// a host cannot be told apart from one it lists (ReasonNotDiscovered).
+	ErrNotDiscovered = errors.New("hosts not discovered yet")
 )
+
+// ReasonNotDiscovered is the message of ErrNotDiscovered, which the handler answers with 503
+// and the client tries again on.
+const ReasonNotDiscovered = "the driver has not listed its hosts yet (it has just started): try again in a moment"
 
 // refusal is an error with a message for people and a kind for programs.
 type refusal struct {
@@ -52,6 +59,7 @@ type Overlay struct {
 	changed chan struct{} // capacity 1: the operator changed the hosts
 
 	mu        sync.Mutex
+	polled    bool                      // inner has answered once (lastInner is its answer)
 	lastInner []providers.Host          // inner's latest good answer
 	added     map[string]providers.Host // by the operator, whether or not inner lists them
 	stopped   map[string]providers.Host // removed by the operator
@@ -85,6 +93,7 @@ func (o *Overlay) Hosts(ctx context.Context) ([]providers.Host, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.polled = true
 	o.lastInner = slices.Clone(hs)
 	for _, h := range hs { // keep the stopped record of a host inner still lists up to date
 		if _, ok := o.stopped[h.ID]; ok {
@@ -120,6 +129,27 @@ func (o *Overlay) Added() []providers.Host {
 		}
 	}
 	return out
+}
+
+// Snapshot returns what the operator changed: the hosts added and the hosts stopped, sorted
+// by ID. The driver saves them with the job's state (--state-dir), for Restore.
+func (o *Overlay) Snapshot() (added, stopped []providers.Host) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return sortedHosts(o.added), sortedHosts(o.stopped)
+}
+
+// Restore takes up the operator's changes a Snapshot saved, in a driver started again on
+// the job's state: a host removed stays removed, a host added stays in the job.
+func (o *Overlay) Restore(added, stopped []providers.Host) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, h := range added {
+		o.added[h.ID] = h
+	}
+	for _, h := range stopped {
+		o.stopped[h.ID] = h
+	}
 }
 
 func (o *Overlay) currentLocked() []providers.Host {
@@ -168,6 +198,9 @@ func (o *Overlay) add(h providers.Host) (_ providers.Host, _ bool, err error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if !o.polled && o.inner != nil {
+		return h, false, refuse(ErrNotDiscovered, ReasonNotDiscovered)
+	}
 	if s, ok := findHost(sortedHosts(o.stopped), h.ID); ok {
 		delete(o.stopped, s.ID)
 		_, listed := findHost(o.lastInner, s.ID)
@@ -212,6 +245,9 @@ func (o *Overlay) remove(id string, force bool) (_ providers.Host, err error) {
 	}()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if !o.polled && o.inner != nil {
+		return providers.Host{}, refuse(ErrNotDiscovered, ReasonNotDiscovered)
+	}
 	cur := o.currentLocked()
 	h, ok := findHost(cur, id)
 	if !ok {

@@ -257,8 +257,41 @@ func TestOverlayUnknownHost(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Before the first poll, nothing is known.
-	wantErr(t, admin.NewOverlay(providers.NewLocal(1), 1).Remove("local-0", false), admin.ErrUnknownHost, "the job has no hosts")
+	// Before the first poll, nothing is known: a driver that has just started says so (the
+	// client tries again), rather than taking a listed host for unknown, or for a new one.
+	early := admin.NewOverlay(providers.NewLocal(1), 1)
+	wantErr(t, early.Remove("local-0", false), admin.ErrNotDiscovered, "has not listed its hosts yet")
+	wantErr(t, early.Add(providers.Host{Addr: "127.0.0.1"}), admin.ErrNotDiscovered, "has not listed its hosts yet")
+	poll(t, early)
+	if err := early.Remove("local-0", true); err != nil {
+		t.Fatalf("after the first poll: %v", err)
+	}
+}
+
+// What the operator changed is saved with the job's state and restored in a driver started
+// again on it: a removed host stays removed, an added one stays in the job.
+func TestOverlaySnapshotRestore(t *testing.T) {
+	g := &group{hosts: []providers.Host{host("127.0.0.2", 2), host("127.0.0.3", 2)}}
+	o := admin.NewOverlay(g, 1)
+	poll(t, o)
+	if err := o.Remove("127.0.0.3", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Add(providers.Host{Addr: "127.0.0.4", Slots: 1}); err != nil {
+		t.Fatal(err)
+	}
+	added, stopped := o.Snapshot()
+	want(t, "snapshot: added", ids(added), "127.0.0.4:1")
+	want(t, "snapshot: stopped", ids(stopped), "127.0.0.3:2")
+
+	again := admin.NewOverlay(g, 1) // the restarted driver's
+	again.Restore(added, stopped)
+	want(t, "the restarted driver's first poll", poll(t, again), "127.0.0.2:2", "127.0.0.4:1")
+	want(t, "stopped after the restart", ids(again.Stopped()), "127.0.0.3:2")
+	if err := again.Add(providers.Host{Addr: "127.0.0.3"}); err != nil { // brought back as before
+		t.Fatal(err)
+	}
+	want(t, "back", poll(t, again), "127.0.0.2:2", "127.0.0.3:2", "127.0.0.4:1")
 }
 
 func TestOverlayBadHost(t *testing.T) {
