@@ -627,13 +627,36 @@ func (m *Machine) reported(now time.Time, e WorkerReported) []Action {
 	if e.Generation == m.gen && len(e.Unreachable)+len(e.Reached) > 0 && m.phase == phaseResetting {
 		m.noteProbes(e.Worker, e.Reached, e.Unreachable)
 	}
-	// Someone is hung: when everybody else is at the barrier, the one missing is it. Not
-	// when a member reported peers unreachable: then the one missing may be a healthy peer
-	// whose report is on its way, and a cut member reports too (it reaches the driver).
-	if missing := m.barrierMissing(); m.silent && m.phase == phaseResetting && len(missing) == 1 && !m.cutSuspected() {
-		acts = append(acts, m.failWorker(now, missing[0], "was the only member not to reach the reset barrier after a peer found a rank silent (hung or stopped?)", true)...)
+	// Someone is hung. A member launched into this generation that never registered cannot
+	// have reached it: the others waited for it as it formed, and it is the one (hung or
+	// stopped as it started), not a registered member whose report is a moment behind.
+	// Otherwise, when everybody else is at the barrier, the one missing is it. Neither when a
+	// member reported peers unreachable: then the one missing may be a healthy peer whose
+	// report is on its way, and a cut member reports too (it reaches the driver).
+	if m.silent && m.phase == phaseResetting && !m.cutSuspected() {
+		if late := m.neverRegistered(); len(late) > 0 {
+			for _, id := range late {
+				acts = append(acts, m.failWorker(now, id, "never registered for the generation its peers waited for, after a peer found a rank silent (hung or stopped as it started?)", true)...)
+			}
+		} else if missing := m.barrierMissing(); len(missing) == 1 {
+			acts = append(acts, m.failWorker(now, missing[0], "was the only member not to reach the reset barrier after a peer found a rank silent (hung or stopped?)", true)...)
+		}
 	}
 	return acts
+}
+
+// neverRegistered are the members of the current generation that were launched and have not
+// registered yet, in rank order.
+func (m *Machine) neverRegistered() []protocol.WorkerID {
+	var out []protocol.WorkerID
+	for _, id := range m.order {
+		if w := m.workers[id]; w != nil && !w.exited && !w.stopping {
+			if _, due := m.regDue[id]; due {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
 }
 
 // cutSuspected reports whether a member of the reset under way could not reach a peer's host.

@@ -461,6 +461,34 @@ func TestSilentPeerLastOneMissingIsFailedAtOnce(t *testing.T) {
 	s.expectPlan(acts, 2, "h0", "h2")
 }
 
+// A worker launched into a generation that stops as it starts (SIGSTOP, a hang) never
+// registers; the others wait for it as the generation forms and, at the formation timeout,
+// report a silent peer. It is the one failed, even while a registered member's report is a
+// moment behind theirs: that member is healthy, only slower to tell.
+func TestSilentPeerDuringFormationFailsTheMemberThatNeverRegistered(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, BarrierTimeout: time.Minute, CooldownMin: time.Second})
+	ids := s.start(3)
+	s.after(time.Second).exit("h1", 137)
+	acts := s.ready(1, "h0", "h2")
+	s.expectPlan(acts, 2, "h0", "h2")
+	s.after(2 * time.Second).hosts(ids...)
+	s.tick()
+	acts = s.ready(2, "h0", "h2")
+	s.expectPlan(acts, 3, "h0", "h2", "h1")
+	if got := launched(acts); !slices.Equal(got, []string{"h1"}) {
+		t.Fatalf("launched %v, want [h1]", got)
+	}
+	s.m.Step(WorkerStarted{Now: s.now, Worker: wid("h1"), Generation: 3})
+	// h1 stops before it registers; at the formation timeout h0 reports first.
+	acts = s.after(5 * time.Second).m.Step(WorkerReported{Now: s.now, Worker: wid("h0"), Generation: 3, State: protocol.Ready,
+		Message: "generation did not form: 2 of 3 members reached the group before its formation timeout", SilentPeer: true})
+	if got := stopped(acts); !slices.Equal(got, []string{"h1"}) {
+		t.Fatalf("stopped %v, want h1, which never registered (not h2, whose report is on its way)", got)
+	}
+	acts = s.after(10*time.Millisecond).ready(3, "h2")
+	s.expectPlan(acts, 4, "h0", "h2")
+}
+
 // probed is h's READY for gen after a silent peer, naming the ranks whose hosts answered its
 // probe and those that did not.
 func (s *sim) probed(gen uint64, h string, reached, unreachable []int) []Action {

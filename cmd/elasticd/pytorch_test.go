@@ -411,6 +411,46 @@ func TestPyTorchInProcessMemberDiesWhileTheGroupForms(t *testing.T) {
 	inProcessSteps(t, j.output())
 }
 
+// In-process mode, a member hung while its generation forms (a new worker SIGSTOPped as it
+// starts, before it ever reaches the driver): the survivors wait for it at the generation's
+// store for the formation timeout (ELASTICD_FORMATION_TIMEOUT, 5 s here), then report that a
+// peer went silent, and the driver kills the hung one at once instead of waiting out
+// --barrier-timeout (a minute here) for it: the job goes on without it seconds later.
+func TestPyTorchInProcessMemberHungWhileTheGroupForms(t *testing.T) {
+	py := torchPython(t)
+	marker := filepath.Join(t.TempDir(), "hang-at-start")
+	script := fmt.Sprintf(`test -e %q && kill -STOP $$; exec env ELASTICD_FORMATION_TIMEOUT=5s "$0" "$@"`, marker)
+	j := startJob(t, "run", "-np", "3", "--min-np", "2", "--comm-timeout", "2s", "--barrier-timeout", "1m",
+		"--blacklist-cooldown-range", "1s,1s", "--", "sh", "-c", script,
+		py, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "4", "--samples", "1024", "--batch-size", "16", "--hidden", "64", "--step-delay", "0.05")
+	j.waitFor(`\[0\] step 10 `, 90*time.Second)
+	victim := workerPID(t, j.output(), 2, 3)
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(victim, syscall.SIGKILL)
+	// Its slot returns after the cooldown; the new worker stops itself at once, in the
+	// generation that took it in.
+	j.waitFor(`did not form \(2 of 3 members reached the group before its formation timeout`, 60*time.Second)
+	formed := time.Now()
+	j.waitFor(`did not form [^\n]*\n(?s:.*)\[0\] step \d+ t=\S+ world=2 `, 30*time.Second)
+	d := time.Since(formed)
+	if d > 15*time.Second {
+		t.Fatalf("the job went on %v after the formation timeout: the hung member was waited for at the barrier", d)
+	}
+	if !strings.Contains(j.output(), "never registered for the generation its peers waited for") {
+		t.Fatal("the hung member was not the one failed")
+	}
+	t.Logf("the job went on with 2 workers %v after the formation timeout", d.Round(time.Millisecond))
+	if err := os.Remove(marker); err != nil {
+		t.Fatal(err)
+	}
+	if code := j.wait(3 * time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	inProcessSteps(t, j.output())
+}
+
 // In-process mode, a new worker that reaches the state sync seconds after the survivors (a
 // process that took long to build its model, as one does under load): the survivors wait for
 // it at the generation's store, not in the sync's first collective, whose --comm-timeout (2 s)

@@ -27,8 +27,8 @@ from elasticd import _rendezvous
 from elasticd.common.exceptions import HorovodInternalError
 
 _STORE_KEY = "torch/store"
-# How long a generation's group may take to form where torch lets the collectives' timeout
-# differ (see Runtime._build).
+# How long a generation's members wait for each other to form it (see Runtime._build), unless
+# ELASTICD_FORMATION_TIMEOUT says otherwise.
 FORMATION_TIMEOUT = datetime.timedelta(seconds=60)
 
 
@@ -114,6 +114,11 @@ class Runtime:
         self.launched = int(env.get("ELASTICD_GENERATION", "1"))
         self.host_addr = env.get("ELASTICD_HOST_ADDR", "127.0.0.1")
         self.timeout = parse_duration(env.get("ELASTICD_COMM_TIMEOUT", "30s"))
+        # How long the members of a generation wait for each other (a new worker importing
+        # torch and building its model): a member hung or stopped meanwhile costs that long.
+        form = env.get("ELASTICD_FORMATION_TIMEOUT", "")
+        self.formation = max(self.timeout, _rendezvous.parse_duration(form, "ELASTICD_FORMATION_TIMEOUT") if form
+                             else FORMATION_TIMEOUT.total_seconds())
         # --checkpoint-dir and --checkpoint-every: TorchState writes rank 0's commit there,
         # and a rank 0 without a commit (the job lost every worker) resumes from it.
         self.ckpt_dir = env.get("ELASTICD_CHECKPOINT_DIR", "")
@@ -161,12 +166,16 @@ class Runtime:
                 self._build()
                 return
             except (_rendezvous.GenerationGone, RuntimeError) as e:
-                # The generation was abandoned while it formed: ask for the next one, naming
-                # the neighbours whose hosts do not answer (a network cut, for the driver).
+                # The generation was abandoned while it formed, or a member did not come in
+                # time: ask for the next one, naming the neighbours whose hosts do not answer
+                # (a network cut, for the driver). A member that never came is hung or stopped
+                # (or still starting, past the formation timeout): the report says a peer went
+                # silent, so that the driver fails it at once rather than at --barrier-timeout.
                 print(f"elasticd: generation {self.generation} did not form ({e}); waiting for the next", file=sys.stderr, flush=True)
                 self._teardown()
                 unreachable, reached = self.probe_neighbours()
-                self.client.report(self.generation, "READY", unreachable_ranks=unreachable, reached_ranks=reached)
+                self.client.report(self.generation, "READY", message=f"generation did not form: {e}",
+                                   silent_peer=is_timeout(str(e)), unreachable_ranks=unreachable, reached_ranks=reached)
                 after = self.generation
 
     def _build(self) -> None:
@@ -189,14 +198,14 @@ class Runtime:
         # would otherwise hold the others in init_process_group for the whole formation
         # timeout, past the driver's reset barrier, which then fails them all.
         set_pg_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
-        form = timeout if set_pg_timeout is None else max(timeout, FORMATION_TIMEOUT)
+        form = timeout if set_pg_timeout is None else datetime.timedelta(seconds=self.formation)
         if rank == 0:
             store = dist.TCPStore(self.host_addr, 0, size, True, timeout=form, wait_for_workers=False)
             self.client.kv_put(gen, _STORE_KEY, f"{self.host_addr}:{store.port}".encode())
         else:
-            addr = self.client.kv_get(gen, _STORE_KEY, deadline=time.time() + max(60.0, self.timeout))
+            addr = self.client.kv_get(gen, _STORE_KEY, deadline=time.time() + self.formation)
             if addr is None:
-                raise RuntimeError("rank 0 did not publish its store in time")
+                raise RuntimeError("rank 0 did not publish its store before the formation timeout")
             host, port = addr.decode().rsplit(":", 1)
             store = dist.TCPStore(host.strip("[]"), int(port), size, False, timeout=form)
         self._store = store
@@ -209,7 +218,7 @@ class Runtime:
             if self._probe is not None:
                 self.client.kv_put(gen, f"elasticd/probe/{rank}", self._probe.addr.encode())
             await_members(store, f"elasticd/g{gen}/arrived", size,
-                          time.time() + max(FORMATION_TIMEOUT.total_seconds(), self.timeout),
+                          time.time() + self.formation,
                           lambda: self._abandoned(gen))
         dist.init_process_group(self.backend, store=dist.PrefixStore(f"elasticd/g{gen}", store), rank=rank, world_size=size, timeout=form)
         self._lower_timeout = None
@@ -266,7 +275,7 @@ class Runtime:
             return
         try:
             await_members(store, f"elasticd/g{gen}/{what}", size,
-                          time.time() + max(FORMATION_TIMEOUT.total_seconds(), self.timeout),
+                          time.time() + self.formation,
                           lambda: self._abandoned(gen), poll=0.02)
         except (RuntimeError, _rendezvous.RendezvousError) as e:
             raise HorovodInternalError(f"generation {gen}: {e}") from e
