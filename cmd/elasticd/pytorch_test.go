@@ -389,18 +389,7 @@ func TestPyTorchInProcessSurvivorsKeepTheirProcesses(t *testing.T) {
 // move on without it. Were they to wait in init_process_group for the formation timeout
 // (a minute), the driver's --barrier-timeout (20 s here) would fail them all and the job.
 func TestPyTorchInProcessMemberDiesWhileTheGroupForms(t *testing.T) {
-	py := torchPython(t)
-	marker := filepath.Join(t.TempDir(), "die-at-start")
-	script := fmt.Sprintf(`test -e %q && exit 3; exec "$0" "$@"`, marker)
-	j := startJob(t, "run", "-np", "3", "--min-np", "2", "--comm-timeout", "5s", "--barrier-timeout", "20s",
-		"--blacklist-cooldown-range", "1s,1s", "--", "sh", "-c", script,
-		py, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "4", "--samples", "1024", "--batch-size", "16", "--hidden", "64", "--step-delay", "0.05")
-	j.waitFor(`\[0\] step 10 `, 90*time.Second)
-	victim := workerPID(t, j.output(), 2, 3)
-	if err := os.WriteFile(marker, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	syscall.Kill(victim, syscall.SIGKILL)
+	j, _ := formationFaultJob(t, "exit 3", "", "--comm-timeout", "5s", "--barrier-timeout", "20s")
 	// Its slot returns after the cooldown; the new worker exits at once, in the generation
 	// that took it in, and the survivors give that generation up.
 	j.waitFor(`did not form \(the driver gave this generation up`, 60*time.Second)
@@ -411,24 +400,39 @@ func TestPyTorchInProcessMemberDiesWhileTheGroupForms(t *testing.T) {
 	inProcessSteps(t, j.output())
 }
 
-// In-process mode, a member hung while its generation forms (a new worker SIGSTOPped as it
-// starts, before it ever reaches the driver): the survivors wait for it at the generation's
-// store for the formation timeout (ELASTICD_FORMATION_TIMEOUT, 5 s here), then report that a
-// peer went silent, and the driver kills the hung one at once instead of waiting out
-// --barrier-timeout (a minute here) for it: the job goes on without it seconds later.
-func TestPyTorchInProcessMemberHungWhileTheGroupForms(t *testing.T) {
+// formationFaultJob runs examples/pytorch/elastic_hvd.py on 3 workers with flags, each worker
+// started through sh, with ELASTICD_FORMATION_TIMEOUT=formation unless that is ""; once
+// training is under way it makes
+// the returned marker file, after which a worker that starts runs atStart first (exit 3:
+// dies as it starts; kill -STOP $$: hangs), and SIGKILLs rank 2, whose slot returns after a
+// 1 s cooldown to start such a worker.
+func formationFaultJob(t *testing.T, atStart, formation string, flags ...string) (*job, string) {
 	py := torchPython(t)
-	marker := filepath.Join(t.TempDir(), "hang-at-start")
-	script := fmt.Sprintf(`test -e %q && kill -STOP $$; exec env ELASTICD_FORMATION_TIMEOUT=5s "$0" "$@"`, marker)
-	j := startJob(t, "run", "-np", "3", "--min-np", "2", "--comm-timeout", "2s", "--barrier-timeout", "1m",
-		"--blacklist-cooldown-range", "1s,1s", "--", "sh", "-c", script,
-		py, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "4", "--samples", "1024", "--batch-size", "16", "--hidden", "64", "--step-delay", "0.05")
+	marker := filepath.Join(t.TempDir(), "fault-at-start")
+	env := ""
+	if formation != "" {
+		env = "env ELASTICD_FORMATION_TIMEOUT=" + formation
+	}
+	script := fmt.Sprintf(`test -e %q && %s; exec %s "$0" "$@"`, marker, atStart, env)
+	args := append([]string{"run", "-np", "3", "--min-np", "2", "--blacklist-cooldown-range", "1s,1s"}, flags...)
+	j := startJob(t, append(args, "--", "sh", "-c", script,
+		py, repoPath(t, "examples/pytorch/elastic_hvd.py"), "--epochs", "4", "--samples", "1024", "--batch-size", "16", "--hidden", "64", "--step-delay", "0.05")...)
 	j.waitFor(`\[0\] step 10 `, 90*time.Second)
 	victim := workerPID(t, j.output(), 2, 3)
 	if err := os.WriteFile(marker, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	syscall.Kill(victim, syscall.SIGKILL)
+	return j, marker
+}
+
+// In-process mode, a member hung while its generation forms (a new worker SIGSTOPped as it
+// starts, before it ever reaches the driver): the survivors wait for it at the generation's
+// store for the formation timeout (ELASTICD_FORMATION_TIMEOUT, 5 s here), then report that a
+// peer went silent, and the driver kills the hung one at once instead of waiting out
+// --barrier-timeout (a minute here) for it: the job goes on without it seconds later.
+func TestPyTorchInProcessMemberHungWhileTheGroupForms(t *testing.T) {
+	j, marker := formationFaultJob(t, "kill -STOP $$", "5s", "--comm-timeout", "2s", "--barrier-timeout", "1m")
 	// Its slot returns after the cooldown; the new worker stops itself at once, in the
 	// generation that took it in.
 	j.waitFor(`did not form \(2 of 3 members reached the group before its formation timeout`, 60*time.Second)
