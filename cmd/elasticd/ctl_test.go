@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -191,6 +192,49 @@ func TestCtlHostsSurviveADriverRestart(t *testing.T) {
 	}
 	mustCtl("host 127.0.0.4 is back (1 slot)", "add-host", "127.0.0.4")
 	again.waitFor(`generation \d+: world size 4`, 30*time.Second)
+	elasticd(t, env, "ctl", "stop", "test done")
+	if code := again.wait(time.Minute); code == -1 {
+		t.Fatal("the job did not end after ctl stop")
+	}
+}
+
+// Under --launcher agent, a driver started again on its --state-dir lists its provider's
+// hosts before their agents have come back to it: ctl remove-host, asked at once, takes the
+// host out (it used to be refused as unknown, the job having "no hosts" yet). The job lets it
+// go once the adoption is over.
+func TestCtlRemoveHostRightAfterAnAgentDriverRestart(t *testing.T) {
+	secret, admins, state, addr := writeSecret(t), writeSecret(t), t.TempDir(), freeAddr(t)
+	hosts := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}
+	args := append([]string{"run", "-np", "3", "--min-np", "2", "--launcher", "agent", "--agent-secret-file", secret,
+		"-H", "127.0.0.2:1,127.0.0.3:1,127.0.0.4:1", "--admin-secret-file", admins, "--listen", addr, "--state-dir", state,
+		"--discovery-interval", "200ms"},
+		trainArgs("--steps", "100000", "--step-delay", "10ms", "--events")...)
+	drv := startJob(t, args...)
+	for _, h := range hosts {
+		a := startAgent(t, "--driver", "http://"+addr, "--agent-secret-file", secret, "--addr", h, "--slots", "1", "--host-id", h)
+		t.Cleanup(func() { a.stop(t) })
+	}
+	drv.waitFor(`event step=\d+ world=3 `, time.Minute)
+	syscall.Kill(drv.cmd.Process.Pid, syscall.SIGTERM) // the job goes on without a driver
+	if code := drv.wait(10 * time.Second); code != 0 {
+		t.Fatalf("the driver exited %d on SIGTERM, want 0 (it leaves the job running)", code)
+	}
+	again := startJob(t, args...)
+	driverURL(again)
+	env := []string{"ELASTICD_DRIVER=http://" + addr, "ELASTICD_ADMIN_SECRET_FILE=" + admins}
+	if stdout, stderr, code := elasticd(t, env, "ctl", "remove-host", "127.0.0.4"); code != 0 || !strings.Contains(stdout, "removed host 127.0.0.4") {
+		t.Fatalf("ctl remove-host right after the restart: exit %d, %q %q; want the host removed", code, stdout, stderr)
+	}
+	// The job lets the host go once the adoption is over (up to a minute: it waits for
+	// discovery to list every adopted worker's host); meanwhile it is stopped for the job.
+	stdout, _, _ := elasticd(t, env, "ctl", "status", "--json")
+	var st admin.Status
+	if err := json.Unmarshal([]byte(stdout), &st); err != nil {
+		t.Fatalf("ctl status --json: %v\n%s", err, stdout)
+	}
+	if i := slices.IndexFunc(st.Hosts, func(h admin.Host) bool { return h.ID == "127.0.0.4" }); i < 0 || st.Hosts[i].State != admin.StateStopped {
+		t.Fatalf("127.0.0.4 after ctl remove-host: %+v, want stopped", st.Hosts)
+	}
 	elasticd(t, env, "ctl", "stop", "test done")
 	if code := again.wait(time.Minute); code == -1 {
 		t.Fatal("the job did not end after ctl stop")

@@ -728,6 +728,9 @@ func adminAPI(c *cli.Context, o *driver.Options) error {
 	h.Releases(releases)
 	h.Stops(stops)
 	o.Provider, o.Admin, o.Rediscover, o.Releases, o.Stops, o.Operator = overlay, h, overlay.Changed(), releases, stops, overlay
+	if o.Agents != nil && !o.Agents.Wraps(overlay.Inner()) { // agentLauncher left the agents' view to go on the overlay
+		o.Provider = o.Agents.Wrap(overlay)
+	}
 	return nil
 }
 
@@ -779,7 +782,12 @@ func agentLauncher(c *cli.Context, o *driver.Options, secretFile string) error {
 		return usageError("agent-secret-file", "%v", err)
 	}
 	o.Agents = reg
-	o.Provider = reg.Wrap(o.Provider)
+	// With a provider and the admin API, the admin overlay goes between them, and adminAPI
+	// wraps it: ctl then names the provider's hosts whether or not their agents are
+	// connected (a driver just started has none yet), and an added host waits for its agent.
+	if !c.IsSet("admin-secret-file") || o.Provider == nil {
+		o.Provider = reg.Wrap(o.Provider)
+	}
 	o.Launcher = reg.Launcher()
 	o.ListenAddr = ":29400"
 	o.AdvertiseHost = c.String("driver-addr")

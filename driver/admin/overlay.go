@@ -71,6 +71,9 @@ func NewOverlay(inner providers.Provider, minNP int) *Overlay {
 	return &Overlay{inner: inner, minNP: minNP, now: time.Now, added: map[string]providers.Host{}, stopped: map[string]providers.Host{}, changed: make(chan struct{}, 1)}
 }
 
+// Inner is the provider the overlay was made on.
+func (o *Overlay) Inner() providers.Provider { return o.inner }
+
 // Changed receives after each successful Add or Remove, so that discovery can poll at once
 // (discovery.Watcher.Poke) rather than at its next interval.
 func (o *Overlay) Changed() <-chan struct{} { return o.changed }

@@ -224,6 +224,12 @@ func (r *Registry) Wrap(inner providers.Provider) providers.Provider {
 	return &wrapped{r: r, inner: inner, waiting: map[string]bool{}}
 }
 
+// Wraps reports whether p is this registry's Wrap of a provider.
+func (r *Registry) Wraps(p providers.Provider) bool {
+	w, ok := p.(*wrapped)
+	return ok && w.r == r
+}
+
 type wrapped struct {
 	r       *Registry
 	inner   providers.Provider
