@@ -69,9 +69,10 @@ var soakTorchScript []byte
 // allowed resetAllowance, or torchResetAllowance for PyTorch workers (a new one imports torch
 // before it joins); "" is a stall with no fault in the 20 s before it.
 func SoakBounds(program string, commTimeout time.Duration) map[string]time.Duration {
-	r, quiet := resetAllowance, 2*time.Second
+	r, quiet, hung := resetAllowance, 2*time.Second, commTimeout+time.Second
 	if program == ProgramTorch {
-		r, quiet = torchResetAllowance, 3*time.Second
+		// A worker stopped as it starts is waited for until the formation timeout.
+		r, quiet, hung = torchResetAllowance, 3*time.Second, max(hung, torchFormation)
 	}
 	return map[string]time.Duration{
 		"":              quiet,
@@ -79,7 +80,7 @@ func SoakBounds(program string, commTimeout time.Duration) map[string]time.Durat
 		FaultDouble:     r,
 		FaultNotice:     r,
 		FaultFlap:       2 * r,                           // two failures of the slot, a rollback each
-		FaultWorkerStop: commTimeout + time.Second + r,   // found silent, killed, then the reset
+		FaultWorkerStop: hung + r,                        // found silent (or missing at the formation), killed, then the reset
 		FaultAgentKill:  r + 4*time.Second,               // the host's workers lost; it returns 2–4 s later: a reset to let it in
 		FaultDriverKill: r + 2*time.Second + restartSlow, // training goes on meanwhile; the new driver adopts the workers
 		FaultDriverTerm: r + 2*time.Second + restartSlow,
@@ -101,9 +102,12 @@ const (
 	resetAllowance      = 5 * time.Second
 	torchResetAllowance = 15 * time.Second
 	restartSlow         = 3 * time.Second // a driver's start on a loaded 2-core machine
-	soakDatasetSz       = 4096
-	soakBatch           = 64
-	soakCommit          = 5
+	// torchFormation is the PyTorch workers' ELASTICD_FORMATION_TIMEOUT: a new one here
+	// imports torch and builds its model within seconds, even on a loaded 2-core machine.
+	torchFormation = 15 * time.Second
+	soakDatasetSz  = 4096
+	soakBatch      = 64
+	soakCommit     = 5
 )
 
 // SoakOptions configure Soak; the flags of `elasticd bench soak`.
@@ -476,9 +480,9 @@ func (s *soak) spawn(ctx context.Context, machine, name string, scan func(string
 	var env []string
 	if s.o.Program == ProgramTorch {
 		// gloo's traffic on the hosts' own link, not on the address the hostname resolves to
-		env = []string{"GLOO_SOCKET_IFNAME=lo"}
+		env = []string{"GLOO_SOCKET_IFNAME=lo", "ELASTICD_FORMATION_TIMEOUT=" + torchFormation.String()}
 		if s.lan != nil {
-			env = []string{"GLOO_SOCKET_IFNAME=eth0"}
+			env[0] = "GLOO_SOCKET_IFNAME=eth0"
 		}
 	}
 	prog := s.self
@@ -777,7 +781,13 @@ func (s *soak) run(ctx context.Context) (SoakResult, error) {
 		}
 		return nil
 	}
+	// A stopped worker must be gone within --comm-timeout + 1 s; a PyTorch worker stopped as
+	// its generation forms is waited for until the formation timeout, and the soak cannot
+	// tell the two apart, so it allows PyTorch the larger.
 	stopBound := s.o.CommTimeout + time.Second
+	if s.o.Program == ProgramTorch {
+		stopBound = max(stopBound, torchFormation+time.Second)
+	}
 
 	end := s.start.Add(s.o.Duration)
 	maxFaults := int(s.o.Duration/(2*time.Second)) + 1

@@ -183,7 +183,8 @@ elasticd.torch in-process with gloo (--program torch, built into this binary). F
 the next, 2 to 6 s apart:
 
    worker-kill      a worker SIGKILLed
-   worker-stop      a worker SIGSTOPped (the job must kill it within --comm-timeout + 1 s)
+   worker-stop      a worker SIGSTOPped (the job must kill it within --comm-timeout + 1 s;
+                    PyTorch: the formation timeout, 15 s here, + 1 s)
    agent-kill       an agent SIGKILLed (its host lost), started again 2-4 s later
    agent-stop       an agent SIGSTOPped for 2-4 s (its host frozen), then SIGCONT
    notice           elasticd ctl remove-host, then add-host 2-4 s later
