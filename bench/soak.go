@@ -297,8 +297,11 @@ type soak struct {
 	lastEvent time.Time      // the last step event
 	world     int            // its world size
 	workers   map[string]int // worker PID → host ID, as the agents logged them
-	allPIDs   []int          // every process of the run: agents, drivers, workers
-	logs      []io.Closer
+	// workerStart is each worker's start time (/proc/PID/stat) when its agent logged it: a
+	// PID is this worker only while it has that start time (the PID may go to any process).
+	workerStart map[int]string
+	allPIDs     []int // every process of the run: agents, drivers, workers
+	logs        []io.Closer
 }
 
 // child is a process of the run.
@@ -363,7 +366,7 @@ func newSoak(self, trainer string, o SoakOptions, errw io.Writer) (*soak, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &soak{o: o, self: self, trainer: trainer, dir: dir, errw: errw, workers: map[string]int{}}
+	s := &soak{o: o, self: self, trainer: trainer, dir: dir, errw: errw, workers: map[string]int{}, workerStart: map[int]string{}}
 	fail := func(err error) (*soak, error) {
 		s.close()
 		return nil, err
@@ -566,8 +569,10 @@ func (s *soak) startAgent(ctx context.Context, i, n int) (*child, error) {
 	return s.spawn(ctx, id, fmt.Sprintf("agent-%s-%d", id, n), func(line string) {
 		if m := soakStarted.FindStringSubmatch(line); m != nil {
 			pid, _ := strconv.Atoi(m[1])
+			start := startTime(pid) // "" if it is gone already: never signalled then
 			s.mu.Lock()
 			s.workers[strconv.Itoa(pid)] = i
+			s.workerStart[pid] = start
 			s.allPIDs = append(s.allPIDs, pid)
 			s.mu.Unlock()
 		}
@@ -582,7 +587,7 @@ func (s *soak) liveWorkers() map[int][]int {
 	out := map[int][]int{}
 	for p, h := range s.workers {
 		pid, _ := strconv.Atoi(p)
-		if s.ours(pid) {
+		if s.workerLocked(pid) {
 			out[h] = append(out[h], pid)
 		}
 	}
@@ -639,6 +644,35 @@ func (s *soak) ours(pid int) bool {
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	return err == nil && strings.Contains(string(cmdline), s.dir)
+}
+
+// isWorker is whether pid is still the worker an agent logged with that PID: alive, with the
+// start time it had then. A worker gone, its PID may be given to any process, this run's
+// agents and drivers too, whose command lines name the run's directory as well: one soak
+// killed its own agent that way.
+func (s *soak) isWorker(pid int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.workerLocked(pid)
+}
+
+func (s *soak) workerLocked(pid int) bool {
+	start := s.workerStart[pid]
+	return start != "" && alive(pid) && startTime(pid) == start
+}
+
+// startTime is field 22 of /proc/PID/stat, the process's start in clock ticks after boot:
+// with the PID, it names one process. "" when there is none.
+func startTime(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	if f := strings.Fields(rest); ok && len(f) > 19 {
+		return f[19]
+	}
+	return ""
 }
 
 // alive is whether pid is a process that has not exited (a zombie has).
@@ -834,12 +868,14 @@ faults:
 				record(kind, fmt.Sprintf("%s pid %d", hostID(h), pid))
 				at := time.Now()
 				syscall.Kill(pid, syscall.SIGSTOP)
-				for s.ours(pid) && time.Since(at) < 3*stopBound {
+				for s.isWorker(pid) && time.Since(at) < 3*stopBound {
 					sleep(ctx, 20*time.Millisecond)
 				}
-				if took := time.Since(at); s.ours(pid) || took > stopBound {
+				if took := time.Since(at); s.isWorker(pid) || took > stopBound {
 					violate("stopped-worker-killed", "worker %d SIGSTOPped: still alive %v later (bound %v)", pid, took.Round(time.Millisecond), stopBound)
-					syscall.Kill(pid, syscall.SIGKILL)
+					if s.isWorker(pid) {
+						syscall.Kill(pid, syscall.SIGKILL)
+					}
 				}
 			}
 		case FaultFlap:
@@ -949,7 +985,7 @@ faults:
 			}
 			record(kind, fmt.Sprintf("driver pid %d, then %s pid %d while it is down", driver.pid(), hostID(h), pid))
 			if err := restartDriver(syscall.SIGKILL, func() {
-				if s.ours(pid) { // still the worker picked, not a stranger given its PID
+				if s.isWorker(pid) { // still the worker picked, not a stranger given its PID
 					syscall.Kill(pid, syscall.SIGKILL)
 				}
 			}); startFailed(err) {
