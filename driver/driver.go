@@ -345,6 +345,7 @@ func (d *runner) serve(ctx context.Context) (stop func(), err error) {
 	mux.Handle("/v1/", srv)
 	if d.o.Agents != nil {
 		mux.Handle(protocol.AgentPathPrefix, d.o.Agents)
+		d.o.Agents.SetViewer(srv)
 	}
 	mux.Handle("/v1/admin/", adminOrOff(d.o.Admin))
 	mux.Handle("GET /v1/status", statusHandler(board))
@@ -355,6 +356,13 @@ func (d *runner) serve(ctx context.Context) (stop func(), err error) {
 	// after ReadHeaderTimeout (internal/netguard).
 	guard := netguard.New(ln, netguard.Config{Logger: d.log})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ConnState: guard.ConnState}
+	// An agent carries its host's whole session (its commands, events, the watch, and its
+	// workers' relayed requests) over one HTTP/2 connection, with prior knowledge on plain
+	// http (docs/protocol.md §4); workers, operators and browsers speak HTTP/1.1.
+	hs.Protocols = new(http.Protocols)
+	hs.Protocols.SetHTTP1(true)
+	hs.Protocols.SetUnencryptedHTTP2(true)
+	hs.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: maxAgentStreams}
 	served := make(chan struct{})
 	go func() { defer close(served); hs.Serve(guard) }() // stop waits for it
 	d.log.Info("rendezvous listening", "addr", ln.Addr().String(), "advertised", adv)
@@ -366,6 +374,11 @@ func (d *runner) serve(ctx context.Context) (stop func(), err error) {
 		<-served
 	}, nil
 }
+
+// maxAgentStreams bounds the requests one agent has in flight on its connection: its
+// commands poll, watch and events, and its workers' relayed requests (a few each while a
+// generation forms). Beyond it the agent's HTTP/2 client opens another connection.
+const maxAgentStreams = 1000
 
 // startInputs starts the tasks that feed the loop: discovery of hosts and notices, the spot
 // prices, and the fan-in of everything the job hears. The returned func releases what is not

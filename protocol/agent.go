@@ -15,7 +15,8 @@ const (
 	AgentPathRegister = "/v1/agents/register"
 	// AgentPathPrefix is where the agents' endpoints live on the driver's listener:
 	// POST /v1/agents/register, GET /v1/agents/{session}/commands?after=N&wait_ms=M,
-	// POST /v1/agents/{session}/events.
+	// POST /v1/agents/{session}/events,
+	// GET /v1/agents/{session}/watch?generation=G&hosts_version=V&worker=ID...&wait_ms=M.
 	AgentPathPrefix = "/v1/agents/"
 	// AgentPathCheck is GET AgentPathCheck?host=NAME, signed: an agent checking its setup
 	// (`elasticd agent --check`) asks whether the driver accepts its secret, without
@@ -28,6 +29,34 @@ const (
 	// not serve the agents' protocol (no --launcher agent), or from an older release.
 	HeaderAgentsProtocol = "X-Elasticd-Agents-Protocol"
 )
+
+// AgentProtocolVersion is the version of the agents' protocol (docs/protocol.md §4) this
+// driver and its agents speak; an agent sends it with its registration, and the driver, which
+// says its own on every answer (HeaderAgentsProtocol), refuses another. Version 2 carries a
+// session over one HTTP/2 connection and adds the watch through which an agent's relay
+// answers its workers' long-polls; version 1 agents (whose workers each held their own
+// connections to the driver) are refused. The rendezvous protocol's version
+// (ProtocolVersion) is apart: workers speak it unchanged, to the driver or to their agent.
+const AgentProtocolVersion = 2
+
+// MaxWatchedWorkers bounds the workers one watch asks about: an agent runs at most one
+// worker per slot, and a host has at most 4096 slots.
+const MaxWatchedWorkers = 4096
+
+// AgentWatchAnswer is the 200 answer to a watch: the current generation and host-update
+// version, and each worker asked about's assignment in that generation (Removed when it has
+// no place in it), in the order asked. Generation 0: none published yet.
+type AgentWatchAnswer struct {
+	Generation   uint64            `json:"generation"`
+	HostsVersion uint64            `json:"hosts_version"`
+	Assignments  []WorkerPlacement `json:"assignments"`
+}
+
+// WorkerPlacement is one worker's assignment in a watch answer.
+type WorkerPlacement struct {
+	Worker     string     `json:"worker"`
+	Assignment Assignment `json:"assignment"`
+}
 
 // AgentCheckAnswer is the body of the 200 answer to GET AgentPathCheck.
 type AgentCheckAnswer struct {
@@ -68,7 +97,8 @@ type AgentGPU struct {
 
 // AgentRegisterRequest is the body of POST /v1/agents/register.
 type AgentRegisterRequest struct {
-	// Protocol is the ProtocolVersion the agent speaks; the driver refuses another (0: 1).
+	// Protocol is the AgentProtocolVersion the agent speaks; the driver refuses another
+	// (0: 1).
 	Protocol int `json:"protocol,omitempty"`
 	// AgentID is random per agent process: a new one means the agent restarted, and its
 	// earlier session's processes are gone.

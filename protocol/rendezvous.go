@@ -82,8 +82,8 @@ const RendezvousAuthLabel = "elasticd rendezvous v1"
 
 // ProtocolVersion is the version of the protocol this package defines (docs/protocol.md) that
 // this driver and its clients speak: the Go worker and the Python package (python/elasticd)
-// send it with every state report, and agents with their registration; the driver refuses
-// another version, so a worker or agent built against another release fails at once with a
+// send it with every state report; the driver refuses another version, so a worker built
+// against another release fails at once with a
 // clear error instead of misreading the answers. A message without it (older clients) is taken
 // as version 1.
 const ProtocolVersion = 1

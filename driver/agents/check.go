@@ -13,5 +13,5 @@ import (
 // same secret, and carries the driver's version and clock.
 func (r *Registry) check(a protocol.Answer, req *http.Request, now time.Time) {
 	r.log.Info("an agent checked its setup: its secret is the driver's", "host", req.URL.Query().Get("host"), "remote", req.RemoteAddr)
-	a.JSON(protocol.AgentCheckAnswer{Protocol: protocol.ProtocolVersion, Version: r.cfg.Version, JobID: r.cfg.JobID, Time: now.UTC()})
+	a.JSON(protocol.AgentCheckAnswer{Protocol: protocol.AgentProtocolVersion, Version: r.cfg.Version, JobID: r.cfg.JobID, Time: now.UTC()})
 }

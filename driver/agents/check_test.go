@@ -19,13 +19,13 @@ func TestCheckEndpoint(t *testing.T) {
 	before := time.Now()
 	var ans protocol.AgentCheckAnswer
 	r := e.client(t, secret).call(t, http.MethodGet, protocol.AgentPathCheck+"?host=gpu-1", nil, http.StatusOK, &ans)
-	if ans.Protocol != protocol.ProtocolVersion || ans.Version != "v9.9.9" || ans.JobID != jobID {
-		t.Errorf("answer %+v: want protocol %d, version v9.9.9, job %s", ans, protocol.ProtocolVersion, jobID)
+	if ans.Protocol != protocol.AgentProtocolVersion || ans.Version != "v9.9.9" || ans.JobID != jobID {
+		t.Errorf("answer %+v: want protocol %d, version v9.9.9, job %s", ans, protocol.AgentProtocolVersion, jobID)
 	}
 	if ans.Time.Before(before.Add(-time.Second)) || ans.Time.After(time.Now().Add(time.Second)) {
 		t.Errorf("answer's time %v is not the driver's clock (now %v)", ans.Time, time.Now())
 	}
-	if got := r.header.Get(protocol.HeaderAgentsProtocol); got != strconv.Itoa(protocol.ProtocolVersion) {
+	if got := r.header.Get(protocol.HeaderAgentsProtocol); got != strconv.Itoa(protocol.AgentProtocolVersion) {
 		t.Errorf("%s: %q", protocol.HeaderAgentsProtocol, got)
 	}
 	if a := e.reg.Agents(); len(a) != 0 {
@@ -44,7 +44,7 @@ func TestCheckEndpoint(t *testing.T) {
 	if r.status != http.StatusUnauthorized || r.header.Get(protocol.HeaderAnswerSignature) != "" {
 		t.Errorf("wrong secret: answer %v, signed %q; want an unsigned 401", r, r.header.Get(protocol.HeaderAnswerSignature))
 	}
-	if got := r.header.Get(protocol.HeaderAgentsProtocol); got != strconv.Itoa(protocol.ProtocolVersion) {
+	if got := r.header.Get(protocol.HeaderAgentsProtocol); got != strconv.Itoa(protocol.AgentProtocolVersion) {
 		t.Errorf("the refusal's %s: %q, want the protocol version", protocol.HeaderAgentsProtocol, got)
 	}
 	if !strings.Contains(oneLine(t, r), "bad signature") {

@@ -51,12 +51,12 @@ func FuzzAgentRequest(f *testing.F) {
 		reg.ServeHTTP(rec, req)
 		return rec
 	}
-	rec := send("POST", protocol.AgentPathRegister, []byte(`{"agent_id":"a1","host_id":"h1","addr":"127.0.0.1","gpus":[]}`))
+	rec := send("POST", protocol.AgentPathRegister, []byte(`{"protocol":2,"agent_id":"a1","host_id":"h1","addr":"127.0.0.1","gpus":[]}`))
 	var ans protocol.AgentRegisterAnswer
 	if rec == nil || rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &ans) != nil {
 		f.Fatalf("register: %v", rec)
 	}
-	f.Add("POST", protocol.AgentPathRegister, []byte(`{"agent_id":"a2","host_id":"h2","addr":"10.0.0.2","slots":2,"gpus":[{"index":0,"uuid":"GPU-1","model":"A100","memory_bytes":1}],"metadata":"aws"}`))
+	f.Add("POST", protocol.AgentPathRegister, []byte(`{"protocol":2,"agent_id":"a2","host_id":"h2","addr":"10.0.0.2","slots":2,"gpus":[{"index":0,"uuid":"GPU-1","model":"A100","memory_bytes":1}],"metadata":"aws"}`))
 	f.Add("POST", protocol.AgentPathRegister, []byte(`{"agent_id":"","host_id":"h/1","addr":"","slots":-3}`))
 	f.Add("POST", "/v1/agents/SESSION/events", []byte(`{"events":[{"seq":1,"kind":"started","proc":1,"pid":42}]}`))
 	f.Add("POST", "/v1/agents/SESSION/events", []byte(`{"events":[{"seq":2,"kind":"exited","proc":1,"code":1,"signal":"SIGKILL"},{"seq":3,"kind":"output","proc":1,"stream":"stdout","data":"aGVsbG8K"}]}`))

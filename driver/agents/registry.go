@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/elasticd/elasticd/proc"
@@ -115,6 +116,9 @@ type Registry struct {
 	// expected are the workers of an earlier driver of this job that wait for their agent to
 	// list them again (Adopt), by worker ID.
 	expected map[string]*process
+	viewer   Viewer // what watches read (SetViewer)
+
+	watching atomic.Int64 // watches held now
 }
 
 // session is one registration of one agent process.
@@ -338,7 +342,7 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	now := time.Now()
 	// Even a refusal, unsigned, says that the agents' protocol answered: a driver without
 	// --launcher agent refuses the same requests without it.
-	w.Header().Set(protocol.HeaderAgentsProtocol, strconv.Itoa(protocol.ProtocolVersion))
+	w.Header().Set(protocol.HeaderAgentsProtocol, strconv.Itoa(protocol.AgentProtocolVersion))
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.cfg.MaxBody))
 	if err != nil {
 		w.Header().Set("Connection", "close")
@@ -367,6 +371,8 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.commands(a, req, strings.TrimSuffix(rest, "/commands"))
 	case strings.HasSuffix(rest, "/events") && req.Method == http.MethodPost:
 		r.events(a, body, strings.TrimSuffix(rest, "/events"))
+	case strings.HasSuffix(rest, "/watch") && req.Method == http.MethodGet:
+		r.watch(a, req, strings.TrimSuffix(rest, "/watch"))
 	default:
 		a.Error(http.StatusNotFound, fmt.Sprintf("no %s %s in the agents' protocol", req.Method, req.URL.Path))
 	}
@@ -388,8 +394,8 @@ func (r *Registry) register(a protocol.Answer, req *http.Request, body []byte, n
 		return
 	}
 	switch {
-	case in.Protocol != 0 && in.Protocol != protocol.ProtocolVersion:
-		a.Error(http.StatusBadRequest, fmt.Sprintf("agent protocol version %d is not spoken by this driver, which speaks version %d: run the agents and the driver from the same elasticd release", in.Protocol, protocol.ProtocolVersion))
+	case cmp.Or(in.Protocol, 1) != protocol.AgentProtocolVersion:
+		a.Error(http.StatusBadRequest, fmt.Sprintf("agent protocol version %d is not spoken by this driver, which speaks version %d: run the agents and the driver from the same elasticd release", cmp.Or(in.Protocol, 1), protocol.AgentProtocolVersion))
 		return
 	case in.AgentID == "" || len(in.AgentID) > 64:
 		a.Error(http.StatusBadRequest, `"agent_id" must be 1 to 64 characters`)
@@ -458,14 +464,9 @@ func (r *Registry) commands(a protocol.Answer, req *http.Request, id string) {
 		a.Error(http.StatusBadRequest, fmt.Sprintf("after=%q: want a command sequence number", q.Get("after")))
 		return
 	}
-	wait := r.cfg.PollWait
-	if v := q.Get("wait_ms"); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms < 0 {
-			a.Error(http.StatusBadRequest, fmt.Sprintf("wait_ms=%q: want milliseconds", v))
-			return
-		}
-		wait = min(wait, time.Duration(ms)*time.Millisecond)
+	wait, ok := r.pollWait(a, q.Get("wait_ms"))
+	if !ok {
+		return
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()

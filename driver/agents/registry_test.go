@@ -328,7 +328,7 @@ func oneLine(t *testing.T, r reply) string {
 func TestRegister(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.client(t, secret)
-	in := protocol.AgentRegisterRequest{
+	in := protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion,
 		AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1", Metadata: "aws",
 		GPUs: []protocol.AgentGPU{{Index: 0, UUID: "GPU-0", Model: "H100"}, {Index: 1, UUID: "GPU-1", Model: "H100"}},
 	}
@@ -381,7 +381,7 @@ func TestRegister(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.client(t, secret)
-	valid, _ := json.Marshal(protocol.AgentRegisterRequest{AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1"})
+	valid, _ := json.Marshal(protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1"})
 
 	t.Run("another secret", func(t *testing.T) {
 		r, err := e.client(t, []byte("not-the-agent-secret-0123")).send(http.MethodPost, protocol.AgentPathRegister, valid)
@@ -449,12 +449,14 @@ func TestRefusals(t *testing.T) {
 		name, body, want string
 	}{
 		{"malformed JSON", `{"agent_id": "a1", `, "malformed JSON"},
-		{"unknown field", `{"agent_id":"a1","host_id":"i-1","addr":"10.0.0.1","colour":"red"}`, "colour"},
-		{"missing host_id", `{"agent_id":"a1","addr":"10.0.0.1"}`, "host_id"},
-		{"missing addr", `{"agent_id":"a1","host_id":"i-1"}`, "addr"},
-		{"missing agent_id", `{"host_id":"i-1","addr":"10.0.0.1"}`, "agent_id"},
-		{"negative slots", `{"agent_id":"a1","host_id":"i-1","addr":"10.0.0.1","slots":-1}`, "slots"},
+		{"unknown field", `{"protocol":2,"agent_id":"a1","host_id":"i-1","addr":"10.0.0.1","colour":"red"}`, "colour"},
+		{"missing host_id", `{"protocol":2,"agent_id":"a1","addr":"10.0.0.1"}`, "host_id"},
+		{"missing addr", `{"protocol":2,"agent_id":"a1","host_id":"i-1"}`, "addr"},
+		{"missing agent_id", `{"protocol":2,"host_id":"i-1","addr":"10.0.0.1"}`, "agent_id"},
+		{"negative slots", `{"protocol":2,"agent_id":"a1","host_id":"i-1","addr":"10.0.0.1","slots":-1}`, "slots"},
 		{"another protocol version", `{"protocol":99,"agent_id":"a1","host_id":"i-1","addr":"10.0.0.1"}`, "protocol version 99"},
+		{"the previous protocol version", `{"protocol":1,"agent_id":"a1","host_id":"i-1","addr":"10.0.0.1"}`, "agent protocol version 1 is not spoken by this driver, which speaks version 2: run the agents and the driver from the same elasticd release"},
+		{"no protocol version (older still)", `{"agent_id":"a1","host_id":"i-1","addr":"10.0.0.1"}`, "agent protocol version 1 is not spoken"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := c.call(t, http.MethodPost, protocol.AgentPathRegister, []byte(tc.body), http.StatusBadRequest, nil)
@@ -478,7 +480,7 @@ func TestRefusals(t *testing.T) {
 	})
 
 	t.Run("bad events body", func(t *testing.T) {
-		a := c.register(t, protocol.AgentRegisterRequest{AgentID: "a2", HostID: "i-2", Addr: "10.0.0.2"})
+		a := c.register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, AgentID: "a2", HostID: "i-2", Addr: "10.0.0.2"})
 		r := c.call(t, http.MethodPost, a.eventsTarget(), []byte(`{"events":[{"seq":1,"kind":"started","surprise":1}]}`), http.StatusBadRequest, nil)
 		if msg := oneLine(t, r); !strings.Contains(msg, "surprise") {
 			t.Errorf("reason %q: want it to name the unknown field", msg)
@@ -492,7 +494,7 @@ func TestRefusals(t *testing.T) {
 
 func TestStartOutputExit(t *testing.T) {
 	e := newEnv(t, nil)
-	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1", GPUs: []protocol.AgentGPU{{Index: 0}, {Index: 1}}})
+	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-1", Addr: "10.0.0.1", GPUs: []protocol.AgentGPU{{Index: 0}, {Index: 1}}})
 
 	var stdout, stderr syncBuffer
 	p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{
@@ -578,7 +580,7 @@ func TestStartOutputExit(t *testing.T) {
 
 func TestAgentCannotStart(t *testing.T) {
 	e := newEnv(t, nil)
-	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-1", Addr: "10.0.0.1"})
 	var stderr syncBuffer
 	p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "i-1", Command: []string{"nope"}, Stderr: &stderr})
 	if err != nil {
@@ -597,7 +599,7 @@ func TestAgentCannotStart(t *testing.T) {
 
 func TestStop(t *testing.T) {
 	e := newEnv(t, nil)
-	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-1", Addr: "10.0.0.1"})
 	p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
@@ -641,7 +643,7 @@ func TestStopGivesUp(t *testing.T) {
 	// An agent that stays connected but never reports the exit: Stop gives up after the
 	// grace period plus a lease, while discovery goes on.
 	e := newEnv(t, func(c *agents.Config) { c.PollWait, c.Lease = 100*time.Millisecond, 400*time.Millisecond })
-	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-1", Addr: "10.0.0.1"})
 	p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
@@ -676,7 +678,7 @@ func TestStopGivesUp(t *testing.T) {
 
 func TestStartCancelledStops(t *testing.T) {
 	e := newEnv(t, nil)
-	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-1", Addr: "10.0.0.1"})
 	ctx, cancel := context.WithCancel(t.Context())
 	p, err := e.reg.Launcher().Start(ctx, proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
@@ -694,7 +696,7 @@ func TestStartCancelledStops(t *testing.T) {
 
 func TestStartWithoutAgent(t *testing.T) {
 	e := newEnv(t, nil)
-	e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	e.client(t, secret).register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-1", Addr: "10.0.0.1"})
 	_, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.9", Command: []string{"true"}})
 	if err == nil || !strings.Contains(err.Error(), "no agent is connected") || !strings.Contains(err.Error(), "10.0.0.9") {
 		t.Errorf("Start on a host without agent: %v; want an error saying no agent is connected for 10.0.0.9", err)
@@ -707,7 +709,7 @@ func TestStartWithoutAgent(t *testing.T) {
 func TestLeaseExpiry(t *testing.T) {
 	e := newEnv(t, func(c *agents.Config) { c.PollWait, c.Lease = 100*time.Millisecond, 500*time.Millisecond })
 	c := e.client(t, secret)
-	a := c.register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	a := c.register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-1", Addr: "10.0.0.1"})
 	p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
@@ -745,15 +747,15 @@ func TestReregistration(t *testing.T) {
 		name   string
 		second protocol.AgentRegisterRequest
 	}{
-		{"agent restarted", protocol.AgentRegisterRequest{AgentID: "a2", HostID: "i-1", Addr: "10.0.0.1"}},
-		{"same agent registers again", protocol.AgentRegisterRequest{AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1"}},
-		{"same address", protocol.AgentRegisterRequest{AgentID: "a2", HostID: "renamed", Addr: "10.0.0.1"}},
+		{"agent restarted", protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, AgentID: "a2", HostID: "i-1", Addr: "10.0.0.1"}},
+		{"same agent registers again", protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1"}},
+		{"same address", protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, AgentID: "a2", HostID: "renamed", Addr: "10.0.0.1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, nil)
 			c := e.client(t, secret)
-			first := c.register(t, protocol.AgentRegisterRequest{AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1"})
-			other := c.register(t, protocol.AgentRegisterRequest{AgentID: "b1", HostID: "i-2", Addr: "10.0.0.2"})
+			first := c.register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1"})
+			other := c.register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, AgentID: "b1", HostID: "i-2", Addr: "10.0.0.2"})
 			p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 			if err != nil {
 				t.Fatal(err)
@@ -833,11 +835,11 @@ func slotsByID(hs []providers.Host) map[string]int {
 func TestWrapHosts(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.client(t, secret)
-	c.register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1", Slots: 4, GPUs: gpus(2)})
-	c.register(t, protocol.AgentRegisterRequest{HostID: "i-2", Addr: "10.0.0.2", GPUs: gpus(2)})
-	c.register(t, protocol.AgentRegisterRequest{HostID: "host-3", Addr: "10.0.0.3"})
-	c.register(t, protocol.AgentRegisterRequest{HostID: "host-4", Addr: "10.0.0.4", Slots: 3})
-	c.register(t, protocol.AgentRegisterRequest{HostID: "i-5", Addr: "10.0.0.5", GPUs: gpus(8)})
+	c.register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-1", Addr: "10.0.0.1", Slots: 4, GPUs: gpus(2)})
+	c.register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-2", Addr: "10.0.0.2", GPUs: gpus(2)})
+	c.register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "host-3", Addr: "10.0.0.3"})
+	c.register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "host-4", Addr: "10.0.0.4", Slots: 3})
+	c.register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-5", Addr: "10.0.0.5", GPUs: gpus(8)})
 
 	t.Run("nil inner", func(t *testing.T) {
 		hs, err := e.reg.Wrap(nil).Hosts(t.Context())
@@ -897,7 +899,7 @@ func noNotice(t *testing.T, reg *agents.Registry) {
 func TestNotices(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.client(t, secret)
-	in := protocol.AgentRegisterRequest{AgentID: "a1", HostID: "host-a", Addr: "10.0.0.1"}
+	in := protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, AgentID: "a1", HostID: "host-a", Addr: "10.0.0.1"}
 	a := c.register(t, in)
 	inner := &fakeProvider{
 		hosts:   []providers.Host{{ID: "i-abc", Addr: "10.0.0.1", Slots: 1}},
@@ -976,7 +978,7 @@ func TestReregistrationKeepsProviderNames(t *testing.T) {
 	// must name the host as the provider does, and workers must start on it by that name.
 	e := newEnv(t, nil)
 	c := e.client(t, secret)
-	in := protocol.AgentRegisterRequest{AgentID: "a1", HostID: "host-a", Addr: "10.0.0.1", GPUs: gpus(2)}
+	in := protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, AgentID: "a1", HostID: "host-a", Addr: "10.0.0.1", GPUs: gpus(2)}
 	c.register(t, in)
 	inner := &fakeProvider{hosts: []providers.Host{{ID: "i-abc", Addr: "10.0.0.1", Slots: 1}}}
 	if _, err := e.reg.Wrap(inner).Hosts(t.Context()); err != nil {
@@ -1016,7 +1018,7 @@ func TestGPUFaults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, nil)
-			a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1", Slots: tc.slots, GPUs: gpus(tc.gpus)})
+			a := e.client(t, secret).register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-1", Addr: "10.0.0.1", Slots: tc.slots, GPUs: gpus(tc.gpus)})
 			a.emit(t, protocol.AgentEvent{Kind: protocol.KindGPU, GPU: &protocol.GPUFault{Index: tc.index, UUID: "GPU-x", Kind: "xid", XID: 79, Detail: "fell off the bus"}})
 			select {
 			case f := <-e.reg.Faults():
@@ -1036,7 +1038,7 @@ func TestGPUFaults(t *testing.T) {
 func TestCloseEndsPolls(t *testing.T) {
 	e := newEnv(t, func(c *agents.Config) { c.PollWait, c.Lease = 10*time.Second, 20*time.Second })
 	c := e.client(t, secret)
-	a := c.register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	a := c.register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-1", Addr: "10.0.0.1"})
 	p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
@@ -1097,7 +1099,7 @@ func TestCloseEndsPolls(t *testing.T) {
 	if x.err == nil {
 		t.Errorf("Wait() after Close = %+v, nil; want an error", x.st)
 	}
-	c.call(t, http.MethodPost, protocol.AgentPathRegister, protocol.AgentRegisterRequest{AgentID: "a9", HostID: "i-9", Addr: "10.0.0.9"}, http.StatusServiceUnavailable, nil)
+	c.call(t, http.MethodPost, protocol.AgentPathRegister, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, AgentID: "a9", HostID: "i-9", Addr: "10.0.0.9"}, http.StatusServiceUnavailable, nil)
 	if got := e.reg.Agents(); len(got) != 0 {
 		t.Errorf("Agents() after Close = %+v, want none", got)
 	}
@@ -1120,7 +1122,7 @@ func TestAdopt(t *testing.T) {
 	}
 	var ans protocol.AgentRegisterAnswer
 	c := e.client(t, secret)
-	c.call(t, http.MethodPost, protocol.AgentPathRegister, protocol.AgentRegisterRequest{AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1", Procs: []protocol.HeldProc{
+	c.call(t, http.MethodPost, protocol.AgentPathRegister, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, AgentID: "a1", HostID: "i-1", Addr: "10.0.0.1", Procs: []protocol.HeldProc{
 		{Proc: 7, Worker: "i-1/0", JobID: jobID, PID: 99},
 		{Proc: 8, Worker: "i-1/1", JobID: jobID, Exited: true, Code: 0},
 		{Proc: 9, Worker: "i-1/2", JobID: jobID},        // not expected
@@ -1168,7 +1170,7 @@ func TestDroppedConnectionLosesTheAgentAtOnce(t *testing.T) {
 		c.PollWait, c.Lease, c.DropGrace = 5*time.Second, 20*time.Second, 300*time.Millisecond
 	})
 	c := e.client(t, secret)
-	a := c.register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	a := c.register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-1", Addr: "10.0.0.1"})
 	p, err := e.reg.Launcher().Start(t.Context(), proc.Spec{Name: "rank 0", Host: "10.0.0.1", Command: []string{"sleep", "1000"}})
 	if err != nil {
 		t.Fatal(err)
@@ -1230,7 +1232,7 @@ func TestUnconnectedHosts(t *testing.T) {
 	e := newEnv(t, nil)
 	hosts := []providers.Host{{ID: "i-1", Addr: "10.0.0.1", Slots: 1}, {ID: "i-2", Addr: "10.0.0.2", Slots: 1, Fallback: true}}
 	w := e.reg.Wrap(providers.NewFixed(hosts))
-	e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-1", Addr: "10.0.0.1"})
+	e.client(t, secret).register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-1", Addr: "10.0.0.1"})
 	if _, err := w.Hosts(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -1241,7 +1243,7 @@ func TestUnconnectedHosts(t *testing.T) {
 	if len(got) != 1 || got[0].Host.ID != "i-2" || !got[0].Host.Fallback {
 		t.Fatalf("Unconnected = %+v, want i-2 (its group's flag kept)", got)
 	}
-	e.client(t, secret).register(t, protocol.AgentRegisterRequest{HostID: "i-2", Addr: "10.0.0.2"})
+	e.client(t, secret).register(t, protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, HostID: "i-2", Addr: "10.0.0.2"})
 	if _, err := w.Hosts(t.Context()); err != nil {
 		t.Fatal(err)
 	}

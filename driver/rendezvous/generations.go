@@ -34,6 +34,7 @@ func (s *Server) Publish(gen uint64, plan map[protocol.WorkerID]protocol.Assignm
 	s.gen, s.plan, s.planHosts = gen, p, s.hostsVer
 	close(s.genCh)
 	s.genCh = make(chan struct{})
+	s.viewChangedLocked()
 	for g, kv := range s.kv {
 		if g < gen {
 			for _, ch := range kv.waiting {
@@ -88,9 +89,35 @@ func (s *Server) NotifyHostsUpdated() uint64 {
 	v := s.hostsVer
 	close(s.hostsCh)
 	s.hostsCh = make(chan struct{})
+	s.viewChangedLocked()
 	s.mu.Unlock()
 	s.log.Info("hosts updated", "version", v)
 	return v
+}
+
+func (s *Server) viewChangedLocked() {
+	close(s.viewCh)
+	s.viewCh = make(chan struct{})
+}
+
+// View is what an agent's relay needs to answer its workers' assignment and host-update
+// long-polls itself (docs/protocol.md §4.5): the current generation and host-update version,
+// and each worker's assignment in that generation, as GET /v1/workers/{id}/assignment would
+// answer it once the generation is past the worker's. changed is closed when the generation
+// or the host-update version may have moved on. The driver thus holds one watch per host,
+// not a long-poll per worker.
+func (s *Server) View(workers []protocol.WorkerID) (v protocol.AgentWatchAnswer, changed <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v = protocol.AgentWatchAnswer{Generation: s.gen, HostsVersion: s.hostsVer, Assignments: make([]protocol.WorkerPlacement, 0, len(workers))}
+	for _, id := range workers {
+		a, inPlan := s.plan[id]
+		if !inPlan {
+			a = protocol.Assignment{Generation: s.gen, Removed: true, HostsVersion: s.planHosts}
+		}
+		v.Assignments = append(v.Assignments, protocol.WorkerPlacement{Worker: id.String(), Assignment: a})
+	}
+	return v, s.viewCh
 }
 
 func (s *Server) handleAssignment(w http.ResponseWriter, r *http.Request) {

@@ -115,6 +115,7 @@ type Server struct {
 	genCh      chan struct{}                             // closed and replaced by Publish
 	hostsVer   uint64
 	hostsCh    chan struct{} // closed and replaced by NotifyHostsUpdated
+	viewCh     chan struct{} // closed and replaced by both (View)
 	kvFloor    uint64        // key-value data of generations below it is gone
 	kv         map[uint64]*genKV
 	lastReport map[protocol.WorkerID]string // report ID of each worker's last queued report
@@ -153,6 +154,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		fed:        make(chan struct{}),
 		genCh:      make(chan struct{}),
 		hostsCh:    make(chan struct{}),
+		viewCh:     make(chan struct{}),
 		kv:         map[uint64]*genKV{},
 		lastReport: map[protocol.WorkerID]string{},
 		stepTimes:  map[protocol.WorkerID]time.Duration{},

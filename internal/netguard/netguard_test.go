@@ -132,3 +132,53 @@ func TestAcceptErrorsBackOffAndLogOnce(t *testing.T) {
 		t.Fatalf("a closed listener: %v, want net.ErrClosed returned", err)
 	}
 }
+
+// Agents speak HTTP/2 with prior knowledge, whose connections net/http's server takes past its
+// HTTP/1 request loop: they must still count as active once their first stream starts, not
+// pending, or enough agents would have the oldest of them closed as a flood.
+func TestHTTP2ConnectionsAreNotPending(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := New(inner, Config{MaxPending: 4, MaxPendingPerIP: 4})
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Proto) }),
+		ConnState: ln.ConnState, ReadHeaderTimeout: time.Minute}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	var clients []*http.Client
+	for range 12 { // each client its own connection: three times the cap
+		tr := &http.Transport{Protocols: new(http.Protocols)}
+		tr.Protocols.SetUnencryptedHTTP2(true)
+		t.Cleanup(tr.CloseIdleConnections)
+		clients = append(clients, &http.Client{Transport: tr, Timeout: 10 * time.Second})
+	}
+	get := func(c *http.Client) string {
+		resp, err := c.Get("http://" + inner.Addr().String() + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	for _, c := range clients {
+		if p := get(c); p != "HTTP/2.0" {
+			t.Fatalf("served as %q, want HTTP/2.0", p)
+		}
+	}
+	if n := ln.Pending(); n != 0 {
+		t.Fatalf("%d connections pending after their HTTP/2 requests, want 0", n)
+	}
+	// Every connection is still open: a second request on each reuses it.
+	for _, c := range clients {
+		get(c)
+	}
+	if n := ln.Pending(); n != 0 {
+		t.Fatalf("%d connections pending, want 0", n)
+	}
+}

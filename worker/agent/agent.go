@@ -67,7 +67,8 @@ type Config struct {
 	NoticeInterval time.Duration
 	// Launcher starts workers (default proc.NewLocal()).
 	Launcher proc.Launcher
-	// HTTPClient talks to the driver; nil: one of its own, without proxy.
+	// HTTPClient talks to the driver; nil: two of its own, without proxy: HTTP/1.1 to
+	// register, and one HTTP/2 connection for the session and the workers' relay.
 	HTTPClient *http.Client
 	// DriverTimeout: once the driver has been unreachable this long, the workers it started
 	// are stopped (default 2m).
@@ -113,7 +114,9 @@ var errSessionGone = errors.New("the driver ended the agent's session")
 type agent struct {
 	cfg     Config
 	log     *slog.Logger
-	c       *client
+	reg     *client // registrations (HTTP/1.1)
+	c       *client // the session (HTTP/2)
+	relay   *relay  // the workers' way to the driver
 	agentID string
 	gpus    []gpu.GPU
 
@@ -153,7 +156,18 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var id [8]byte
 	rand.Read(id[:])
-	a := &agent{cfg: cfg, log: cfg.Logger, c: newClient(cfg.DriverURL, auth, cfg.HTTPClient), agentID: hex.EncodeToString(id[:])}
+	regHC, sessHC := cfg.HTTPClient, cfg.HTTPClient
+	if cfg.HTTPClient == nil {
+		regHC, sessHC = driverClient(cfg.DriverURL, false), driverClient(cfg.DriverURL, true)
+		defer regHC.CloseIdleConnections()
+		defer sessHC.CloseIdleConnections()
+	}
+	rl, err := startRelay(cfg.Logger, cfg.DriverURL, sessHC, cfg.Secret)
+	if err != nil {
+		return err
+	}
+	defer rl.close() // last: after every worker has exited
+	a := &agent{cfg: cfg, log: cfg.Logger, reg: newClient(cfg.DriverURL, auth, regHC), c: newClient(cfg.DriverURL, auth, sessHC), relay: rl, agentID: hex.EncodeToString(id[:])}
 	if cfg.GPUs != nil {
 		a.gpus = cfg.GPUs.GPUs()
 	}
@@ -237,7 +251,7 @@ func (a *agent) pause(attempt int) time.Duration {
 // register registers with the driver, retrying until it succeeds or ctx ends.
 func (a *agent) register(ctx context.Context) (protocol.AgentRegisterAnswer, error) {
 	req := protocol.AgentRegisterRequest{
-		Protocol: protocol.ProtocolVersion,
+		Protocol: protocol.AgentProtocolVersion,
 		AgentID:  a.agentID, HostID: a.cfg.HostID, Addr: a.cfg.Addr, Slots: a.cfg.Slots,
 		Version: a.cfg.Version, Metadata: cmp.Or(a.cfg.Metadata, "none"), GPUs: []protocol.AgentGPU{},
 	}
@@ -248,7 +262,7 @@ func (a *agent) register(ctx context.Context) (protocol.AgentRegisterAnswer, err
 	var ans protocol.AgentRegisterAnswer
 	for attempt := 0; ; attempt++ {
 		req.Procs = a.heldProcs()
-		err := a.c.do(ctx, http.MethodPost, protocol.AgentPathRegister, req, &ans, 0)
+		err := a.reg.do(ctx, http.MethodPost, protocol.AgentPathRegister, req, &ans, 0)
 		if err == nil && ans.Session != "" && ans.JobID != "" {
 			a.touch()
 			a.log.Info("registered with the driver", "driver", a.cfg.DriverURL, "job", ans.JobID, "host", a.cfg.HostID, "addr", a.cfg.Addr, "gpus", len(a.gpus))
@@ -304,11 +318,13 @@ func (a *agent) session(ctx context.Context, reg protocol.AgentRegisterAnswer) e
 
 	sctx, cancel := context.WithCancelCause(ctx)
 	s := &sess{a: a, id: reg.Session, jobID: reg.JobID, ob: ob, procs: map[uint64]*wproc{}, ended: map[uint64]*wproc{}, jobSecret: hex.EncodeToString(protocol.JobSecret(a.cfg.Secret, reg.JobID))}
+	a.relay.forJob(reg.JobID)
 	s.adopt(held, reg.Adopted)
 	wait := time.Duration(reg.PollWaitMS) * time.Millisecond
 	var loops sync.WaitGroup
 	loops.Go(func() { cancel(s.pollCommands(sctx, wait)) })
 	loops.Go(func() { cancel(s.sendEvents(sctx)) })
+	loops.Go(func() { cancel(s.watchDriver(sctx, wait)) })
 	<-sctx.Done()
 	err := context.Cause(sctx)
 	loops.Wait()
@@ -644,6 +660,11 @@ func (s *sess) start(ctx context.Context, c protocol.AgentCommand) {
 	if _, set := envValue(c.Env, "CUDA_VISIBLE_DEVICES"); !set && len(s.a.gpus) > 0 {
 		env = append(env, "CUDA_VISIBLE_DEVICES="+visibleDevices(s.a.gpus, c.Slot, c.Env))
 	}
+	// The worker reaches the driver's rendezvous through the agent's relay.
+	if rdzv, ok := envValue(c.Env, protocol.EnvRendezvous); ok {
+		env = append(env, protocol.EnvRendezvous+"="+s.a.relay.url(rdzv))
+	}
+	s.a.relay.watch(c.Worker, +1)
 	w := &wproc{worker: c.Worker, jobID: s.jobID, s: s, id: c.Proc, gone: make(chan struct{})}
 	spec := proc.Spec{
 		Name: c.Worker, Command: c.Argv, Env: env, Dir: c.Dir, Slot: c.Slot,
@@ -653,6 +674,7 @@ func (s *sess) start(ctx context.Context, c protocol.AgentCommand) {
 	// next adopt it.
 	p, err := s.a.cfg.Launcher.Start(context.WithoutCancel(ctx), spec)
 	if err != nil {
+		s.a.relay.watch(c.Worker, -1)
 		s.a.log.Warn("cannot start worker", "worker", c.Worker, "err", err)
 		s.ob.add(protocol.AgentEvent{Kind: protocol.KindExited, Proc: c.Proc, Code: 127, Error: err.Error()})
 		return
@@ -683,6 +705,7 @@ func (s *sess) start(ctx context.Context, c protocol.AgentCommand) {
 		if err != nil {
 			ev.Error = err.Error()
 		}
+		s.a.relay.watch(c.Worker, -1)
 		s.a.log.Info("worker exited", "worker", c.Worker, "proc", id, "status", st.String())
 		w.emit(ev)
 		close(w.gone)

@@ -88,7 +88,10 @@ func startDriver(t *testing.T, addr, jobID string, setup ...func(*agents.Registr
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &driverSide{t: t, addr: ln.Addr().String(), reg: reg, srv: &http.Server{Handler: reg}, done: make(chan struct{}), log: lb}
+	hs := &http.Server{Handler: reg, Protocols: new(http.Protocols)}
+	hs.Protocols.SetHTTP1(true)
+	hs.Protocols.SetUnencryptedHTTP2(true) // agents hold their sessions over HTTP/2
+	d := &driverSide{t: t, addr: ln.Addr().String(), reg: reg, srv: hs, done: make(chan struct{}), log: lb}
 	go func() { defer close(d.done); d.srv.Serve(ln) }()
 	t.Cleanup(d.stop)
 	return d

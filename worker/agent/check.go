@@ -204,9 +204,14 @@ func CheckDriver(ctx context.Context, dc DriverCheck) providers.Checks {
 			if !ans.Time.IsZero() {
 				clock = skewCheck(ans.Time.Sub(sent.Add(rtt/2)), rtt/2+time.Millisecond, "by its answer's clock")
 			}
+			if ans.Protocol != protocol.AgentProtocolVersion {
+				return out(providers.Fail(nameDriver, fmt.Sprintf("%s: %s speaks the agents' protocol version %d, this agent version %d: it would refuse this agent's registration", answered, what, ans.Protocol, protocol.AgentProtocolVersion),
+					"run the agents and the driver from the same elasticd release"), secret, clock)
+			}
 			return out(providers.OK(nameDriver, answered+": "+what), secret, clock)
 		case http.StatusNotFound:
-			return out(providers.OK(nameDriver, answered+": a release older than this agent, which does not say its version"), secret, clock)
+			return out(providers.Fail(nameDriver, answered+": a release older than this agent, which does not say its version; it speaks an older agents' protocol and would refuse this agent's registration",
+				"run the agents and the driver from the same elasticd release"), secret, clock)
 		case http.StatusServiceUnavailable:
 			return out(providers.OK(nameDriver, answered+", but is shutting down: "+reason), secret, clock)
 		}

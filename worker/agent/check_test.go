@@ -182,9 +182,23 @@ func TestCheckDriverOtherAnswers(t *testing.T) {
 		protocol.Answer{W: w, Auth: auth, Nonce: nonce}.Error(http.StatusNotFound, "no GET /v1/agents/check in the agents' protocol")
 	})
 	expect(t, checkDriver(t, agent.DriverCheck{URL: older, Secret: secret}),
-		want{name: "driver", status: providers.CheckOK, detail: []string{"older than this agent"}},
+		want{name: "driver", status: providers.CheckFail, detail: []string{"older than this agent", "would refuse this agent's registration"}, fix: "same elasticd release"},
 		want{name: "secret", status: providers.CheckOK},
 		want{name: "clock", status: providers.CheckOK, detail: []string{"Date header"}})
+
+	// The release before this one: it answers the check, with the agents' protocol 1.
+	previous := serve(func(w http.ResponseWriter, r *http.Request) {
+		nonce, err := auth.Verify(r, nil, time.Now())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		protocol.Answer{W: w, Auth: auth, Nonce: nonce}.JSON(protocol.AgentCheckAnswer{Protocol: 1, Version: "v0.9.0", JobID: "job-1", Time: time.Now()})
+	})
+	expect(t, checkDriver(t, agent.DriverCheck{URL: previous, Secret: secret}),
+		want{name: "driver", status: providers.CheckFail, detail: []string{"elasticd v0.9.0", "protocol version 1, this agent version 2"}, fix: "same elasticd release"},
+		want{name: "secret", status: providers.CheckOK},
+		want{name: "clock", status: providers.CheckOK})
 
 	rendezvous := serve(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "bad signature", http.StatusUnauthorized) })
 	expect(t, checkDriver(t, agent.DriverCheck{URL: rendezvous, Secret: secret}),

@@ -26,20 +26,36 @@ const (
 )
 
 func newClient(base string, auth *protocol.Auth, hc *http.Client) *client {
-	if hc == nil {
-		hc = &http.Client{
-			Transport: &http.Transport{
-				Proxy:                 nil, // the driver is on the cluster's own network
-				DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-				MaxIdleConnsPerHost:   4,
-				IdleConnTimeout:       90 * time.Second,
-				TLSHandshakeTimeout:   5 * time.Second,
-				ResponseHeaderTimeout: 0, // long-polls: each request has its own deadline
-			},
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
-	}
 	return &client{base: strings.TrimRight(base, "/"), auth: auth, hc: hc}
+}
+
+// driverClient is an HTTP client for the driver at base, without proxy (the driver is on the
+// cluster's own network) or redirects. With session, it speaks HTTP/2 only: with prior
+// knowledge on plain http, so that the agent's session (commands, events, the watch and its
+// workers' relayed requests) shares one connection. Without, HTTP/1.1: the registration, which
+// a driver of an older release must be able to read and refuse in words.
+func driverClient(base string, session bool) *http.Client {
+	tr := &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: 0, // long-polls: each request has its own deadline
+		Protocols:             new(http.Protocols),
+	}
+	switch {
+	case !session:
+		tr.Protocols.SetHTTP1(true)
+	case strings.HasPrefix(base, "https:"):
+		tr.Protocols.SetHTTP2(true)
+	default:
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	}
+	// A connection that went quiet (the driver's machine gone without a FIN) is found by a
+	// ping rather than by the requests' own deadlines.
+	tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: 10 * time.Second, PingTimeout: 10 * time.Second}
+	return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // errRefused is a 401: the driver did not accept our signature.

@@ -1,0 +1,125 @@
+// The watch: one long-poll per host through which an agent's relay answers its workers'
+// assignment and host-update long-polls (docs/protocol.md §4.5).
+
+package agents
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/elasticd/elasticd/protocol"
+)
+
+// Viewer is what a watch reads: the rendezvous server's generation, host-update version and
+// assignments (rendezvous.Server.View), and a channel closed when they may have changed.
+type Viewer interface {
+	View(workers []protocol.WorkerID) (protocol.AgentWatchAnswer, <-chan struct{})
+}
+
+// SetViewer gives the registry the rendezvous server its watches read. Until it is set a
+// watch gets 503, which the agent retries.
+func (r *Registry) SetViewer(v Viewer) {
+	r.mu.Lock()
+	r.viewer = v
+	r.mu.Unlock()
+}
+
+// Watches is how many watches are held now.
+func (r *Registry) Watches() int { return int(r.watching.Load()) }
+
+// watch answers GET /v1/agents/{session}/watch?generation=G&hosts_version=V&worker=ID...
+// as soon as the generation is past G or the host-update version past V, else with the
+// current view after the poll wait.
+func (r *Registry) watch(a protocol.Answer, req *http.Request, id string) {
+	s := r.session(a, id)
+	if s == nil {
+		return
+	}
+	q := req.URL.Query()
+	var after [2]uint64
+	for i, name := range []string{"generation", "hosts_version"} {
+		if v := q.Get(name); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				a.Error(http.StatusBadRequest, fmt.Sprintf("%s=%q: want a non-negative decimal", name, v))
+				return
+			}
+			after[i] = n
+		}
+	}
+	wait, ok := r.pollWait(a, q.Get("wait_ms"))
+	if !ok {
+		return
+	}
+	names := q["worker"]
+	if len(names) > protocol.MaxWatchedWorkers {
+		a.Error(http.StatusBadRequest, fmt.Sprintf("%d workers: a watch asks about at most %d", len(names), protocol.MaxWatchedWorkers))
+		return
+	}
+	workers := make([]protocol.WorkerID, 0, len(names))
+	for _, n := range names {
+		w, err := protocol.ParseWorkerID(n)
+		if err != nil {
+			a.Error(http.StatusBadRequest, "worker="+strconv.Quote(n)+": "+err.Error())
+			return
+		}
+		workers = append(workers, w)
+	}
+	r.mu.Lock()
+	viewer := r.viewer
+	r.mu.Unlock()
+	if viewer == nil {
+		a.Error(http.StatusServiceUnavailable, "the driver's rendezvous is not serving yet; retry")
+		return
+	}
+	r.watching.Add(1)
+	defer r.watching.Add(-1)
+	defer func() {
+		r.mu.Lock()
+		s.lastSeen = time.Now()
+		r.mu.Unlock()
+	}()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		v, changed := viewer.View(workers)
+		if v.Generation > after[0] || v.HostsVersion > after[1] {
+			a.JSON(v)
+			return
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			a.JSON(v)
+			return
+		case <-s.lostCh:
+			if r.isClosing() {
+				a.Error(http.StatusServiceUnavailable, "driver shutting down")
+				return
+			}
+			a.Error(http.StatusNotFound, "agent session ended: register again")
+			return
+		case <-r.closing:
+			a.Error(http.StatusServiceUnavailable, "driver shutting down")
+			return
+		case <-req.Context().Done():
+			return
+		}
+	}
+}
+
+// pollWait is the wait of a long-poll that asked for wait_ms=v: PollWait, or less.
+func (r *Registry) pollWait(a protocol.Answer, v string) (time.Duration, bool) {
+	wait := r.cfg.PollWait
+	if v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < 0 {
+			a.Error(http.StatusBadRequest, fmt.Sprintf("wait_ms=%q: want milliseconds", v))
+			return 0, false
+		}
+		wait = min(wait, time.Duration(ms)*time.Millisecond)
+	}
+	return wait, true
+}
