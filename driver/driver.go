@@ -718,7 +718,7 @@ func (d *runner) restore(ctx context.Context, st *SavedState) {
 			lp, adopted := d.o.Agents.Adopt(w.Worker, spec, d.o.AdoptTimeout)
 			p := &running{p: lp, outs: []io.Closer{stdout, stderr}}
 			d.procs[id] = p
-			d.tasks.Go(func(context.Context) { d.watch(id, p) })
+			d.watchExit(id, p)
 			d.tasks.Go(func(ctx context.Context) {
 				select {
 				case <-adopted:

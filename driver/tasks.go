@@ -41,6 +41,16 @@ func (t *tasks) Go(f func(ctx context.Context)) { t.wg.Go(func() { f(t.ctx) }) }
 // Wait waits for every task.
 func (t *tasks) Wait() { t.wg.Wait() }
 
+// Later counts a task that a callback will run (a process's exit): Wait waits for it as for
+// any other. The returned func runs f as that task; it must be called exactly once.
+func (t *tasks) Later() func(f func(ctx context.Context)) {
+	t.wg.Add(1)
+	return func(f func(context.Context)) {
+		defer t.wg.Done()
+		f(t.ctx)
+	}
+}
+
 // running is a started worker process and what it writes to.
 type running struct {
 	p    proc.Process
@@ -77,8 +87,20 @@ func (d *runner) launch(ctx context.Context, a Launch) {
 		p.cancel = cancel
 		// Sent before the watcher starts, so that the loop hears of the start before the exit.
 		d.events <- procStarted{WorkerStarted{Now: time.Now(), Worker: a.Worker, Generation: a.Generation}, p}
-		d.tasks.Go(func(context.Context) { d.watch(a.Worker, p) })
+		d.watchExit(a.Worker, p)
 	})
+}
+
+// watchExit has the exit of worker id's process p reported to the loop: as a task once it
+// exits, for a process that says so (proc.ExitNotifier: no goroutine per worker while it
+// runs), else as a task that waits for it.
+func (d *runner) watchExit(id protocol.WorkerID, p *running) {
+	if n, ok := p.p.(proc.ExitNotifier); ok {
+		run := d.tasks.Later()
+		n.OnExit(func() { run(func(context.Context) { d.watch(id, p) }) })
+		return
+	}
+	d.tasks.Go(func(context.Context) { d.watch(id, p) })
 }
 
 // start launches a's process with its environment and output (a task: it may block).

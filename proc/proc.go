@@ -59,6 +59,15 @@ type Process interface {
 	Stop(grace time.Duration)
 }
 
+// ExitNotifier is a Process that can say when it has exited without a goroutine blocked in
+// its Wait: OnExit runs f once, in a goroutine of its own, after the process has exited (at
+// once if it has). The agent launcher's processes, entries in the driver's registry of which
+// a job of thousands of hosts holds tens of thousands, implement it, so that a driver
+// watching them holds no goroutine per worker.
+type ExitNotifier interface {
+	OnExit(f func())
+}
+
 // ExitStatus is how a worker ended.
 type ExitStatus struct {
 	Code   int    // exit code; -1 when killed by a signal

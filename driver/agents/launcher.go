@@ -49,13 +49,15 @@ func (l launcher) Start(ctx context.Context, s proc.Spec) (proc.Process, error) 
 	sess.procs[p.id] = p
 	sess.queueLocked(protocol.AgentCommand{Op: protocol.OpStart, Proc: p.id, Worker: workerOf(s), Slot: s.Slot, Argv: s.Command, Env: env, Dir: s.Dir})
 	r.mu.Unlock()
-	go func() {
+	// Cancelling ctx stops the worker. A callback, not a goroutine per worker: a driver holds
+	// tens of thousands of these.
+	context.AfterFunc(ctx, func() {
 		select {
-		case <-ctx.Done():
-			p.Stop(proc.DefaultGrace)
 		case <-p.done:
+		default:
+			p.Stop(proc.DefaultGrace)
 		}
-	}()
+	})
 	return p, nil
 }
 
@@ -140,6 +142,8 @@ type process struct {
 	finishOnce sync.Once
 	status     proc.ExitStatus
 	err        error
+	exitMu     sync.Mutex
+	onExit     []func() // OnExit's, run once done is closed
 	stopOnce   sync.Once
 	outMu      sync.Mutex
 
@@ -156,6 +160,18 @@ func (p *process) PID() int { return int(p.pid.Load()) }
 func (p *process) Wait() (proc.ExitStatus, error) {
 	<-p.done
 	return p.status, p.err
+}
+
+// OnExit runs f in a goroutine of its own once the worker has exited (proc.ExitNotifier).
+func (p *process) OnExit(f func()) {
+	p.exitMu.Lock()
+	defer p.exitMu.Unlock()
+	select {
+	case <-p.done:
+		go f()
+	default:
+		p.onExit = append(p.onExit, f)
+	}
 }
 
 // Stop asks the agent to stop the worker and waits until it has exited, or until the agent
@@ -210,7 +226,14 @@ func (p *process) finish(st proc.ExitStatus, err error) {
 		}
 		p.outMu.Unlock()
 		p.status, p.err = st, err
+		p.exitMu.Lock()
 		close(p.done)
+		fs := p.onExit
+		p.onExit = nil
+		p.exitMu.Unlock()
+		for _, f := range fs {
+			go f()
+		}
 	})
 }
 
