@@ -23,6 +23,7 @@ func benchCommand() *cli.Command {
 			benchRecoveryCommand(),
 			benchNoticeCommand(),
 			benchSoakCommand(),
+			benchScaleCommand(),
 			benchReportCommand(),
 			benchRankCommand(),
 			benchPeerCommand(),
@@ -310,6 +311,61 @@ func benchPeerCommand() *cli.Command {
 }
 
 // benchExit makes a *bench.UsageError exit 2 with its one line, as usageError does.
+func benchScaleCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "scale",
+		Usage: "measure what a job of thousands of hosts costs one driver, with simulated hosts",
+		Description: `Runs the real driver ('elasticd run --launcher agent --mode inprocess', its own process,
+listening on loopback) with --hosts simulated hosts in this process. Each registers as an
+agent with --slots slots and holds its session on one HTTP/2 connection, as 'elasticd
+agent' does: the commands poll, the events, and the watch from which the agent's relay
+answers its workers. Its workers speak the real worker protocol (the Go rendezvous client,
+signed with the job's secret) over that connection: they register when started, take
+their places from the watch, go to the barrier (READY) when the hosts change, and exit
+when removed. Nothing trains. It measures:
+
+   form          the driver started -> every worker placed in one generation of them all
+   reset         a worker fails (its exit, and every other worker's READY as their
+                 collectives fail) -> every survivor placed in the next generation; and
+                 the driver's CPU time over it
+   reclaim       --reclaim of the hosts get spot notices within one second -> every worker
+                 of the other hosts placed in a generation without them; how many
+                 generations that took (1: one reset), and the driver's CPU time
+   driver        its largest RSS and descriptors over the run, its Go heap and
+                 goroutines once formed (it logs them on SIGUSR1)
+   status        GET /v1/status and /metrics: median time of 5, and size; the live
+                 page's size
+
+With --json it prints one object: hosts, workers, form_s, reset_s, reset_cpu_s,
+reclaim_hosts, reclaim_reset_s, reclaim_generations, reclaim_cpu_s, driver_rss_bytes,
+driver_fds, driver_heap_bytes, driver_goroutines, status_ms, status_bytes, metrics_ms,
+metrics_bytes, page_bytes. The simulated hosts share the machine with the driver: on a
+small machine their own work is part of every time measured. It raises its open-file
+limit to the hard limit (the driver inherits it): each host holds a connection.
+
+Examples:
+   elasticd bench scale --hosts 1000 --slots 8
+   elasticd bench scale --hosts 10000 --slots 8 --json`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "hosts", Value: 1000, Usage: "simulated hosts (2-100000)", EnvVars: []string{"ELASTICD_HOSTS"}},
+			&cli.IntFlag{Name: "slots", Value: 8, Usage: "workers per host (1-64)", EnvVars: []string{"ELASTICD_SLOTS"}},
+			&cli.Float64Flag{Name: "reclaim", Value: 0.1, Usage: "share of the hosts given spot notices within one second (0 < share < 0.5)", EnvVars: []string{"ELASTICD_RECLAIM"}},
+			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "longest wait for each phase (forming, the reset, the reclaim)", EnvVars: []string{"ELASTICD_TIMEOUT"}},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object", EnvVars: []string{"ELASTICD_JSON"}},
+			&cli.BoolFlag{Name: "quiet", Usage: "do not log the phases on stderr", EnvVars: []string{"ELASTICD_QUIET"}},
+		},
+		Action: func(c *cli.Context) error {
+			o := bench.ScaleOptions{Hosts: c.Int("hosts"), Slots: c.Int("slots"), Reclaim: c.Float64("reclaim"), Timeout: c.Duration("timeout"),
+				JSON: c.Bool("json"), Out: c.App.Writer, Err: c.App.ErrWriter}
+			if c.Bool("quiet") {
+				o.Err = nil
+			}
+			_, err := bench.Scale(c.Context, o)
+			return benchExit(err)
+		},
+	}
+}
+
 func benchExit(err error) error {
 	if ue := (*bench.UsageError)(nil); errors.As(err, &ue) {
 		return cli.Exit(ue.Error(), 2)
