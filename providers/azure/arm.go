@@ -240,13 +240,14 @@ func (p sdkPages[R, T]) Next(ctx context.Context) ([]T, string, error) {
 // listing that goes on this long is an API handing out links in a loop.
 const maxPages = 10_000
 
-// collect reads every page of a listing, through the endpoint's gate.
-func collect[T any](ctx context.Context, p *Provider, op string, pg pages[T]) ([]T, error) {
-	var all []T
+// walk reads every page of a listing through the endpoint's gate and hands each page to use
+// before it fetches the next, so that no more than one page of SDK structs is held at a time.
+// An error of use ends the walk and is returned as it is.
+func walk[T any](ctx context.Context, p *Provider, op string, pg pages[T], use func([]T) error) error {
 	seen := make(map[string]bool)
 	for n := 0; pg.More(); n++ {
 		if n == maxPages {
-			return nil, fmt.Errorf("more than %d pages: the API keeps returning a nextLink", maxPages)
+			return fmt.Errorf("more than %d pages: the API keeps returning a nextLink", maxPages)
 		}
 		var items []T
 		var next string
@@ -255,18 +256,33 @@ func collect[T any](ctx context.Context, p *Provider, op string, pg pages[T]) ([
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if items == nil { // ARM sends "value": [] for an empty page; an empty 200 decodes to nothing
-			return nil, fmt.Errorf("page %d has no \"value\" list: the response is malformed", n+1)
+			return fmt.Errorf("page %d has no \"value\" list: the response is malformed", n+1)
 		}
-		all = append(all, items...)
+		if err := use(items); err != nil {
+			return err
+		}
 		if next != "" {
 			if seen[next] {
-				return nil, fmt.Errorf("page %d links back to an earlier page (%s): the API is looping", n+1, next)
+				return fmt.Errorf("page %d links back to an earlier page (%s): the API is looping", n+1, next)
 			}
 			seen[next] = true
 		}
+	}
+	return nil
+}
+
+// collect reads every page of a listing, through the endpoint's gate, and keeps every item:
+// for the short listings (permissions).
+func collect[T any](ctx context.Context, p *Provider, op string, pg pages[T]) ([]T, error) {
+	var all []T
+	if err := walk(ctx, p, op, pg, func(items []T) error {
+		all = append(all, items...)
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	return all, nil
 }

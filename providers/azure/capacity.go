@@ -68,15 +68,17 @@ func (p *Provider) GroupSize(ctx context.Context) (providers.GroupSize, error) {
 	if err != nil {
 		return providers.GroupSize{}, err
 	}
-	vms, err := collect(ctx, p, opVMs, p.api.vms())
+	n := 0
+	err = walk(ctx, p, opVMs, p.api.vms(), func(page []*armcompute.VirtualMachineScaleSetVM) error {
+		for _, vm := range page {
+			if vm != nil {
+				n++
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return providers.GroupSize{}, p.loop.Errorf("%w", p.explain(ctx, opVMs, err))
-	}
-	n := 0
-	for _, vm := range vms {
-		if vm != nil {
-			n++
-		}
 	}
 	return providers.GroupSize{Desired: desired, Min: 0, Max: max, Instances: n}, nil
 }
@@ -347,15 +349,17 @@ func (p *Provider) LaunchFailures(ctx context.Context) ([]providers.LaunchFailur
 	if err := ctx.Err(); err != nil {
 		return nil, p.loop.Errorf("launch failures: %w", err)
 	}
-	vms, err := collect(ctx, p, opVMs, p.api.vms())
+	var out []providers.LaunchFailure
+	err := walk(ctx, p, opVMs, p.api.vms(), func(page []*armcompute.VirtualMachineScaleSetVM) error {
+		for _, vm := range page {
+			if f, ok := p.vmFailure(vm); ok {
+				out = append(out, f)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, p.loop.Errorf("%w", p.explain(ctx, opVMs, err))
-	}
-	var out []providers.LaunchFailure
-	for _, vm := range vms {
-		if f, ok := p.vmFailure(vm); ok {
-			out = append(out, f)
-		}
 	}
 	p.mu.Lock()
 	out = append(out, p.failures...)
