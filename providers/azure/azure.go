@@ -147,6 +147,11 @@ type Provider struct {
 
 	mu       sync.Mutex                // guards failures: small, never held across a call
 	failures []providers.LaunchFailure // from failed LROs, oldest first, at most keptFailures
+
+	// addrs are the private IPs of the VMs of the last good refresh, by host ID; only the
+	// refresh in progress (one at a time, under the loop) reads or writes them. They spare
+	// the NIC listing on the polls where no VM is new or back to running (needNICs).
+	addrs map[string]knownAddr
 }
 
 // driver is the cloud's own part of the provider, under the loop: its SDK calls.
@@ -202,7 +207,9 @@ func (p *Provider) Hosts(ctx context.Context) ([]providers.Host, error) {
 // ListHosts is one refresh from the API.
 func (d driver) ListHosts(ctx context.Context) ([]providers.Host, error) { return d.p.refresh(ctx) }
 
-// refresh reads the scale set, its VMs and its network interfaces: 1 + pages + pages calls.
+// refresh reads the scale set and its VMs, a page at a time, and the set's network
+// interfaces only when a VM's address must be read (needNICs): 1 + pages of VMs calls, and
+// the pages of NICs on those polls.
 func (p *Provider) refresh(ctx context.Context) ([]providers.Host, error) {
 	if err := p.open(); err != nil {
 		return nil, err
@@ -217,26 +224,21 @@ func (p *Provider) refresh(ctx context.Context) ([]providers.Host, error) {
 	if err := uniform(ss); err != nil {
 		return nil, err
 	}
-	vms, err := collect(ctx, p, opVMs, p.api.vms())
+	vms, err := p.listVMs(ctx, setOf(ss))
 	if err != nil {
-		return nil, p.explain(ctx, opVMs, err)
+		return nil, err
 	}
 	if len(vms) == 0 {
+		p.addrs = nil
 		return nil, nil
 	}
-	nics, err := collect(ctx, p, opNICs, p.api.nics())
-	if err != nil {
-		return nil, p.explain(ctx, opNICs, err)
+	var nics *nicAddrs
+	if p.needNICs(vms) {
+		if nics, err = p.listNICs(ctx); err != nil {
+			return nil, err
+		}
 	}
-	addrs, err := addresses(nics)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", opNICs, err)
-	}
-	hosts, err := p.hostsOf(ss, vms, addrs)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", opVMs, err)
-	}
-	return hosts, nil
+	return p.join(vms, nics), nil
 }
 
 // uniform is nil for a Uniform scale set: the VM and NIC listings are Uniform-only.
@@ -258,23 +260,30 @@ const (
 	leaving                // being deleted, stopped or deallocated: listed with Leaving
 )
 
-// stateOf classifies a VM. A spot eviction with the Deallocate policy shows as
-// deallocating then deallocated; with the Delete policy as Deleting, then the VM is gone.
-func stateOf(vm *armcompute.VirtualMachineScaleSetVM) vmState {
-	var prov, power string
-	if props := vm.Properties; props != nil {
-		prov = strings.ToLower(deref(props.ProvisioningState))
-		if iv := props.InstanceView; iv != nil {
-			for _, s := range iv.Statuses {
-				if s == nil {
-					continue
-				}
-				if code, ok := strings.CutPrefix(strings.ToLower(deref(s.Code)), "powerstate/"); ok {
-					power = code
-				}
+// states are a VM's provisioning state and power state (the code after "PowerState/"), in
+// lower case; "" when the answer does not say.
+func states(vm *armcompute.VirtualMachineScaleSetVM) (prov, power string) {
+	props := vm.Properties
+	if props == nil {
+		return "", ""
+	}
+	prov = strings.ToLower(deref(props.ProvisioningState))
+	if iv := props.InstanceView; iv != nil {
+		for _, s := range iv.Statuses {
+			if s == nil {
+				continue
+			}
+			if code, ok := strings.CutPrefix(strings.ToLower(deref(s.Code)), "powerstate/"); ok {
+				power = code
 			}
 		}
 	}
+	return prov, power
+}
+
+// stateOf classifies a VM. A spot eviction with the Deallocate policy shows as
+// deallocating then deallocated; with the Delete policy as Deleting, then the VM is gone.
+func stateOf(prov, power string) vmState {
 	switch {
 	case prov == "deleting", power == "stopping", power == "stopped", power == "deallocating", power == "deallocated":
 		return leaving
@@ -284,85 +293,201 @@ func stateOf(vm *armcompute.VirtualMachineScaleSetVM) vmState {
 	return ready
 }
 
-// hostsOf turns the VMs into hosts, in the API's order, skipping those without an address.
-func (p *Provider) hostsOf(ss armcompute.VirtualMachineScaleSet, vms []*armcompute.VirtualMachineScaleSetVM, addrs nicAddrs) ([]providers.Host, error) {
-	spot := false
-	setType, location := "", strings.ToLower(deref(ss.Location))
+// setFacts is what the scale set says of every VM in it.
+type setFacts struct {
+	spot     bool
+	size     string // the model's VM size
+	location string // lower case
+}
+
+func setOf(ss armcompute.VirtualMachineScaleSet) setFacts {
+	f := setFacts{location: strings.ToLower(deref(ss.Location))}
 	if ss.SKU != nil {
-		setType = deref(ss.SKU.Name)
+		f.size = deref(ss.SKU.Name)
 	}
 	if ss.Properties != nil && ss.Properties.VirtualMachineProfile != nil {
 		switch pr := ss.Properties.VirtualMachineProfile.Priority; {
 		case pr == nil:
 		case *pr == armcompute.VirtualMachinePriorityTypesSpot, *pr == armcompute.VirtualMachinePriorityTypesLow:
-			spot = true
+			f.spot = true
 		}
 	}
+	return f
+}
+
+// vmRecord is what a poll keeps of one VM of the listing, the SDK's structs of its page
+// being dropped once the page is read: its host but for the address, its state, and what
+// joins it to its NICs.
+type vmRecord struct {
+	host  providers.Host // Addr is set by join
+	state vmState
+	// steady: provisioned (Succeeded) and running, the state in which its NIC and address
+	// stay as they are.
+	steady bool
+	id     string   // its resource ID, which its NICs name
+	nics   []nicRef // the NICs of its network profile
+}
+
+type nicRef struct {
+	id      string
+	primary bool
+}
+
+// listVMs lists the scale set's VMs as records, in the API's order, a page at a time.
+func (p *Provider) listVMs(ctx context.Context, set setFacts) ([]vmRecord, error) {
+	var vms []vmRecord
+	n := 0 // VMs of the listing so far, for an error that names one
+	var bad error
+	err := walk(ctx, p, opVMs, p.api.vms(), func(page []*armcompute.VirtualMachineScaleSetVM) error {
+		for _, vm := range page {
+			n++
+			if vm == nil {
+				continue // a null entry says nothing
+			}
+			id := deref(vm.Name)
+			if id == "" && deref(vm.InstanceID) != "" {
+				id = p.cfg.VMSS + "_" + deref(vm.InstanceID)
+			}
+			if id == "" {
+				bad = fmt.Errorf("VM %d of the listing has neither a name nor an instanceId: the response is malformed", n-1)
+				return bad
+			}
+			vms = append(vms, p.record(vm, id, set))
+		}
+		return nil
+	})
+	switch {
+	case bad != nil:
+		return nil, fmt.Errorf("%s: %w", opVMs, bad)
+	case err != nil:
+		return nil, p.explain(ctx, opVMs, err)
+	}
+	return vms, nil
+}
+
+// record is what a poll keeps of vm, whose host ID is id.
+func (p *Provider) record(vm *armcompute.VirtualMachineScaleSetVM, id string, set setFacts) vmRecord {
+	prov, power := states(vm)
+	state := stateOf(prov, power)
+	h := providers.Host{ID: id, Spot: set.spot, Type: set.size, Leaving: state == leaving}
+	if vm.SKU != nil && deref(vm.SKU.Name) != "" {
+		h.Type = *vm.SKU.Name // a VM keeps its size until it is upgraded to a new model
+	}
+	h.Slots = providers.SlotsFor(strings.ToLower(h.Type), gpus, p.cfg.SlotsPerHost)
+	loc := cmp.Or(strings.ToLower(deref(vm.Location)), set.location)
+	h.Zone = loc
+	if len(vm.Zones) > 0 && deref(vm.Zones[0]) != "" {
+		h.Zone = loc + "-" + *vm.Zones[0]
+	}
+	r := vmRecord{host: h, state: state, steady: prov == "succeeded" && power == "running", id: deref(vm.ID)}
+	if props := vm.Properties; props != nil {
+		if props.TimeCreated != nil {
+			r.host.Launched = *props.TimeCreated
+		}
+		if props.NetworkProfile != nil {
+			for _, ref := range props.NetworkProfile.NetworkInterfaces {
+				if ref != nil {
+					r.nics = append(r.nics, nicRef{id: deref(ref.ID), primary: ref.Properties != nil && deref(ref.Properties.Primary)})
+				}
+			}
+		}
+	}
+	return r
+}
+
+// knownAddr is a VM's private IP as the last NIC listing that saw the VM gave it.
+type knownAddr struct {
+	addr     string    // "" when that listing had none for it
+	launched time.Time // the VM's creation time: another VM under the same name is not this one
+	// settled: read while the VM was steady, and steady at every poll since, so its
+	// address cannot have changed (a NIC keeps its private IP while it exists; a VM keeps
+	// its NICs until it is deleted, and a model upgrade or a start goes through another state).
+	settled bool
+}
+
+// needNICs says whether this poll must list the NICs: a VM to be listed has no address
+// known (it is new, or another VM under the same name), or runs with none known to hold,
+// being new to the running state or not steady.
+func (p *Provider) needNICs(vms []vmRecord) bool {
+	for _, r := range vms {
+		k, ok := p.addrs[r.host.ID]
+		switch {
+		case r.state == pending:
+		case !ok || !k.launched.Equal(r.host.Launched):
+			return true
+		case r.state == ready && !(k.settled && r.steady && k.addr != ""):
+			return true
+		}
+	}
+	return false
+}
+
+// join gives each VM its address, from nics when this poll listed them, else from the
+// addresses known, and returns the hosts of the VMs that have one, in the API's order. The
+// addresses known are replaced by those of this listing's VMs: a VM that is gone, or
+// pending, is forgotten.
+func (p *Provider) join(vms []vmRecord, nics *nicAddrs) []providers.Host {
+	known := make(map[string]knownAddr, len(vms))
 	hosts := make([]providers.Host, 0, len(vms))
-	seen := make(map[string]bool, len(vms))
-	for i, vm := range vms {
-		if vm == nil {
-			continue // a null entry says nothing
-		}
-		id := deref(vm.Name)
-		if id == "" && deref(vm.InstanceID) != "" {
-			id = p.cfg.VMSS + "_" + deref(vm.InstanceID)
-		}
-		if id == "" {
-			return nil, fmt.Errorf("VM %d of the listing has neither a name nor an instanceId: the response is malformed", i)
-		}
-		if seen[id] { // listed twice while the set changed between pages
+	for _, r := range vms {
+		if r.state == pending {
 			continue
 		}
-		state := stateOf(vm)
-		if state == pending {
-			continue
+		if prev, dup := known[r.host.ID]; dup && prev.addr != "" {
+			continue // listed already: the set changed between pages
 		}
-		addr := addrs.of(vm)
-		if addr == "" {
+		k := p.addrs[r.host.ID] // needNICs made sure it is there when nics is nil
+		if nics != nil {
+			k = knownAddr{addr: nics.of(r), launched: r.host.Launched, settled: r.steady}
+		} else {
+			k.settled = k.settled && r.steady
+		}
+		known[r.host.ID] = k
+		if k.addr == "" {
 			continue // no private IP yet (or any more): nothing to connect to
 		}
-		seen[id] = true
-		h := providers.Host{ID: id, Addr: addr, Spot: spot, Type: setType, Leaving: state == leaving}
-		if vm.SKU != nil && deref(vm.SKU.Name) != "" {
-			h.Type = *vm.SKU.Name // a VM keeps its size until it is upgraded to a new model
-		}
-		h.Slots = providers.SlotsFor(strings.ToLower(h.Type), gpus, p.cfg.SlotsPerHost)
-		loc := cmp.Or(strings.ToLower(deref(vm.Location)), location)
-		h.Zone = loc
-		if len(vm.Zones) > 0 && deref(vm.Zones[0]) != "" {
-			h.Zone = loc + "-" + *vm.Zones[0]
-		}
-		if vm.Properties != nil && vm.Properties.TimeCreated != nil {
-			h.Launched = *vm.Properties.TimeCreated
-		}
+		h := r.host
+		h.Addr = k.addr
 		hosts = append(hosts, h)
 	}
-	return hosts, nil
+	p.addrs = known
+	return hosts
+}
+
+// listNICs lists the scale set's network interfaces, a page at a time, as addresses.
+func (p *Provider) listNICs(ctx context.Context) (*nicAddrs, error) {
+	a := &nicAddrs{byVM: map[string]string{}, byNIC: map[string]string{}, primaryOf: map[string]bool{}}
+	var bad error
+	err := walk(ctx, p, opNICs, p.api.nics(), func(page []*armnetwork.Interface) error {
+		bad = a.add(page)
+		return bad
+	})
+	switch {
+	case bad != nil:
+		return nil, fmt.Errorf("%s: %w", opNICs, bad)
+	case err != nil:
+		return nil, p.explain(ctx, opNICs, err)
+	}
+	return a, nil
 }
 
 // nicAddrs finds a VM's private IP: by the VM's resource ID (which the NIC names), else by
 // the NIC IDs in the VM's network profile. Keys are lower case: ARM IDs are case-insensitive
 // and the network API often spells the resource group in capitals.
 type nicAddrs struct {
-	byVM  map[string]string
-	byNIC map[string]string
+	byVM      map[string]string
+	byNIC     map[string]string
+	primaryOf map[string]bool // VMs whose address in byVM is their primary NIC's
 }
 
-func (a nicAddrs) of(vm *armcompute.VirtualMachineScaleSetVM) string {
-	if ip := a.byVM[strings.ToLower(deref(vm.ID))]; ip != "" {
+func (a *nicAddrs) of(r vmRecord) string {
+	if ip := a.byVM[strings.ToLower(r.id)]; ip != "" {
 		return ip
 	}
-	if vm.Properties == nil || vm.Properties.NetworkProfile == nil {
-		return ""
-	}
 	var first string
-	for _, ref := range vm.Properties.NetworkProfile.NetworkInterfaces {
-		if ref == nil {
-			continue
-		}
-		ip := a.byNIC[strings.ToLower(deref(ref.ID))]
-		if ip != "" && ref.Properties != nil && deref(ref.Properties.Primary) {
+	for _, ref := range r.nics {
+		ip := a.byNIC[strings.ToLower(ref.id)]
+		if ip != "" && ref.primary {
 			return ip
 		}
 		first = cmp.Or(first, ip)
@@ -370,18 +495,16 @@ func (a nicAddrs) of(vm *armcompute.VirtualMachineScaleSetVM) string {
 	return first
 }
 
-// addresses maps VMs and NICs to the private IP of each NIC's primary IP configuration. A
-// VM with several NICs gets its primary NIC's address.
-func addresses(nics []*armnetwork.Interface) (nicAddrs, error) {
-	a := nicAddrs{byVM: make(map[string]string, len(nics)), byNIC: make(map[string]string, len(nics))}
-	primaryOf := make(map[string]bool, len(nics))
+// add maps the VMs and NICs of one page to the private IP of each NIC's primary IP
+// configuration. A VM with several NICs gets its primary NIC's address.
+func (a *nicAddrs) add(nics []*armnetwork.Interface) error {
 	for _, nic := range nics {
 		if nic == nil || nic.Properties == nil {
 			continue
 		}
 		ip, err := privateIP(nic.Properties.IPConfigurations)
 		if err != nil {
-			return nicAddrs{}, fmt.Errorf("network interface %q: %w", deref(nic.ID), err)
+			return fmt.Errorf("network interface %q: %w", deref(nic.ID), err)
 		}
 		if ip == "" {
 			continue
@@ -394,11 +517,11 @@ func addresses(nics []*armnetwork.Interface) (nicAddrs, error) {
 		}
 		vm := strings.ToLower(deref(nic.Properties.VirtualMachine.ID))
 		primary := deref(nic.Properties.Primary)
-		if vm != "" && (a.byVM[vm] == "" || (primary && !primaryOf[vm])) {
-			a.byVM[vm], primaryOf[vm] = ip, primary
+		if vm != "" && (a.byVM[vm] == "" || (primary && !a.primaryOf[vm])) {
+			a.byVM[vm], a.primaryOf[vm] = ip, primary
 		}
 	}
-	return a, nil
+	return nil
 }
 
 // privateIP is the private address of the primary IP configuration (else the first one that
