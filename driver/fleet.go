@@ -306,12 +306,7 @@ func (m *Machine) brokenHost(now time.Time, host, why string) []Action {
 // no longer offered, and its workers leave at their next commit, without rollback (restart
 // mode: the group restarts without it).
 func (m *Machine) retire(now time.Time, host string) []Action {
-	changed := false
-	for _, h := range m.discovered {
-		if slotWorker(h).Host == host {
-			changed = m.hosts.SetLeaving(h.ID) || changed
-		}
-	}
+	changed := m.hosts.SetLeaving(m.slotIDs(host)...)
 	if !changed || m.phase != phaseRunning || !m.runsOn(host) {
 		return nil
 	}

@@ -270,13 +270,19 @@ type Machine struct {
 	silent  bool                              // a READY of the reset under way found a peer silent: the barrier is cut to HungWindow
 	// probes: per member, what its READY of the reset under way said of its peers' hosts
 	// (which answered its probe or its connection, which did not); failCutOff weighs them.
-	probes     map[protocol.WorkerID]probeReport
-	deadline   time.Time                       // barrier / start / elastic deadline of the phase
-	regDue     map[protocol.WorkerID]time.Time // workers that must register by then
-	discovered []providers.Host                // the latest discovery result, one pseudo-host per slot
-	raw        []providers.Host                // the latest discovery result as the provider gave it
-	pending    map[string][]providers.Notice   // host ID -> notices to complete once its workers are gone
-	loads      map[string]hosts.Load           // host ID -> load, for --slot-policy loadaware
+	probes   map[protocol.WorkerID]probeReport
+	deadline time.Time                       // barrier / start / elastic deadline of the phase
+	regDue   map[protocol.WorkerID]time.Time // workers that must register by then
+	regLow   time.Time                       // at or before the earliest of regDue
+	slotCap  int                             // above every slot in workers (addWorker)
+	// resetScan is where advance's scan of order for a member not yet at the reset barrier
+	// of generation resetScanGen goes on from.
+	resetScan    int
+	resetScanGen uint64
+	discovered   []providers.Host              // the latest discovery result, one pseudo-host per slot
+	raw          []providers.Host              // the latest discovery result as the provider gave it
+	pending      map[string][]providers.Notice // host ID -> notices to complete once its workers are gone
+	loads        map[string]hosts.Load         // host ID -> load, for --slot-policy loadaware
 
 	registered bool                // a worker has registered with the rendezvous: in-process under ModeAuto
 	started    time.Time           // when the current generation was published
@@ -361,10 +367,11 @@ func (m *Machine) NextDeadline(now time.Time) time.Time {
 			t = at
 		}
 	}
-	for _, due := range m.regDue {
-		if t.IsZero() || due.Before(t) {
-			t = due
-		}
+	// The earliest registration due, or an earlier time (a Tick then finds none due, and
+	// learns the earliest anew): a scan here would cost every event of a large job's reset
+	// as much as its workers.
+	if due := m.regLow; len(m.regDue) > 0 && (t.IsZero() || due.Before(t)) {
+		t = due
 	}
 	// A cooldown that ended since the last Step is due now (hosts.Manager.NextEvent): the
 	// Tick applies it. Not while adopting, when a Tick does not apply discovery: the
@@ -588,6 +595,9 @@ func (m *Machine) reported(now time.Time, e WorkerReported) []Action {
 		return nil // SUCCESS/FAILURE are confirmed by the exit status
 	}
 	w.ready = max(w.ready, e.Generation+1)
+	if w.ready == m.gen { // registered: a member the reset barrier waits for (advance)
+		m.resetScan = 0
+	}
 	if m.cfg.Mode == ModeAuto && !m.registered {
 		m.registered = true
 		m.j.event(now, EventJoin, "%s registered with the rendezvous: the job recovers in-process", e.Worker)
@@ -809,7 +819,7 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 	if !inPlan || w.stopping {
 		delete(m.workers, e.Worker)
 		acts := []Action{Note{"worker outside the current generation exited", []any{"worker", e.Worker.String(), "status", status}}}
-		return append(acts, m.completeNotices()...)
+		return append(acts, m.completeNotices(e.Worker.Host)...)
 	}
 	rank := m.plan[e.Worker].Rank
 	if e.Code == 0 && e.Signal == "" {
@@ -888,7 +898,7 @@ func (m *Machine) beginReset(now time.Time, failure bool, why string) []Action {
 	if m.phase != phaseRunning {
 		return nil
 	}
-	m.phase = phaseResetting
+	m.phase, m.resetScan = phaseResetting, 0
 	m.deadline = now.Add(m.cfg.BarrierTimeout)
 	m.j.rdvStart, m.j.rdvGen = now, 0
 	m.j.event(now, EventReset, "generation %d resets: %s", m.gen, why)
@@ -916,12 +926,7 @@ func (m *Machine) notice(now time.Time, n providers.Notice, source string) []Act
 	if n.Kind == providers.Rebalance {
 		return acts
 	}
-	changed := false
-	for _, h := range m.discovered {
-		if slotWorker(h).Host == n.HostID {
-			changed = m.hosts.SetLeaving(h.ID) || changed
-		}
-	}
+	changed := m.hosts.SetLeaving(m.slotIDs(n.HostID)...)
 	m.pending[n.HostID] = append(m.pending[n.HostID], n)
 	if changed && m.phase == phaseRunning {
 		if !m.inProcess() {
@@ -934,7 +939,7 @@ func (m *Machine) notice(now time.Time, n providers.Notice, source string) []Act
 			acts = append(acts, NotifyHosts{}, Note{"moving off the host before the cloud takes it; workers will reset at their next step", []any{"host", n.HostID}})
 		}
 	}
-	return append(acts, m.completeNotices()...)
+	return append(acts, m.completeNotices(n.HostID)...)
 }
 
 // slotsFailed takes the failed slots out of the job as failures.
@@ -1033,25 +1038,46 @@ func sortedIDs[V any](m map[protocol.WorkerID]V) []protocol.WorkerID {
 }
 
 // completeNotices completes the notices of hosts that have no worker left.
-func (m *Machine) completeNotices() []Action {
-	var acts []Action
-	for _, host := range slices.Sorted(maps.Keys(m.pending)) { // in a stable order, as every action
-		ns := m.pending[host]
-		busy := false
-		for id, w := range m.workers {
-			if id.Host == host && !w.exited {
-				busy = true
-				break
-			}
-		}
-		if !busy {
-			for _, n := range ns {
-				acts = append(acts, CompleteNotice{Notice: n})
-			}
-			delete(m.pending, host)
+// A host's notice can be completed only once its last worker is gone, which an exit of one
+// of its workers or its notice tells: only that host is looked at, so that a mass reclaim of
+// a large job costs each exit a few lookups, not a scan of every worker.
+func (m *Machine) completeNotices(host string) []Action {
+	ns, ok := m.pending[host]
+	if !ok {
+		return nil
+	}
+	for s := range m.slotCap {
+		if w := m.workers[protocol.WorkerID{Host: host, Slot: s}]; w != nil && !w.exited {
+			return nil
 		}
 	}
+	var acts []Action
+	for _, n := range ns {
+		acts = append(acts, CompleteNotice{Notice: n})
+	}
+	delete(m.pending, host)
 	return acts
+}
+
+// slotIDs are the IDs of host's slots in the latest discovery (slotHosts), none when it is
+// not listed or already leaving.
+func (m *Machine) slotIDs(host string) []string {
+	for _, h := range m.raw {
+		if h.ID == host && !h.Leaving {
+			ids := make([]string, h.Slots)
+			for s := range h.Slots {
+				ids[s] = protocol.WorkerID{Host: h.ID, Slot: s}.String()
+			}
+			return ids
+		}
+	}
+	return nil
+}
+
+// addWorker records a worker of slot id.
+func (m *Machine) addWorker(id protocol.WorkerID, w *workerInfo) {
+	m.workers[id] = w
+	m.slotCap = max(m.slotCap, id.Slot+1)
 }
 
 // refreshHosts applies the latest discovery result. Discovery reports only changes, so when
@@ -1084,12 +1110,20 @@ func (m *Machine) tick(now time.Time) []Action {
 	acts = append(acts, m.refreshHosts(now)...)
 	// Workers that did not register in time are failed, where workers register: a script
 	// that never talks to elasticd (restart mode) is not failed for it.
-	for _, id := range sortedIDs(m.regDue) {
-		if due := m.regDue[id]; !now.Before(due) {
-			delete(m.regDue, id)
-			if m.inProcess() {
-				acts = append(acts, m.failWorker(now, id, fmt.Sprintf("did not register within --start-timeout %v", m.cfg.StartTimeout), false)...)
-			}
+	var late []protocol.WorkerID
+	m.regLow = time.Time{}
+	for id, due := range m.regDue {
+		if !now.Before(due) {
+			late = append(late, id)
+		} else if m.regLow.IsZero() || due.Before(m.regLow) {
+			m.regLow = due
+		}
+	}
+	slices.SortFunc(late, func(a, b protocol.WorkerID) int { return strings.Compare(a.String(), b.String()) })
+	for _, id := range late {
+		delete(m.regDue, id)
+		if m.inProcess() {
+			acts = append(acts, m.failWorker(now, id, fmt.Sprintf("did not register within --start-timeout %v", m.cfg.StartTimeout), false)...)
 		}
 	}
 	if !m.growAt.IsZero() && !now.Before(m.growAt) {
@@ -1167,19 +1201,28 @@ func (m *Machine) advance(now time.Time) []Action {
 		if m.adopting() { // a restarted driver plans the next generation once it found the members
 			return nil
 		}
+		// A worker registered for this generation (READY for the one before) that has not yet
+		// reported READY for this one may still be training: wait for it. One launched for
+		// this generation and not yet registered is still starting; it will be given the
+		// next generation when it asks, and --start-timeout covers it if it hangs.
+		//
+		// Every READY of the reset comes here: the scan goes on from the member it last
+		// waited for (those before it have reported, exited or are stopping, and stay so
+		// unless one registers, which starts it over), so that a reset of n workers costs n
+		// steps, not n²/2.
+		if m.resetScanGen != m.gen {
+			m.resetScan, m.resetScanGen = 0, m.gen
+		}
+		for i := m.resetScan; i < len(m.order); i++ {
+			if w := m.workers[m.order[i]]; w != nil && !w.exited && !w.stopping && w.ready == m.gen {
+				m.resetScan = i
+				return nil
+			}
+		}
 		live := 0
 		for _, id := range m.order {
-			w := m.workers[id]
-			if w == nil || w.exited || w.stopping {
-				continue
-			}
-			live++
-			// A worker registered for this generation (READY for the one before) that has not yet
-			// reported READY for this one may still be training: wait for it. One launched for
-			// this generation and not yet registered is still starting; it will be given the
-			// next generation when it asks, and --start-timeout covers it if it hangs.
-			if w.ready == m.gen {
-				return nil
+			if w := m.workers[id]; w != nil && !w.exited && !w.stopping {
+				live++
 			}
 		}
 		if live == 0 && m.failed {
@@ -1265,10 +1308,14 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 			order = append(order, id)
 		}
 	}
+	kept := make(map[protocol.WorkerID]bool, len(order))
+	for _, id := range order {
+		kept[id] = true
+	}
 	var fresh []protocol.WorkerID // usable slots not in the order yet, in the manager's order
 	for _, h := range usable {
 		id := slotWorker(h)
-		if slices.Contains(order, id) {
+		if kept[id] {
 			continue
 		}
 		if w := m.workers[id]; w != nil && !w.exited { // a process of this slot is still winding down
@@ -1304,8 +1351,11 @@ func (m *Machine) nextGeneration(now time.Time) []Action {
 	}
 	for _, id := range order {
 		if w := m.workers[id]; w == nil || w.exited {
-			m.workers[id] = &workerInfo{gen: m.gen, launching: true}
+			m.addWorker(id, &workerInfo{gen: m.gen, launching: true})
 			m.regDue[id] = now.Add(m.cfg.StartTimeout)
+			if m.regLow.IsZero() || m.regDue[id].Before(m.regLow) {
+				m.regLow = m.regDue[id]
+			}
 			if m.failedSince[id] {
 				m.returnedAt[id] = now
 				delete(m.failedSince, id)
@@ -1561,7 +1611,7 @@ func (m *Machine) Restore(now time.Time, st *SavedState, adopt bool, wait time.D
 		id, _ := protocol.ParseWorkerID(w.Worker) // LoadState checked them
 		m.order = append(m.order, id)
 		m.plan[id], m.addrs[id] = w.Assignment, w.Addr
-		m.workers[id] = &workerInfo{ready: m.gen, gen: m.gen}
+		m.addWorker(id, &workerInfo{ready: m.gen, gen: m.gen})
 		m.adoptWait[id] = true
 	}
 	m.phase, m.adoptUntil = phaseRunning, now.Add(wait)
@@ -1570,7 +1620,7 @@ func (m *Machine) Restore(now time.Time, st *SavedState, adopt bool, wait time.D
 		// generation: count them at the barrier, and plan it once they are found. One that had
 		// not reached it yet is still in a collective whose peers left; it fails there and asks
 		// for the next generation too.
-		m.phase = phaseResetting
+		m.phase, m.resetScan = phaseResetting, 0
 		for _, w := range m.workers {
 			w.ready = m.gen + 1
 		}

@@ -138,6 +138,12 @@ type Manager struct {
 	order   []string           // the usable hosts at now, in assignment order
 	// reported is the assignment the caller last saw (from Usable or a call's result).
 	reported []slot
+	next     time.Time // NextEvent's answer (or earlier), while nextOK
+	nextOK   bool
+	drop     map[string]bool // hosts SetLeaving took out, still in order and reported (compact)
+	// synced: reported is the assignment of order as it is (report made it so, and nothing
+	// changed order or the hosts since but a SetLeaving, which keeps both alike).
+	synced bool
 }
 
 type record struct {
@@ -162,7 +168,7 @@ func New(cfg Config) *Manager {
 	if err := cfg.Validate(); err != nil {
 		panic("hosts.New: " + err.Error())
 	}
-	return &Manager{cfg: cfg.withDefaults(), records: make(map[string]*record)}
+	return &Manager{cfg: cfg.withDefaults(), records: make(map[string]*record), drop: map[string]bool{}}
 }
 
 // Update records a discovery result at now: the group is exactly discovered (hosts with an
@@ -170,6 +176,7 @@ func New(cfg Config) *Manager {
 // returns true when the usable assignment (the ordered hosts with their addresses and slot
 // counts) differs from the one last reported, by Usable or by the result of any call.
 func (m *Manager) Update(now time.Time, discovered []providers.Host) bool {
+	m.compact()
 	now = m.advance(now)
 	for _, r := range m.records {
 		r.listed = false
@@ -191,6 +198,7 @@ func (m *Manager) Update(now time.Time, discovered []providers.Host) bool {
 // left as it is. A host unknown so far is recorded, so it starts cooling down if it appears.
 // It returns true when the usable assignment differs from the one last reported.
 func (m *Manager) Blacklist(now time.Time, hostID string) bool {
+	m.compact()
 	now = m.advance(now)
 	r := m.record(hostID)
 	if r.until.After(now) {
@@ -206,18 +214,20 @@ func (m *Manager) Blacklist(now time.Time, hostID string) bool {
 // Usable returns the hosts to run on at now, in assignment order, and makes that the
 // assignment last reported.
 func (m *Manager) Usable(now time.Time) []providers.Host {
+	m.compact()
 	m.advance(now)
 	hosts := make([]providers.Host, len(m.order))
 	for i, id := range m.order {
 		hosts[i] = m.records[id].host
 	}
-	m.reported = m.assignment()
+	m.reported, m.synced = m.assignment(), true
 	return hosts
 }
 
 // Current returns the IDs of the usable hosts as of the manager's latest time, in order,
 // without moving its clock or counting as a report (unlike Usable).
 func (m *Manager) Current() []string {
+	m.compact()
 	return slices.Clone(m.order)
 }
 
@@ -225,6 +235,7 @@ func (m *Manager) Current() []string {
 // assignment, and returns true when the usable assignment differs from the one last reported.
 // Call it when NextEvent's time comes: discovery sends nothing when a cooldown ends.
 func (m *Manager) Advance(now time.Time) bool {
+	m.compact()
 	m.advance(now)
 	m.forget(m.now)
 	return m.report()
@@ -236,30 +247,79 @@ func (m *Manager) Advance(now time.Time) bool {
 // clock, says it is due, and stays so until a call at or after it (Advance, Update, Usable …)
 // applies it. NextEvent only looks: it takes no time and does not move the manager's, so
 // that asking, however late, never takes a host back in without its caller being told.
+//
+// The driver asks after every event it handles, thousands in a reset of a large job: the
+// answer is kept until a call may have made an event sooner or moved the manager's time.
+// SetLeaving and Quarantine only take hosts out, so the time kept may then be earlier than
+// the next event, never later: a caller woken for nothing finds Advance says no change.
 func (m *Manager) NextEvent() time.Time {
+	if m.nextOK {
+		return m.next
+	}
 	var next time.Time
 	for _, r := range m.records {
 		if r.listed && !r.leaving && !r.held && r.until.After(m.now) && (next.IsZero() || r.until.Before(next)) {
 			next = r.until
 		}
 	}
+	m.next, m.nextOK = next, true
 	return next
 }
+
+// changed drops NextEvent's kept answer: every call that may change a record or the
+// manager's time calls it.
+func (m *Manager) changed() { m.nextOK = false }
 
 // SetLeaving marks a host as leaving: it is dropped from the assignment at once and not
 // re-added, whatever discovery says, until ClearLeaving. Like ClearLeaving it takes no time:
 // it acts at the latest time the manager has seen. It returns true when the usable
 // assignment differs from the one last reported.
-func (m *Manager) SetLeaving(hostID string) bool {
-	m.record(hostID).leaving = true
-	m.order = slices.DeleteFunc(m.order, func(id string) bool { return id == hostID })
+//
+// A notice marks every slot of its host at once: one call, and, when nothing else changed
+// since the last report, no new assignment is built (a mass reclaim of a large job gives
+// hundreds of notices within a second).
+func (m *Manager) SetLeaving(hostIDs ...string) bool {
+	if m.synced {
+		// The reported assignment is the order's: the hosts leave both at the next call that
+		// reads them (compact), so that a burst of notices costs one pass. The order holds
+		// exactly the hosts usable at the manager's time.
+		changed := false
+		for _, id := range hostIDs {
+			r := m.record(id)
+			if m.usable(r, m.now) {
+				m.drop[id], changed = true, true
+			}
+			r.leaving = true
+		}
+		return changed
+	}
+	m.compact()
+	set := make(map[string]bool, len(hostIDs))
+	for _, id := range hostIDs {
+		m.record(id).leaving = true
+		set[id] = true
+	}
+	m.order = slices.DeleteFunc(m.order, func(id string) bool { return set[id] })
 	return m.report()
+}
+
+// compact applies the removals SetLeaving left for later to the order and the reported
+// assignment; every other call begins with it.
+func (m *Manager) compact() {
+	if len(m.drop) == 0 {
+		return
+	}
+	m.order = slices.DeleteFunc(m.order, func(id string) bool { return m.drop[id] })
+	m.reported = slices.DeleteFunc(m.reported, func(s slot) bool { return m.drop[s.id] })
+	clear(m.drop)
 }
 
 // ClearLeaving lifts SetLeaving. If the host is otherwise usable (listed, not cooling down)
 // it is appended to the assignment at once. It returns true when the usable assignment
 // differs from the one last reported.
 func (m *Manager) ClearLeaving(hostID string) bool {
+	m.compact()
+	m.changed()
 	if r, ok := m.records[hostID]; ok && r.leaving {
 		r.leaving = false
 		if m.usable(r, m.now) {
@@ -274,6 +334,7 @@ func (m *Manager) ClearLeaving(hostID string) bool {
 // however its cooldown runs, until Release. It returns true when the usable assignment
 // differs from the one last reported.
 func (m *Manager) Quarantine(hostID string) bool {
+	m.compact()
 	m.record(hostID).held = true
 	m.order = slices.DeleteFunc(m.order, func(id string) bool { return id == hostID })
 	return m.report()
@@ -283,6 +344,8 @@ func (m *Manager) Quarantine(hostID string) bool {
 // cooldown: it is usable at once if discovery lists it. It reports whether the host was
 // quarantined.
 func (m *Manager) Release(hostID string) bool {
+	m.compact()
+	m.changed()
 	r, ok := m.records[hostID]
 	if !ok || !r.held {
 		return false
@@ -290,6 +353,7 @@ func (m *Manager) Release(hostID string) bool {
 	r.held, r.failures, r.until = false, 0, time.Time{}
 	if m.usable(r, m.now) && !slices.Contains(m.order, hostID) {
 		m.order = append(m.order, hostID)
+		m.synced = false
 	}
 	m.forget(m.now)
 	return true
@@ -331,6 +395,7 @@ func (m *Manager) Blacklisted(now time.Time) []BlacklistEntry {
 // ended in between join the order in the order their cooldowns ended, as if the manager had
 // watched the clock; failure counts decay.
 func (m *Manager) advance(now time.Time) time.Time {
+	m.changed()
 	if now.Before(m.now) {
 		now = m.now
 	}
@@ -345,6 +410,7 @@ func (m *Manager) advance(now time.Time) time.Time {
 	})
 	for _, r := range back {
 		m.order = append(m.order, r.host.ID)
+		m.synced = false
 	}
 	m.now = now
 	if d := m.cfg.DecayAfter; d > 0 {
@@ -423,7 +489,7 @@ func (m *Manager) assignment() []slot {
 func (m *Manager) report() bool {
 	a := m.assignment()
 	changed := !slices.Equal(a, m.reported)
-	m.reported = a
+	m.reported, m.synced = a, true
 	return changed
 }
 
@@ -472,7 +538,9 @@ func trimZeros(s string) string {
 // restarted with --state-dir): each entry's failure count and cooldown, and the quarantined
 // hosts. Cooldowns already over at now are ignored. Call it before the first Update.
 func (m *Manager) Restore(now time.Time, blacklist []BlacklistEntry, quarantined []string) {
+	m.compact()
 	now = m.advance(now)
+	m.synced = false
 	for _, e := range blacklist {
 		if e.ID == "" || !e.Until.After(now) {
 			continue

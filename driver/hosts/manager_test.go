@@ -595,3 +595,56 @@ func sameAssignment(a, b []providers.Host) bool {
 		return x.ID == y.ID && x.Addr == y.Addr && x.Slots == y.Slots
 	})
 }
+
+// SetLeaving of several hosts at once (a notice marks every slot of its host), whether or not
+// the assignment last reported is still the order's; and NextEvent, which the manager keeps
+// between calls, follows every call that changes it.
+func TestSetLeavingAndNextEvent(t *testing.T) {
+	m := hosts.New(hosts.Config{CooldownMin: 10 * time.Second, CooldownMax: 10 * time.Second})
+	if !m.Update(at(0), parseHosts(t, "a b c d")) {
+		t.Fatal("first discovery: no change")
+	}
+	if !m.Quarantine("b") {
+		t.Fatal("quarantine b: no change")
+	}
+	// Release puts b back without reporting it: the last reported assignment is a c d.
+	m.Release("b")
+	if m.SetLeaving("b") {
+		t.Error("b leaving after its release, unreported: reported as a change of a c d")
+	}
+	if !m.SetLeaving("a", "c") {
+		t.Error("a and c leaving: no change")
+	}
+	if got := ids(m.Usable(at(0))); got != "d" {
+		t.Errorf("usable %q, want d", got)
+	}
+	if m.SetLeaving("a", "c") {
+		t.Error("a and c leaving again: a change")
+	}
+
+	m.Blacklist(at(1), "d")
+	if got := m.NextEvent(); !got.Equal(at(11)) {
+		t.Errorf("NextEvent %v after d's blacklisting, want +11s", got)
+	}
+	m.SetLeaving("d")
+	// Kept as it was (a leaving host only takes an event away): a wake-up for nothing.
+	if got := m.NextEvent(); !got.IsZero() && !got.Equal(at(11)) {
+		t.Errorf("NextEvent %v once d is leaving, want none or the time kept, +11s", got)
+	}
+	if m.Advance(at(11)) {
+		t.Error("Advance at the end of a leaving host's cooldown: a change")
+	}
+	if got := m.NextEvent(); !got.IsZero() {
+		t.Errorf("NextEvent %v after that Advance, want none", got)
+	}
+	m.ClearLeaving("d")
+	if got := ids(m.Usable(at(11))); got != "d" {
+		t.Errorf("usable %q once d stays again after its cooldown, want d", got)
+	}
+	m.Blacklist(at(12), "d")
+	m.Quarantine("d")
+	m.Release("d")
+	if got := m.NextEvent(); !got.IsZero() {
+		t.Errorf("NextEvent %v after d's release (cooldown forgotten), want none", got)
+	}
+}
