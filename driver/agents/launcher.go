@@ -45,7 +45,11 @@ func (l launcher) Start(ctx context.Context, s proc.Spec) (proc.Process, error) 
 		return nil, fmt.Errorf("start %s: no agent is connected for host %s (is `elasticd agent --driver URL` running there, with this driver's --agent-secret-file?)", s.Name, s.Host)
 	}
 	r.nextProc++
-	p := &process{r: r, s: sess, id: r.nextProc, spec: s, done: make(chan struct{})}
+	// The process keeps what it needs of the spec: its name, host and output, not the
+	// command and environment, which the start command carries (kilobytes per worker, tens
+	// of thousands of workers).
+	kept := proc.Spec{Name: s.Name, Host: s.Host, Slot: s.Slot, Stdout: s.Stdout, Stderr: s.Stderr}
+	p := &process{r: r, s: sess, id: r.nextProc, spec: kept, done: make(chan struct{})}
 	sess.procs[p.id] = p
 	sess.queueLocked(protocol.AgentCommand{Op: protocol.OpStart, Proc: p.id, Worker: workerOf(s), Slot: s.Slot, Argv: s.Command, Env: env, Dir: s.Dir})
 	r.mu.Unlock()

@@ -487,7 +487,9 @@ func (r *Registry) commands(a protocol.Answer, req *http.Request, id string) {
 		for i < len(s.cmds) && s.cmds[i].Seq <= after {
 			i++
 		}
-		s.cmds = s.cmds[i:]
+		if i > 0 { // a copy, so that the acknowledged commands (their environments) are freed
+			s.cmds = slices.Clone(s.cmds[i:])
+		}
 		if len(s.cmds) > 0 {
 			out := protocol.AgentCommandsAnswer{Commands: slices.Clone(s.cmds)}
 			r.mu.Unlock()
