@@ -475,12 +475,44 @@ func (s *scale) waitWorld(ctx context.Context, after uint64, size int, gone map[
 			return 0, fmt.Errorf("the driver exited (status %d)", s.driver.cmd.ProcessState.ExitCode())
 		case <-end.C:
 			s.mu.Lock()
-			defer s.mu.Unlock()
-			return 0, fmt.Errorf("no generation after %d with all %d workers placed within %v (placed per generation: %v)", after, size, s.o.Timeout, s.placed)
+			placed := fmt.Sprint(s.placed)
+			var newest uint64
+			for g := range s.placed {
+				newest = max(newest, g)
+			}
+			s.mu.Unlock()
+			return 0, fmt.Errorf("no generation after %d with all %d workers placed within %v (placed per generation: %v; %s)", after, size, s.o.Timeout, placed, s.laggards(newest))
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
 	}
+}
+
+// laggards describes up to 5 hosts with a worker not placed in gen, for a phase that did
+// not end.
+func (s *scale) laggards(gen uint64) string {
+	var out []string
+	for _, a := range s.agents {
+		a.mu.Lock()
+		n := 0
+		for _, w := range a.workers {
+			if w.gen != gen {
+				n++
+			}
+		}
+		if n > 0 || len(a.workers) < s.o.Slots {
+			out = append(out, fmt.Sprintf("%s: %d workers started, %d not placed in generation %d, session %s, watch errors %d (last: %v), commands errors %d (last: %v)",
+				a.host, len(a.workers), n, gen, a.session, a.watchErrs, a.watchErr, a.cmdErrs, a.cmdErr))
+		}
+		a.mu.Unlock()
+		if len(out) == 5 {
+			break
+		}
+	}
+	if len(out) == 0 {
+		return "every host's workers placed"
+	}
+	return "hosts behind: " + strings.Join(out, "; ")
 }
 
 // worldOf reports whether every worker placed in gen is off the hosts in gone, with size
@@ -526,6 +558,10 @@ type simAgent struct {
 	procOf  map[string]uint64     // worker ID -> its current process number
 	workers map[string]*simWorker // by worker ID
 	hosts   uint64                // the host-update version last seen
+	heard   bool                  // a watch answered: hosts is the driver's
+	// the session's failed requests, for a phase that does not end (laggards)
+	watchErrs, cmdErrs int
+	watchErr, cmdErr   error
 }
 
 // simWorker is one simulated worker: the real rendezvous client over its agent's connection.
@@ -632,6 +668,9 @@ func (a *simAgent) pollCommands(ctx context.Context) {
 		var ans protocol.AgentCommandsAnswer
 		target := a.path("commands") + "?after=" + strconv.FormatUint(after, 10) + "&wait_ms=" + strconv.FormatInt(a.wait.Milliseconds(), 10)
 		if err := a.call(ctx, a.hc, http.MethodGet, target, nil, &ans, a.wait); err != nil {
+			a.mu.Lock()
+			a.cmdErrs, a.cmdErr = a.cmdErrs+1, err
+			a.mu.Unlock()
 			time.Sleep(200 * time.Millisecond)
 			continue
 		}
@@ -717,6 +756,9 @@ func (a *simAgent) watch(ctx context.Context) {
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil && !isClosed(set) {
+				a.mu.Lock()
+				a.watchErrs, a.watchErr = a.watchErrs+1, err
+				a.mu.Unlock()
 				time.Sleep(200 * time.Millisecond)
 			}
 			continue
@@ -743,7 +785,7 @@ func (a *simAgent) watch(ctx context.Context) {
 			w.gen = p.Assignment.Generation
 			a.s.place(w.gen, now)
 		}
-		if v.HostsVersion > a.hosts && a.hosts > 0 {
+		if v.HostsVersion > a.hosts && a.heard {
 			// The hosts changed: at their next step the ranks agree on it and go to the barrier.
 			for _, w := range a.workers {
 				if w.gen == v.Generation && w.gen > 0 {
@@ -751,7 +793,7 @@ func (a *simAgent) watch(ctx context.Context) {
 				}
 			}
 		}
-		a.hosts = max(a.hosts, v.HostsVersion)
+		a.hosts, a.heard = max(a.hosts, v.HostsVersion), true
 		gen, hosts = v.Generation, v.HostsVersion
 		a.mu.Unlock()
 		if len(exits) > 0 {

@@ -375,6 +375,9 @@ func (d *runner) serve(ctx context.Context) (stop func(), err error) {
 	}, nil
 }
 
+// snapEvery: the loop spends at most about 1/snapEvery of its time on snapshots and saves.
+const snapEvery = 20
+
 // maxAgentStreams bounds the requests one agent has in flight on its connection: its
 // commands poll, watch and events, and its workers' relayed requests (a few each while a
 // generation forms). Beyond it the agent's HTTP/2 client opens another connection.
@@ -470,6 +473,13 @@ func (d *runner) loop(ctx context.Context) Result {
 	defer timer.Stop()
 	interrupted := ctx.Done()
 	discovered := false // a discovery result was stepped since the last snapshot
+	// The snapshot (and the save) costs as much as the job has workers: taken whenever the
+	// loop has worked off what came in, it would take most of a large job's reset, whose
+	// READY reports come in a trickle. So one is taken at most every snapEvery times what the
+	// last one cost; one skipped is taken by snapLate, so the board is never behind by more.
+	var snapAt time.Time
+	var snapCost time.Duration
+	var snapLate <-chan time.Time
 	for !d.m.Done() && !res.Left {
 		now := time.Now()
 		if dl := d.m.NextDeadline(now); !dl.IsZero() {
@@ -501,6 +511,8 @@ func (d *runner) loop(ctx context.Context) Result {
 		case <-d.o.Leave:
 			res.Left, d.leaving = true, true // the save below is the last: with the whole journal
 			res.Reason = fmt.Sprintf("the driver stopped; the job goes on: its agents keep the workers training for their --driver-timeout, and a driver started again on --state-dir %s (with the same --listen) takes them up", d.o.StateDir)
+		case <-snapLate:
+			snapLate = nil
 		}
 		for _, a := range acts {
 			if f, ok := a.(Finish); ok {
@@ -510,7 +522,15 @@ func (d *runner) loop(ctx context.Context) Result {
 		}
 		// A burst of events (a reset's READY reports) is snapshotted once, when it has been
 		// worked off: whenever the loop waits, the board holds the machine's current state.
-		if len(d.events) == 0 || d.m.Done() || res.Left {
+		final := d.m.Done() || res.Left
+		if len(d.events) == 0 || final {
+			if wait := snapEvery*snapCost - time.Since(snapAt); wait > 0 && !final {
+				if snapLate == nil {
+					snapLate = time.After(wait)
+				}
+				continue
+			}
+			began := time.Now()
 			d.board.store(d.m.Snapshot())
 			if discovered { // the board knows the new hosts' types now: price them at once
 				d.o.Prices.Wake()
@@ -519,6 +539,8 @@ func (d *runner) loop(ctx context.Context) Result {
 			if !d.m.Done() {
 				d.save(d.srv.HostsVersion(), false)
 			}
+			snapAt, snapLate = time.Now(), nil
+			snapCost = snapAt.Sub(began)
 		}
 	}
 	return res
