@@ -12,7 +12,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 # stamping is off (a build outside a checkout, -buildvcs=false).
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: all build release test test-go test-python test-deps demo demo-cloud bench bench-capacity bench-go bench-compare bench-compare-hosts bench-pytorch soak soak-ci fuzz lint clean
+.PHONY: all build release test test-go test-python test-deps demo demo-cloud bench bench-capacity bench-scale bench-go bench-compare bench-compare-hosts bench-pytorch soak soak-ci fuzz lint clean
 
 all: build
 
@@ -127,6 +127,12 @@ bench-pytorch: build
 	$(PYTHON) bench/pytorch/recovery.py --rounds $(ROUNDS) --elasticd $(BIN) --out bench-pytorch-recovery.jsonl
 	$(PYTHON) bench/pytorch/commit.py --rounds $(ROUNDS) --np 2 --elasticd $(BIN)
 	$(PYTHON) bench/pytorch/commit.py --rounds $(ROUNDS) --np 4 --elasticd $(BIN)
+
+# One driver with simulated hosts (docs/benchmarks.md, "One driver, thousands of hosts").
+SCALE_HOSTS ?= 1000
+SCALE_SLOTS ?= 8
+bench-scale: build
+	./$(BIN) bench scale --hosts $(SCALE_HOSTS) --slots $(SCALE_SLOTS)
 
 # A soak (docs/reliability.md, "Soak"): an agent job on this machine (3 hosts on loopback
 # addresses, 2 slots each) under faults drawn from SOAK_SEED for SOAK_DURATION (worker SIGKILL
