@@ -498,26 +498,43 @@ func (r *Registry) commands(a protocol.Answer, req *http.Request, id string) {
 		}
 		ch := s.cmdCh
 		r.mu.Unlock()
-		select {
-		case <-ch:
-		case <-timer.C:
+		switch r.await(a, req, s, ch, timer) {
+		case pollTimedOut:
 			a.JSON(protocol.AgentCommandsAnswer{Commands: []protocol.AgentCommand{}})
 			return
-		case <-s.lostCh:
-			if r.isClosing() { // Close ends the sessions too: answer as Close promises
-				a.Error(http.StatusServiceUnavailable, "driver shutting down")
-				return
-			}
-			a.Error(http.StatusNotFound, "agent session ended: register again")
-			return
-		case <-r.closing:
-			a.Error(http.StatusServiceUnavailable, "driver shutting down")
-			return
-		case <-req.Context().Done():
+		case pollEnded:
 			return
 		}
 		r.mu.Lock()
 	}
+}
+
+type pollWake int
+
+const (
+	pollWoke     pollWake = iota // ch was closed: look again
+	pollTimedOut                 // the poll's time is up: the caller answers
+	pollEnded                    // answered (the session ended, the driver is closing) or the agent gone
+)
+
+// await holds a long-poll of session s until ch is closed, timer fires, or the poll ends.
+func (r *Registry) await(a protocol.Answer, req *http.Request, s *session, ch <-chan struct{}, timer *time.Timer) pollWake {
+	select {
+	case <-ch:
+		return pollWoke
+	case <-timer.C:
+		return pollTimedOut
+	case <-s.lostCh:
+		if r.isClosing() { // Close ends the sessions too: answer as Close promises
+			a.Error(http.StatusServiceUnavailable, "driver shutting down")
+		} else {
+			a.Error(http.StatusNotFound, "agent session ended: register again")
+		}
+	case <-r.closing:
+		a.Error(http.StatusServiceUnavailable, "driver shutting down")
+	case <-req.Context().Done():
+	}
+	return pollEnded
 }
 
 // queueLocked adds a command to s and wakes its poll.

@@ -89,22 +89,11 @@ func (r *Registry) watch(a protocol.Answer, req *http.Request, id string) {
 			a.JSON(v)
 			return
 		}
-		select {
-		case <-changed:
-		case <-timer.C:
+		switch r.await(a, req, s, changed, timer) {
+		case pollTimedOut:
 			a.JSON(v)
 			return
-		case <-s.lostCh:
-			if r.isClosing() {
-				a.Error(http.StatusServiceUnavailable, "driver shutting down")
-				return
-			}
-			a.Error(http.StatusNotFound, "agent session ended: register again")
-			return
-		case <-r.closing:
-			a.Error(http.StatusServiceUnavailable, "driver shutting down")
-			return
-		case <-req.Context().Done():
+		case pollEnded:
 			return
 		}
 	}
