@@ -188,6 +188,12 @@ func Soak(ctx context.Context, o SoakOptions) (SoakResult, error) {
 			return SoakResult{}, usageError("faults", "%q is no fault kind: use %s (and with --netns %s)", k, strings.Join(SoakFaultKinds, ", "), strings.Join(SoakNetFaultKinds, ", "))
 		}
 	}
+	if o.LogDir != "" {
+		// Logs lost to a missing directory are what a failing run needs most.
+		if err := os.MkdirAll(o.LogDir, 0o755); err != nil {
+			return SoakResult{}, usageError("log-dir", "%v", err)
+		}
+	}
 	self, err := executable(o.Exe)
 	if err != nil {
 		return SoakResult{}, err

@@ -235,7 +235,7 @@ Examples:
 			&cli.StringFlag{Name: "python", Usage: "with --program torch: an interpreter that imports torch (default: /usr/bin/python3, then python3)", EnvVars: []string{"ELASTICD_PYTHON"}},
 			&cli.BoolFlag{Name: "netns", Usage: "run the driver and each agent in its own network namespace, and add the network faults (Linux, root)", EnvVars: []string{"ELASTICD_NETNS"}},
 			&cli.StringSliceFlag{Name: "faults", Usage: "draw only from these fault `KINDS` (comma-separated; default: every kind)", EnvVars: []string{"ELASTICD_FAULTS"}},
-			&cli.StringFlag{Name: "log-dir", Usage: "write the driver's, agents' and workers' output to `DIR` (default: discarded)", EnvVars: []string{"ELASTICD_LOG_DIR"}},
+			&cli.StringFlag{Name: "log-dir", Usage: "write the driver's, agents' and workers' output to `DIR`, made if missing (default: discarded)", EnvVars: []string{"ELASTICD_LOG_DIR"}},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object", EnvVars: []string{"ELASTICD_JSON"}},
 		},
 		Action: func(c *cli.Context) error {
