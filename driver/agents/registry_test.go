@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/elasticd/elasticd/driver/agents"
+	"github.com/elasticd/elasticd/driver/rendezvous"
 	"github.com/elasticd/elasticd/proc"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
@@ -1177,27 +1178,42 @@ func TestDroppedConnectionLosesTheAgentAtOnce(t *testing.T) {
 	}
 	start := a.next(t, 0)
 
-	// drop starts a long poll and closes its connection after a moment, as a killed agent's
-	// kernel does.
-	drop := func() {
+	// drop starts long polls (the commands poll, and the others named) and closes their
+	// connections after a moment, in that order, as a killed agent's kernel does.
+	srv, err := rendezvous.NewServer(rendezvous.ServerConfig{Secret: []byte("job-secret-0123456789")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	e.reg.SetViewer(srv)
+	watch := protocol.AgentPathPrefix + a.session + "/watch?generation=0&hosts_version=0&wait_ms=5000"
+	drop := func(others ...string) {
 		t.Helper()
-		ctx, cancel := context.WithCancel(t.Context())
-		req, _, err := c.newRequest(http.MethodGet, a.commandsTarget(start.Seq, 5000), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() {
-			resp, err := c.hc.Do(req.WithContext(ctx))
-			if err == nil {
-				resp.Body.Close()
+		var cancels []context.CancelFunc
+		var dones []chan error
+		for _, target := range append([]string{a.commandsTarget(start.Seq, 5000)}, others...) {
+			ctx, cancel := context.WithCancel(t.Context())
+			req, _, err := c.newRequest(http.MethodGet, target, nil)
+			if err != nil {
+				t.Fatal(err)
 			}
-			done <- err
-		}()
+			done := make(chan error, 1)
+			go func() {
+				resp, err := c.hc.Do(req.WithContext(ctx))
+				if err == nil {
+					resp.Body.Close()
+				}
+				done <- err
+			}()
+			cancels, dones = append(cancels, cancel), append(dones, done)
+		}
 		time.Sleep(100 * time.Millisecond)
-		cancel()
-		if err := <-done; err == nil {
-			t.Fatal("the poll was answered before its connection closed")
+		for i, cancel := range cancels {
+			cancel()
+			if err := <-dones[i]; err == nil {
+				t.Fatal("a poll was answered before its connection closed")
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 
@@ -1211,8 +1227,9 @@ func TestDroppedConnectionLosesTheAgentAtOnce(t *testing.T) {
 		t.Fatalf("Agents() = %+v after a dropped poll the agent came back from, want it", got)
 	}
 
-	// Dropped for good: lost within the grace (and the janitor's tick), long before the lease.
-	drop()
+	// Dropped for good: lost within the grace (and the janitor's tick), long before the lease,
+	// though the watch, held too, ended after the commands poll.
+	drop(watch)
 	dropped := time.Now()
 	x := waitExit(t, p, 3*time.Second)
 	if d := time.Since(dropped); d < 250*time.Millisecond {

@@ -79,6 +79,11 @@ func (r *Registry) watch(a protocol.Answer, req *http.Request, id string) {
 	defer func() {
 		r.mu.Lock()
 		s.lastSeen = time.Now()
+		// A watch cut under it, as the commands poll: the agent's connection closed. Were
+		// its end only "seen", it would hide the commands poll's drop (the agent gone).
+		if req.Context().Err() != nil {
+			s.dropped = s.lastSeen
+		}
 		r.mu.Unlock()
 	}()
 	timer := time.NewTimer(wait)
