@@ -1178,8 +1178,8 @@ func TestDroppedConnectionLosesTheAgentAtOnce(t *testing.T) {
 	}
 	start := a.next(t, 0)
 
-	// drop starts long polls (the commands poll, and the others named) and closes their
-	// connections after a moment, in that order, as a killed agent's kernel does.
+	// cut starts the long polls named and cancels them after a moment, in that order, as a
+	// killed agent's kernel does by closing its connections.
 	srv, err := rendezvous.NewServer(rendezvous.ServerConfig{Secret: []byte("job-secret-0123456789")})
 	if err != nil {
 		t.Fatal(err)
@@ -1187,11 +1187,11 @@ func TestDroppedConnectionLosesTheAgentAtOnce(t *testing.T) {
 	t.Cleanup(srv.Close)
 	e.reg.SetViewer(srv)
 	watch := protocol.AgentPathPrefix + a.session + "/watch?generation=0&hosts_version=0&wait_ms=5000"
-	drop := func(others ...string) {
+	cut := func(targets ...string) {
 		t.Helper()
 		var cancels []context.CancelFunc
 		var dones []chan error
-		for _, target := range append([]string{a.commandsTarget(start.Seq, 5000)}, others...) {
+		for _, target := range targets {
 			ctx, cancel := context.WithCancel(t.Context())
 			req, _, err := c.newRequest(http.MethodGet, target, nil)
 			if err != nil {
@@ -1217,8 +1217,10 @@ func TestDroppedConnectionLosesTheAgentAtOnce(t *testing.T) {
 		}
 	}
 
+	commands := a.commandsTarget(start.Seq, 5000)
+
 	// Dropped, then back within the grace: nothing is lost.
-	drop()
+	cut(commands)
 	time.Sleep(100 * time.Millisecond)
 	a.poll(t, start.Seq, 10)
 	time.Sleep(600 * time.Millisecond)
@@ -1227,9 +1229,18 @@ func TestDroppedConnectionLosesTheAgentAtOnce(t *testing.T) {
 		t.Fatalf("Agents() = %+v after a dropped poll the agent came back from, want it", got)
 	}
 
+	// A watch cut alone is no drop: the agent cancels its watch to ask again when its
+	// workers change, and may say nothing else for longer than the grace.
+	cut(watch)
+	time.Sleep(700 * time.Millisecond)
+	notExited(t, p)
+	if got := e.reg.Agents(); len(got) != 1 {
+		t.Fatalf("Agents() = %+v after the agent cancelled its watch, want it", got)
+	}
+
 	// Dropped for good: lost within the grace (and the janitor's tick), long before the lease,
 	// though the watch, held too, ended after the commands poll.
-	drop(watch)
+	cut(commands, watch)
 	dropped := time.Now()
 	x := waitExit(t, p, 3*time.Second)
 	if d := time.Since(dropped); d < 250*time.Millisecond {

@@ -77,14 +77,16 @@ func (r *Registry) watch(a protocol.Answer, req *http.Request, id string) {
 	r.watching.Add(1)
 	defer r.watching.Add(-1)
 	defer func() {
-		r.mu.Lock()
-		s.lastSeen = time.Now()
-		// A watch cut under it, as the commands poll: the agent's connection closed. Were
-		// its end only "seen", it would hide the commands poll's drop (the agent gone).
-		if req.Context().Err() != nil {
-			s.dropped = s.lastSeen
+		// A watch cut under it says nothing of the agent: the agent cancels its watch
+		// whenever its workers change (the connection stays), and a connection that closed
+		// is the commands poll's to see. Counted as seen, a cut would hide the commands
+		// poll's drop (the agent gone); counted as a drop, it would lose an agent that only
+		// asked again while the driver was slow to answer.
+		if req.Context().Err() == nil {
+			r.mu.Lock()
+			s.lastSeen = time.Now()
+			r.mu.Unlock()
 		}
-		r.mu.Unlock()
 	}()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
