@@ -193,8 +193,12 @@ func (s *scale) close() {
 			s.driver.cmd.Process.Kill()
 		}
 	}
-	for _, a := range s.agents {
+	for _, a := range s.agents { // all at once: one at a time, the others go on asking a gone driver
 		a.stop()
+	}
+	for _, a := range s.agents {
+		a.loops.Wait()
+		a.hc.CloseIdleConnections()
 	}
 	s.procs.Wait()
 	s.reg.CloseIdleConnections()
@@ -585,12 +589,11 @@ func newSimAgent(s *scale, i int) *simAgent {
 	return a
 }
 
+// stop ends the host's loops; they are done when loops is.
 func (a *simAgent) stop() {
 	if a.cancel != nil {
 		a.cancel()
 	}
-	a.loops.Wait()
-	a.hc.CloseIdleConnections()
 }
 
 // call sends a signed request of the agents' protocol and decodes the 200 answer into out.
