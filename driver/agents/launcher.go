@@ -121,7 +121,7 @@ func workerOf(s proc.Spec) string {
 // one a discovery matched.
 func (r *Registry) agentForLocked(host string) *session {
 	var best *session
-	for _, s := range r.sessions {
+	for _, s := range r.byName[host] {
 		switch {
 		case s.hostAddr == host || s.hostID == host:
 			if best == nil || best.hostAddr != host || s.registered.After(best.registered) {
@@ -271,7 +271,7 @@ func (w *wrapped) Hosts(ctx context.Context) ([]providers.Host, error) {
 		defer r.mu.Unlock()
 		var out []providers.Host
 		for _, s := range r.sessions {
-			s.hostID, s.hostAddr = s.info.HostID, s.info.Addr
+			r.setHostLocked(s, s.info.HostID, s.info.Addr)
 			out = append(out, providers.Host{ID: s.hostID, Addr: s.hostAddr, Slots: s.slots(1), Launched: s.registered})
 		}
 		return out, nil
@@ -288,7 +288,7 @@ func (w *wrapped) Hosts(ctx context.Context) ([]providers.Host, error) {
 	for _, h := range hs {
 		listed[h.ID] = true
 		var match *session
-		for _, s := range r.sessions {
+		for _, s := range r.namedLocked(h.ID, h.Addr) {
 			if s.info.HostID == h.ID || s.info.Addr == h.Addr {
 				if match == nil || s.registered.After(match.registered) {
 					match = s
@@ -303,7 +303,7 @@ func (w *wrapped) Hosts(ctx context.Context) ([]providers.Host, error) {
 			continue
 		}
 		delete(r.unconnected, h.ID)
-		match.hostID, match.hostAddr = h.ID, h.Addr
+		r.setHostLocked(match, h.ID, h.Addr)
 		h.Slots = match.slots(h.Slots)
 		out = append(out, h)
 	}
@@ -343,7 +343,7 @@ func (w *wrapped) CompleteNotice(ctx context.Context, n providers.Notice) error 
 		r := w.r
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		for _, s := range r.sessions {
+		for _, s := range r.byAgent[n.Token] {
 			if s.info.AgentID == n.Token {
 				s.queueLocked(protocol.AgentCommand{Op: protocol.OpCompleteNotice, Notice: id})
 				return nil

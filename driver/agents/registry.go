@@ -108,6 +108,12 @@ type Registry struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session // live sessions by ID
+	// byName indexes the live sessions by each name they answer to (the provider host's ID
+	// and address they serve, and the agent's own), byAgent by agent ID: a launch, a
+	// discovery poll and a registration look there, not through every session (a fleet has
+	// thousands).
+	byName   map[string][]*session
+	byAgent  map[string][]*session
 	seen     map[string]time.Time
 	nextProc uint64
 	ports    map[uint64]chan protocol.AgentEvent // OpFindPort requests awaiting their KindPort answer
@@ -166,6 +172,8 @@ func New(cfg Config) (*Registry, error) {
 		faults:   make(chan Fault, queueLen),
 		closing:  make(chan struct{}),
 		sessions: map[string]*session{},
+		byName:   map[string][]*session{},
+		byAgent:  map[string][]*session{},
 		seen:     map[string]time.Time{},
 		expected: map[string]*process{},
 
@@ -273,6 +281,65 @@ func (r *Registry) GPUBusy() map[string]float64 {
 	return out
 }
 
+// names are the names s answers to, each once: its provider host's address and ID, and its
+// agent's.
+func (s *session) names() []string {
+	out := make([]string, 0, 4)
+	for _, n := range [...]string{s.hostAddr, s.hostID, s.info.Addr, s.info.HostID} {
+		if n != "" && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// indexLocked adds the live session s to byName and byAgent, or removes it.
+func (r *Registry) indexLocked(s *session, add bool) {
+	edit := func(m map[string][]*session, key string) {
+		if add {
+			m[key] = append(m[key], s)
+			return
+		}
+		if l := slices.DeleteFunc(m[key], func(x *session) bool { return x == s }); len(l) > 0 {
+			m[key] = l
+		} else {
+			delete(m, key)
+		}
+	}
+	for _, n := range s.names() {
+		edit(r.byName, n)
+	}
+	edit(r.byAgent, s.info.AgentID)
+}
+
+// namedLocked returns the live sessions answering to any of names, each once.
+func (r *Registry) namedLocked(names ...string) []*session {
+	var out []*session
+	for _, n := range names {
+		for _, s := range r.byName[n] {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// setHostLocked names the provider host that s serves.
+func (r *Registry) setHostLocked(s *session, id, addr string) {
+	if s.hostID == id && s.hostAddr == addr {
+		return
+	}
+	live := r.sessions[s.id] == s
+	if live {
+		r.indexLocked(s, false)
+	}
+	s.hostID, s.hostAddr = id, addr
+	if live {
+		r.indexLocked(s, true)
+	}
+}
+
 // slots is the agent's slot count: its --slots, else one per GPU, else fallback.
 func (s *session) slots(fallback int) int {
 	if s.info.Slots > 0 {
@@ -323,6 +390,7 @@ func (r *Registry) loseLocked(s *session, why string) {
 		return
 	}
 	delete(r.sessions, s.id)
+	r.indexLocked(s, false)
 	close(s.lostCh)
 	level := slog.LevelWarn
 	if r.isClosing() {
@@ -419,7 +487,7 @@ func (r *Registry) register(a protocol.Answer, req *http.Request, body []byte, n
 		hostID: in.HostID, hostAddr: in.Addr, gpuBusy: -1,
 	}
 	r.mu.Lock()
-	for _, old := range r.sessions {
+	for _, old := range append(r.namedLocked(in.HostID, in.Addr), r.byAgent[in.AgentID]...) {
 		if old.info.HostID == in.HostID && old.info.Addr == in.Addr {
 			// Discovery would match s as it matched old: keep the provider's names meanwhile,
 			// for the notices and faults the agent sends as soon as it has registered.
@@ -433,6 +501,7 @@ func (r *Registry) register(a protocol.Answer, req *http.Request, body []byte, n
 		}
 	}
 	r.sessions[s.id] = s
+	r.indexLocked(s, true)
 	adopted := r.adoptLocked(s, in)
 	r.mu.Unlock()
 	r.log.Info("agent registered", "host", in.HostID, "addr", in.Addr, "gpus", len(in.GPUs), "slots", s.slots(0), "metadata", in.Metadata, "session", s.id, "remote", req.RemoteAddr, "held", len(in.Procs), "adopted", len(adopted))
