@@ -12,6 +12,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -806,10 +810,18 @@ func adminOrOff(admin http.Handler) http.Handler {
 // is read-only and unauthenticated, like /metrics: it holds no secret.
 func statusHandler(board *StatusBoard) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		state, offset, limit, err := statusPage(r.URL.Query())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		s := board.Current(board.clock())
 		if s == nil {
 			http.Error(w, "the job has not started yet", http.StatusServiceUnavailable)
 			return
+		}
+		if state != "" || offset > 0 || limit >= 0 {
+			s = new(s.Page(state, offset, limit))
 		}
 		b, err := json.Marshal(s)
 		if err != nil {
@@ -820,6 +832,28 @@ func statusHandler(board *StatusBoard) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		w.Write(append(b, '\n'))
 	})
+}
+
+// statusPage reads the page of hosts that GET /v1/status?state=&offset=&limit= asks for:
+// limit -1 when not given (every host).
+func statusPage(q url.Values) (state string, offset, limit int, err error) {
+	state, limit = q.Get("state"), -1
+	if state != "" && !slices.Contains(HostStates, state) {
+		return "", 0, 0, fmt.Errorf("state=%q: want a host state, one of %s", state, strings.Join(HostStates, ", "))
+	}
+	for _, p := range []struct {
+		name string
+		v    *int
+	}{{"offset", &offset}, {"limit", &limit}} {
+		if v := q.Get(p.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return "", 0, 0, fmt.Errorf("%s=%q: want a number of hosts, 0 or more", p.name, v)
+			}
+			*p.v = n
+		}
+	}
+	return state, offset, limit, nil
 }
 
 // OutboundIP is this machine's first non-loopback IPv4 address, or 127.0.0.1.

@@ -17,9 +17,10 @@ type Metrics struct {
 	rendezvous prometheus.Histogram
 }
 
-// HostStates and WorkerStates are the values of the state labels, all exported every scrape.
+// HostStates and WorkerStates are the states of HostStatus and WorkerStatus: the values of
+// the state labels, all exported every scrape, and the keys of Status's counts by state.
 var (
-	HostStates   = []string{"active", "leaving", "blacklisted", "idle"}
+	HostStates   = []string{"active", "leaving", "blacklisted", "quarantined", "idle"}
 	WorkerStates = []string{"running", "starting", "stopping"}
 	phases       = []string{"starting", "running", "resetting", "waiting", "finishing", "done"}
 )

@@ -36,6 +36,14 @@ type Status struct {
 	Progress      ProgressStatus `json:"progress"`
 	Hosts         []HostStatus   `json:"hosts"`   // the hosts of the latest discovery result, by ID
 	Workers       []WorkerStatus `json:"workers"` // the worker processes not yet exited: by rank, then the others by ID
+	// HostsTotal and WorkersTotal count every host and worker, HostStates and WorkerStates
+	// by state (every state, 0 included), whether Hosts and Workers list them all or a page
+	// of them (Page). HostsMatching counts the hosts of the state the page asked for.
+	HostsTotal    int            `json:"hosts_total"`
+	HostStates    map[string]int `json:"host_states"`
+	HostsMatching int            `json:"hosts_matching"`
+	WorkersTotal  int            `json:"workers_total"`
+	WorkerStates  map[string]int `json:"worker_states"`
 	WorldHistory  []WorldPoint   `json:"world_history"`
 	// ProgressHistory is the step, step rate, loss and cost over time, oldest first: at most
 	// maxProgressPoints, evenly spaced, then the point of this answer (progressHistory).
@@ -302,6 +310,53 @@ func (m *Machine) Snapshot() Status {
 		}
 		return cmp.Or(cmp.Compare(ra, rb), strings.Compare(a.ID, b.ID))
 	})
+	s.HostsTotal, s.HostsMatching, s.WorkersTotal = len(s.Hosts), len(s.Hosts), len(s.Workers)
+	s.HostStates, s.WorkerStates = make(map[string]int, len(HostStates)), make(map[string]int, len(WorkerStates))
+	for _, st := range HostStates {
+		s.HostStates[st] = 0
+	}
+	for _, st := range WorkerStates {
+		s.WorkerStates[st] = 0
+	}
+	for _, h := range s.Hosts {
+		s.HostStates[h.State]++
+	}
+	for _, w := range s.Workers {
+		s.WorkerStates[w.State]++
+	}
+	return s
+}
+
+// Page returns s with Hosts narrowed to the hosts in state ("": every state), from the
+// offset-th of them, at most limit (all: limit < 0), and Workers to the workers of the hosts
+// listed. The totals and counts by state stay the job's. A page of a fleet of thousands is
+// what the live page asks for each second.
+func (s Status) Page(state string, offset, limit int) Status {
+	hosts := s.Hosts
+	if state != "" {
+		hosts = make([]HostStatus, 0, s.HostStates[state])
+		for _, h := range s.Hosts {
+			if h.State == state {
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	s.HostsMatching = len(hosts)
+	hosts = hosts[min(offset, len(hosts)):]
+	if limit >= 0 && limit < len(hosts) {
+		hosts = hosts[:limit]
+	}
+	listed := make(map[string]bool, len(hosts))
+	for _, h := range hosts {
+		listed[h.ID] = true
+	}
+	workers := make([]WorkerStatus, 0, len(hosts))
+	for _, w := range s.Workers {
+		if listed[w.Host] {
+			workers = append(workers, w)
+		}
+	}
+	s.Hosts, s.Workers = slices.Clip(hosts), workers
 	return s
 }
 

@@ -3,6 +3,9 @@ package driver
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -214,5 +217,82 @@ func TestStatusProgressAndHostFields(t *testing.T) {
 	st = b.Current(now.Add(1500 * time.Millisecond))
 	if h := st.ProgressHistory; len(h) != 3 || !h[2].T.Equal(now.Add(1500*time.Millisecond)) || h[0].Step != 1000 || h[0].Loss == nil || *h[0].Loss != 0.5 {
 		t.Errorf("history %+v: want the two records and the answer's own point", h)
+	}
+}
+
+// A page of the status lists the hosts asked for and their workers, and keeps the job's
+// totals and counts by state; the status API takes the page from its query and refuses a
+// bad one, saying which parameter and what it wants.
+func TestStatusPage(t *testing.T) {
+	s := newSim(t, Config{NP: 3, MinNP: 2, MaxNP: 3})
+	s.hosts("a", "b", "c", "d", "e")
+	st := s.m.Snapshot()
+	wantStates := map[string]int{"active": 3, "idle": 2, "leaving": 0, "blacklisted": 0, "quarantined": 0}
+	if st.HostsTotal != 5 || st.HostsMatching != 5 || st.WorkersTotal != 3 || !reflect.DeepEqual(st.HostStates, wantStates) ||
+		!reflect.DeepEqual(st.WorkerStates, map[string]int{"running": 0, "starting": 3, "stopping": 0}) {
+		t.Fatalf("totals: hosts %d (%d matching) %v, workers %d %v", st.HostsTotal, st.HostsMatching, st.HostStates, st.WorkersTotal, st.WorkerStates)
+	}
+	idsOf := func(p Status) string {
+		var hs []string
+		for _, h := range p.Hosts {
+			hs = append(hs, h.ID)
+		}
+		return strings.Join(hs, ",") + " | " + strings.Join(workersOf(p), ",")
+	}
+	for _, tc := range []struct {
+		state         string
+		offset, limit int
+		want          string
+		matching      int
+	}{
+		{"", 0, -1, "a,b,c,d,e | a/0:0:starting,b/0:1:starting,c/0:2:starting", 5},
+		{"", 1, 2, "b,c | b/0:1:starting,c/0:2:starting", 5},
+		{"idle", 0, -1, "d,e | ", 2},
+		{"active", 2, 10, "c | c/0:2:starting", 3},
+		{"", 9, 3, " | ", 5},
+		{"leaving", 0, 0, " | ", 0},
+	} {
+		p := st.Page(tc.state, tc.offset, tc.limit)
+		if got := idsOf(p); got != tc.want || p.HostsMatching != tc.matching || p.HostsTotal != 5 || p.WorkersTotal != 3 || p.HostStates["idle"] != 2 {
+			t.Errorf("Page(%q, %d, %d) = %q, %d matching (totals %d, %d); want %q, %d", tc.state, tc.offset, tc.limit, got, p.HostsMatching, p.HostsTotal, p.WorkersTotal, tc.want, tc.matching)
+		}
+	}
+	if got := idsOf(st); got != "a,b,c,d,e | a/0:0:starting,b/0:1:starting,c/0:2:starting" {
+		t.Errorf("Page changed the status it was taken from: %q", got)
+	}
+
+	board := &StatusBoard{}
+	board.store(st)
+	srv := httptest.NewServer(statusHandler(board))
+	defer srv.Close()
+	get := func(query string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/v1/status" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := get("?state=idle&limit=1&offset=1")
+	var got Status
+	if err := json.Unmarshal([]byte(body), &got); code != http.StatusOK || err != nil {
+		t.Fatalf("GET ?state=idle&limit=1&offset=1: %d %s (%v)", code, body, err)
+	}
+	if ids := idsOf(got); ids != "e | " || got.HostsMatching != 2 || got.HostsTotal != 5 || got.HostStates["active"] != 3 {
+		t.Errorf("GET ?state=idle&limit=1&offset=1: %q, %d matching, %d in all, %v", ids, got.HostsMatching, got.HostsTotal, got.HostStates)
+	}
+	if code, body = get(""); code != http.StatusOK || !strings.Contains(body, `"id":"e"`) || !strings.Contains(body, `"hosts_total":5`) {
+		t.Errorf("GET without a page: %d %s, want every host", code, body)
+	}
+	for query, want := range map[string]string{
+		"?state=gone":   `state="gone": want a host state, one of active, leaving, blacklisted, quarantined, idle`,
+		"?limit=-1":     `limit="-1": want a number of hosts, 0 or more`,
+		"?offset=first": `offset="first": want a number of hosts, 0 or more`,
+	} {
+		if code, body := get(query); code != http.StatusBadRequest || strings.TrimSpace(body) != want {
+			t.Errorf("GET %s: %d %q, want 400 %q", query, code, body, want)
+		}
 	}
 }

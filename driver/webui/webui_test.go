@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -190,6 +192,10 @@ type fake struct {
 	status map[string]any
 	fail   string // "": answer; "503": Service Unavailable; "close": drop the connection
 	polls  int
+	// paged: answer the page of hosts asked for (?state=&offset=&limit=), as the driver
+	// does, with the counts by state; queries are the queries asked, in order.
+	paged   bool
+	queries []string
 }
 
 func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -207,9 +213,51 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	f.queries = append(f.queries, r.URL.RawQuery)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	_ = json.NewEncoder(w).Encode(f.status)
+	if !f.paged {
+		_ = json.NewEncoder(w).Encode(f.status)
+		return
+	}
+	q := r.URL.Query()
+	offset, _ := strconv.Atoi(q.Get("offset"))
+	limit, err := strconv.Atoi(q.Get("limit"))
+	if err != nil {
+		limit = 1 << 30
+	}
+	out := maps.Clone(f.status)
+	states := map[string]int{}
+	var hosts []any
+	listed := map[string]bool{}
+	for _, h := range list(f.status, "hosts") {
+		st := h.(map[string]any)["state"].(string)
+		states[st]++
+		if q.Get("state") == "" || q.Get("state") == st {
+			hosts = append(hosts, h)
+		}
+	}
+	out["hosts_total"], out["hosts_matching"], out["host_states"] = len(list(f.status, "hosts")), len(hosts), states
+	hosts = hosts[min(offset, len(hosts)):]
+	hosts = hosts[:min(limit, len(hosts))]
+	for _, h := range hosts {
+		listed[h.(map[string]any)["id"].(string)] = true
+	}
+	workers := []any{}
+	for _, w := range list(f.status, "workers") {
+		if listed[w.(map[string]any)["host"].(string)] {
+			workers = append(workers, w)
+		}
+	}
+	out["hosts"], out["workers"] = append([]any{}, hosts...), workers
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+// lastQuery is the query of the latest poll.
+func (f *fake) lastQuery() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.queries[len(f.queries)-1]
 }
 
 // update changes the status under the lock; the page sees it at its next poll.
@@ -255,7 +303,11 @@ type page struct {
 // loads it in a fresh browser, waiting for the first render.
 func open(t *testing.T, status map[string]any, prefix string) *page {
 	t.Helper()
-	f := &fake{status: status}
+	return openFake(t, &fake{status: status}, prefix)
+}
+
+func openFake(t *testing.T, f *fake, prefix string) *page {
+	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(prefix+"v1/status", f)
 	mux.Handle(prefix, http.StripPrefix(strings.TrimSuffix(prefix, "/"), webui.Handler()))
@@ -923,4 +975,82 @@ func TestPageShowsCapacity(t *testing.T) {
 	if hidden := eval[bool](q, `document.getElementById('capacity').hidden`); !hidden {
 		t.Error("the capacity line shows for a job without --manage-capacity")
 	}
+}
+
+// fleet is the running fixture with n hosts h-000, h-001, ..., one worker each (rank = its
+// index), the last leaving of them leaving.
+func fleet(t *testing.T, n, leaving int) map[string]any {
+	s := fixture(t, "running")
+	var hosts, workers []any
+	for i := range n {
+		id, state := fmt.Sprintf("h-%03d", i), "active"
+		if i >= n-leaving {
+			state = "leaving"
+		}
+		hosts = append(hosts, map[string]any{"id": id, "addr": "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256),
+			"slots": 1, "state": state, "lifecycle": "spot", "type": "g5.xlarge", "zone": "z1", "failures": 0})
+		workers = append(workers, map[string]any{"id": id + "/0", "host": id, "slot": 0, "rank": i, "state": "running"})
+	}
+	s["hosts"], s["workers"] = hosts, workers
+	return s
+}
+
+// A fleet of hundreds: the page asks the driver for one page of hosts, shows the counts by
+// state, steps through the pages and filters by state; the report, which holds every host,
+// pages them itself.
+func TestPageShowsAPageOfHosts(t *testing.T) {
+	t.Parallel()
+	f := &fake{status: fleet(t, 250, 10), paged: true}
+	p := openFake(t, f, "/")
+	firstRow := `(document.querySelector('#hosts tr') || {dataset: {}}).dataset.hostId`
+	rows := `document.querySelectorAll('#hosts tr').length`
+	if got := eval[int](p, rows); got != 100 {
+		t.Errorf("%d host rows, want a page of 100", got)
+	}
+	if q := f.lastQuery(); q != "limit=100&offset=0" {
+		t.Errorf("the page asked v1/status?%s, want limit=100&offset=0", q)
+	}
+	chips := `Array.from(document.querySelectorAll('#host-states button')).map(b => b.textContent + ':' + b.getAttribute('aria-pressed'))`
+	if got := eval[[]string](p, chips); !slices.Equal(got, []string{"all 250:true", "active 240:false", "leaving 10:false"}) {
+		t.Errorf("state filters %q", got)
+	}
+	for sel, want := range map[string]string{"#hosts-count": "(250)", "#hosts-range": "1–100 of 250"} {
+		if got := p.text(sel); got != want {
+			t.Errorf("%s shows %q, want %q", sel, got, want)
+		}
+	}
+
+	eval[any](p, `document.getElementById('hosts-next').click()`)
+	p.wait("the second page", firstRow+` === 'h-100'`)
+	if got, q := p.text("#hosts-range"), f.lastQuery(); got != "101–200 of 250" || q != "limit=100&offset=100" {
+		t.Errorf("second page: range %q after v1/status?%s", got, q)
+	}
+	if got := eval[[]string](p, `Array.from(document.querySelector('#hosts tr').cells).map(c => c.textContent)`); len(got) < 9 || got[8] != "100" {
+		t.Errorf("h-100's row %q: want its worker's rank 100", got)
+	}
+
+	eval[any](p, `document.querySelector('#host-states button[data-state=leaving]').click()`)
+	p.wait("the leaving hosts", firstRow+` === 'h-240' && `+rows+` === 10`)
+	if q := f.lastQuery(); q != "limit=100&offset=0&state=leaving" {
+		t.Errorf("the leaving hosts asked v1/status?%s", q)
+	}
+	if hidden := eval[bool](p, `document.getElementById('hosts-pager').hidden`); !hidden {
+		t.Error("the pager shows for 10 hosts")
+	}
+
+	// The report holds every host and pages them itself.
+	path := writeReport(t, fleet(t, 250, 10))
+	ctx := browsertest.New(t)
+	if err := browsertest.Navigate(ctx, "file://"+path); err != nil {
+		t.Fatal(err)
+	}
+	r := &page{t: t, ctx: ctx}
+	r.wait("the report drawn", `document.body.dataset.report === "1"`)
+	if got, rng := eval[int](r, rows), r.text("#hosts-range"); got != 100 || rng != "1–100 of 250" {
+		t.Errorf("report: %d rows, range %q; want 100, 1–100 of 250", got, rng)
+	}
+	eval[any](r, `document.getElementById('hosts-next').click(); document.getElementById('hosts-next').click()`)
+	r.wait("the report's last page", firstRow+` === 'h-200' && `+rows+` === 50`)
+	eval[any](r, `document.querySelector('#host-states button[data-state=leaving]').click()`)
+	r.wait("the report's leaving hosts", firstRow+` === 'h-240' && `+rows+` === 10`)
 }

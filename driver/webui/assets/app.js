@@ -12,6 +12,11 @@
   const FETCH_TIMEOUT_MS = 5000;  // a driver that accepts but never answers counts as down
   const SPARK_POINTS = 120;       // step-rate samples kept for the sparkline (one per poll)
   const CAUSES = ['failure', 'scale-up', 'removal', 'notice'];
+  // Hosts are drawn a page at a time, and the live page asks the driver for just that page
+  // (v1/status?state=&offset=&limit=): a fleet of thousands is counted by state, not sent
+  // row by row every second.
+  const HOSTS_PAGE = 100;
+  const HOST_STATES = ['active', 'idle', 'leaving', 'blacklisted', 'quarantined'];
 
   // The SVG namespace, taken from an <svg> the HTML parser made, so that no URL is spelled here.
   const SVG_NS = document.getElementById('world-chart').namespaceURI;
@@ -20,6 +25,11 @@
   let lastAt = 0;       // when it was fetched (ms, client clock)
   let failures = 0;     // consecutive failed polls
   const rates = [];     // {now, rate}, oldest first
+  let hostsState = '';  // the host state shown ('' every state)
+  let hostsOffset = 0;  // the first host shown, among those of hostsState
+  let pollTimer = 0;    // the next poll
+  let polling = false;  // a poll is under way
+  let pollAgain = false; // the page changed while it was: poll again at once
 
   // ---- DOM helpers ----
 
@@ -439,8 +449,9 @@
     for (const w of s.workers || []) {
       if (isNum(w.rank) && w.rank >= 0) (ranks[w.host] = ranks[w.host] || []).push(w.rank);
     }
-    const hosts = s.hosts || [];
-    setText('hosts-count', hosts.length ? '(' + hosts.length + ')' : '');
+    const view = hostsView(s);
+    renderHostsBar(s, view);
+    const hosts = view.rows;
     const rows = hosts.map((h) => {
       const tr = el('tr');
       tr.dataset.hostId = h.id;
@@ -480,8 +491,82 @@
       );
       return tr;
     });
-    if (!rows.length) rows.push(emptyRow('no hosts discovered yet', 13));
+    if (!rows.length) rows.push(emptyRow(hostsState ? 'no ' + hostsState + ' host' : 'no hosts discovered yet', 13));
     byId('hosts').replaceChildren(...rows);
+  }
+
+  // hostsView is the page of hosts to draw: the driver's page as it sent it, or, from a
+  // status that lists every host (the post-mortem report, an older driver), the page cut
+  // out here. matching counts the hosts of hostsState, total every host.
+  function hostsView(s) {
+    let hosts = s.hosts || [];
+    const total = isNum(s.hosts_total) ? s.hosts_total : hosts.length;
+    let matching = isNum(s.hosts_matching) ? s.hosts_matching : hosts.length;
+    let from = hostsOffset;
+    if (hosts.length > HOSTS_PAGE || (hostsState && hosts.some((h) => h.state !== hostsState))) {
+      if (hostsState) hosts = hosts.filter((h) => h.state === hostsState);
+      matching = hosts.length;
+      from = Math.min(hostsOffset, Math.max(0, matching - 1));
+      hosts = hosts.slice(from, from + HOSTS_PAGE);
+    }
+    return { rows: hosts, from: from, matching: matching, total: total };
+  }
+
+  function renderHostsBar(s, view) {
+    setText('hosts-count', view.total ? '(' + fmtInt(view.total) + ')' : '');
+    let counts = s.host_states;
+    if (!counts) { // an older driver's status: count the hosts it lists
+      counts = {};
+      for (const h of s.hosts || []) counts[h.state] = (counts[h.state] || 0) + 1;
+    }
+    const chips = [];
+    if (view.total > 0) {
+      const chip = (state, text) => {
+        const b = el('button', '', text);
+        b.type = 'button';
+        b.dataset.state = state;
+        b.setAttribute('aria-pressed', String(state === hostsState));
+        b.addEventListener('click', () => showHosts(state, 0));
+        chips.push(b);
+      };
+      chip('', 'all ' + fmtInt(view.total));
+      for (const st of HOST_STATES) {
+        if (counts[st] > 0 || st === hostsState) chip(st, st + ' ' + fmtInt(counts[st] || 0));
+      }
+    }
+    byId('host-states').replaceChildren(...chips);
+    if (!view.rows.length && view.matching > 0 && hostsOffset > 0) {
+      hostsOffset = Math.floor((view.matching - 1) / HOSTS_PAGE) * HOSTS_PAGE; // the fleet shrank: its last page
+    }
+    const pager = byId('hosts-pager');
+    pager.hidden = view.matching <= HOSTS_PAGE && view.from === 0;
+    setText('hosts-range', view.rows.length
+      ? fmtInt(view.from + 1) + '–' + fmtInt(view.from + view.rows.length) + ' of ' + fmtInt(view.matching)
+      : '0 of ' + fmtInt(view.matching));
+    byId('hosts-prev').disabled = view.from === 0;
+    byId('hosts-next').disabled = view.from + view.rows.length >= view.matching;
+  }
+
+  // showHosts shows the hosts of state from the offset-th: at once from the status at hand
+  // where it lists them all (the report), else by polling the driver for that page now.
+  function showHosts(state, offset) {
+    hostsState = state;
+    hostsOffset = Math.max(0, offset);
+    if (embedded || !last) {
+      if (last) renderHosts(last);
+      return;
+    }
+    if (polling) {
+      pollAgain = true;
+      return;
+    }
+    clearTimeout(pollTimer);
+    tick();
+  }
+
+  function pageStep(dir) {
+    const view = last ? hostsView(last) : { from: 0 };
+    showHosts(hostsState, view.from + dir * HOSTS_PAGE);
   }
 
   function renderEvents(s) {
@@ -608,7 +693,9 @@
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(), FETCH_TIMEOUT_MS);
     try {
-      const res = await fetch('v1/status', {
+      let url = 'v1/status?limit=' + HOSTS_PAGE + '&offset=' + hostsOffset;
+      if (hostsState) url += '&state=' + encodeURIComponent(hostsState);
+      const res = await fetch(url, {
         cache: 'no-store', headers: { Accept: 'application/json' }, signal: ctl.signal,
       });
       if (!res.ok) throw new Error('HTTP ' + res.status);
@@ -618,7 +705,17 @@
     }
   }
 
+  // schedule polls again in ms, or at once if the page asked for other hosts meanwhile.
+  function schedule(ms) {
+    polling = false;
+    clearTimeout(pollTimer);
+    pollTimer = setTimeout(tick, pollAgain ? 0 : ms);
+    pollAgain = false;
+  }
+
   async function tick() {
+    polling = true;
+    pollAgain = false;
     let s;
     try {
       s = await fetchStatus();
@@ -628,13 +725,13 @@
       if (last && last.finished) {
         // A finished job's driver exits: its last state is final, not stale. Keep it.
         setConn('finished', 'job finished · the driver has stopped; this is the final state');
-        setTimeout(tick, MAX_BACKOFF_MS);
+        schedule(MAX_BACKOFF_MS);
         return;
       }
       let text = 'driver unreachable — retrying in ' + Math.round(delay / 1000) + ' s (' + describe(err) + ')';
       if (last) text += ' · showing data from ' + fmtClock(new Date(lastAt).toISOString());
       setConn('down', text);
-      setTimeout(tick, delay);
+      schedule(delay);
       return;
     }
     failures = 0;
@@ -649,7 +746,7 @@
       console.error(err);
       setConn('error', 'cannot show this status: ' + describe(err));
     }
-    setTimeout(tick, s && s.finished ? FINISHED_POLL_MS : POLL_MS);
+    schedule(s && s.finished ? FINISHED_POLL_MS : POLL_MS);
   }
 
   let resizeTimer = 0;
@@ -680,6 +777,8 @@
     requestAnimationFrame(() => renderCharts(s));
   }
 
+  byId('hosts-prev').addEventListener('click', () => pageStep(-1));
+  byId('hosts-next').addEventListener('click', () => pageStep(1));
   const embedded = byId('final-status');
   if (embedded) showReport(embedded);
   else tick();
