@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/elasticd/elasticd/internal/browsertest"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
 	wrdzv "github.com/elasticd/elasticd/worker/rendezvous"
@@ -76,6 +77,12 @@ type ScaleResult struct {
 	MetricsMS    float64 `json:"metrics_ms"`
 	MetricsBytes int     `json:"metrics_bytes"`
 	PageBytes    int     `json:"page_bytes"`
+	// What the live page costs: GET /v1/status?limit=100, the page of hosts it asks for each
+	// second (median of 5, and size), and its first paint in headless Chromium, from the
+	// navigation to the job drawn (median of 3; -1 without a Chromium).
+	PageStatusMS    float64 `json:"page_status_ms"`
+	PageStatusBytes int     `json:"page_status_bytes"`
+	PagePaintMS     float64 `json:"page_paint_ms"`
 }
 
 // Scale runs the driver (`elasticd run --launcher agent`, in its own process) with
@@ -130,6 +137,10 @@ func printScale(w io.Writer, r ScaleResult) {
 	fmt.Fprintf(w, "  GET /v1/status       %8.1f ms   %d bytes\n", r.StatusMS, r.StatusBytes)
 	fmt.Fprintf(w, "  GET /metrics         %8.1f ms   %d bytes\n", r.MetricsMS, r.MetricsBytes)
 	fmt.Fprintf(w, "  GET / (live page)    %8d bytes\n", r.PageBytes)
+	fmt.Fprintf(w, "  the page's status    %8.1f ms   %d bytes (GET /v1/status?limit=100)\n", r.PageStatusMS, r.PageStatusBytes)
+	if r.PagePaintMS >= 0 {
+		fmt.Fprintf(w, "  the page's paint     %8.1f ms   navigation -> the job drawn, headless Chromium\n", r.PagePaintMS)
+	}
 }
 
 // raiseFileLimit lifts this process's descriptor limit to its hard limit: each simulated host
@@ -304,6 +315,8 @@ func (s *scale) run(ctx context.Context) (ScaleResult, error) {
 	res.StatusMS, res.StatusBytes = s.timeGET(ctx, "/v1/status")
 	res.MetricsMS, res.MetricsBytes = s.timeGET(ctx, "/metrics")
 	_, res.PageBytes = s.timeGET(ctx, "/")
+	res.PageStatusMS, res.PageStatusBytes = s.timeGET(ctx, "/v1/status?limit=100")
+	res.PagePaintMS = s.firstPaint(ctx)
 
 	// A zone reclaims reclaim hosts: their notices within one second.
 	leaving := s.agents[:reclaim]
@@ -411,6 +424,42 @@ func procCPU(pid int) float64 {
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	return (ut + st) / 100 // USER_HZ
+}
+
+// firstPaint loads the live page in headless Chromium 3 times: the median time from the
+// navigation to the job drawn, in ms; -1 when there is no Chromium or it fails.
+func (s *scale) firstPaint(ctx context.Context) float64 {
+	path, err := browsertest.Find()
+	if err != nil {
+		s.say("the live page's first paint is not measured: %v", err)
+		return -1
+	}
+	tab, stop, err := browsertest.Start(ctx, path, filepath.Join(s.dir, "chromium"), func(string, ...any) {})
+	if err != nil {
+		s.say("the live page's first paint is not measured: %v", err)
+		return -1
+	}
+	defer stop()
+	var times []float64
+	for range 3 {
+		if err := browsertest.Navigate(tab, s.url+"/"); err != nil {
+			s.say("the live page: %v", err)
+			return -1
+		}
+		if err := browsertest.Wait(tab, `document.body.dataset.ready === "1"`); err != nil {
+			s.say("the live page: %v", err)
+			return -1
+		}
+		// When the page marked itself drawn, from the navigation's start.
+		ms, err := browsertest.Eval[float64](tab, `Number(document.body.dataset.drawnMs)`)
+		if err != nil {
+			s.say("the live page: %v", err)
+			return -1
+		}
+		times = append(times, ms)
+	}
+	slices.Sort(times)
+	return times[1]
 }
 
 // timeGET fetches path from the driver 5 times: the median time in ms, and the body's size.

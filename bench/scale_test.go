@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/elasticd/elasticd/bench"
+	"github.com/elasticd/elasticd/internal/browsertest"
 )
 
 // A small run of the scale benchmark: the real driver, simulated hosts over HTTP/2, every
@@ -29,6 +30,12 @@ func TestScale(t *testing.T) {
 	}
 	if res.StatusBytes <= 0 || res.MetricsBytes <= 0 || res.PageBytes <= 0 || res.StatusMS < 0 {
 		t.Errorf("status, metrics or page not fetched: %+v", res)
+	}
+	if res.PageStatusBytes <= 0 || res.PageStatusMS < 0 {
+		t.Errorf("the live page's status not fetched: %+v", res)
+	}
+	if _, err := browsertest.Find(); err == nil && res.PagePaintMS <= 0 {
+		t.Errorf("the live page's first paint not measured, with a Chromium here: %+v", res)
 	}
 	var obj map[string]any
 	if err := json.Unmarshal([]byte(strings.TrimSpace(out.String())), &obj); err != nil {

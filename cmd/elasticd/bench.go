@@ -335,11 +335,16 @@ when removed. Nothing trains. It measures:
                  goroutines once formed (it logs them on SIGUSR1)
    status        GET /v1/status and /metrics: median time of 5, and size; the live
                  page's size
+   live page     the page of hosts it asks for each second (GET /v1/status?limit=100):
+                 median time of 5, and size; its first paint in headless Chromium, from
+                 the navigation to the job drawn, median of 3 (not measured without a
+                 Chromium: make test-deps installs one)
 
 With --json it prints one object: hosts, workers, form_s, reset_s, reset_cpu_s,
 reclaim_hosts, reclaim_reset_s, reclaim_generations, reclaim_cpu_s, driver_rss_bytes,
 driver_fds, driver_heap_bytes, driver_goroutines, status_ms, status_bytes, metrics_ms,
-metrics_bytes, page_bytes. The simulated hosts share the machine with the driver: on a
+metrics_bytes, page_bytes, page_status_ms, page_status_bytes, page_paint_ms (-1: not
+measured). The simulated hosts share the machine with the driver: on a
 small machine their own work is part of every time measured. It raises its open-file
 limit to the hard limit (the driver inherits it): each host holds a connection.
 

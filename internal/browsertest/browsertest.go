@@ -78,18 +78,30 @@ func New(t testing.TB) context.Context {
 		}
 		t.Skipf("browsertest: %v", err)
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], flags...)
-	opts = append(opts, chromedp.ExecPath(path), chromedp.UserDataDir(t.TempDir()))
 	// Not t.Context(): that ends before the cleanups run, and the browser must outlive
 	// the test's own cleanups (a server it still polls is closed by one of them).
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.WithoutCancel(t.Context()), opts...)
-	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
-	// The cancels kill Chromium and wait for its processes. Cleanups run last-in first-out:
+	ctx, stop, err := Start(context.WithoutCancel(t.Context()), path, t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatalf("browsertest: %v", err)
+	}
+	// stop kills Chromium and waits for its processes. Cleanups run last-in first-out:
 	// start the servers the page talks to before New, so that the browser is gone first.
-	t.Cleanup(func() {
+	t.Cleanup(stop)
+	return ctx
+}
+
+// Start starts the headless Chromium at path (Find) with its profile in dir, outside a test
+// (the scale benchmark times the live page with it), and returns the context of its first
+// tab; stop kills it and waits for its processes.
+func Start(parent context.Context, path, dir string, logf func(string, ...any)) (ctx context.Context, stop func(), err error) {
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], flags...)
+	opts = append(opts, chromedp.ExecPath(path), chromedp.UserDataDir(dir))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(parent, opts...)
+	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithLogf(logf))
+	stop = func() {
 		cancel()
 		cancelAlloc()
-	})
+	}
 
 	// The first action starts the browser and binds it to the context it is given, so it
 	// runs on ctx itself; the timer bounds it by cancelling ctx.
@@ -100,21 +112,24 @@ func New(t testing.TB) context.Context {
 	select {
 	case err := <-started:
 		if err != nil {
-			t.Fatalf("browsertest: start %s: %v", path, err)
+			stop()
+			return nil, nil, fmt.Errorf("start %s: %w", path, err)
 		}
 	case <-timer.C:
 		cancel()
 		<-started
-		t.Fatalf("browsertest: start %s: no answer in %v", path, startTimeout)
+		stop()
+		return nil, nil, fmt.Errorf("start %s: no answer in %v", path, startTimeout)
 	}
 	if err := chromedp.Do(ctx, func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
 		_, err := cdp.Call(ctx, t, page.AddScriptToEvaluateOnNewDocument,
 			page.AddScriptToEvaluateOnNewDocumentParams{Source: recordProblems})
 		return chromedp.Void{}, err
 	}); err != nil {
-		t.Fatalf("browsertest: install the problem recorder: %v", err)
+		stop()
+		return nil, nil, fmt.Errorf("install the problem recorder: %w", err)
 	}
-	return ctx
+	return ctx, stop, nil
 }
 
 // recordProblems runs before every page's own scripts (the CSP does not apply to it) and

@@ -742,6 +742,8 @@
       setConn(s.finished ? 'finished' : 'ok', s.finished ? 'finished · checking every 5 s' : 'live');
       document.body.dataset.updated = s.now;
       document.body.dataset.ready = '1';
+      // When the job was first drawn, from the navigation's start (bench scale reads it).
+      if (!document.body.dataset.drawnMs) document.body.dataset.drawnMs = String(Math.round(performance.now()));
     } catch (err) {
       console.error(err);
       setConn('error', 'cannot show this status: ' + describe(err));
