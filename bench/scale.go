@@ -735,7 +735,8 @@ func (a *simAgent) pollCommands(ctx context.Context) {
 			after = c.Seq
 			switch c.Op {
 			case protocol.OpStart:
-				gen, _ := strconv.ParseUint(envValue(c.Env, protocol.EnvGeneration), 10, 64)
+				g, _ := protocol.EnvValue(c.Env, protocol.EnvGeneration)
+				gen, _ := strconv.ParseUint(g, 10, 64)
 				id, _ := protocol.ParseWorkerID(c.Worker)
 				cl := wrdzv.NewClient(a.s.url, a.s.jobSecret, id, a.hc)
 				cl.SetDriverWait(2 * time.Minute)
@@ -893,14 +894,4 @@ func isClosed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-func envValue(env []string, name string) string {
-	v := ""
-	for _, kv := range env {
-		if rest, ok := strings.CutPrefix(kv, name+"="); ok {
-			v = rest
-		}
-	}
-	return v
 }

@@ -1,5 +1,7 @@
 package protocol
 
+import "strings"
+
 // Environment the driver gives every worker process (docs/protocol.md §3).
 const (
 	EnvRendezvous  = "ELASTICD_RENDEZVOUS"   // base URL of the driver's rendezvous
@@ -25,3 +27,15 @@ const (
 	// launchers, whose workers die with the driver): a few quick retries.
 	EnvDriverWait = "ELASTICD_DRIVER_WAIT"
 )
+
+// EnvValue is name's value in env (KEY=VALUE entries) and whether it is there; the last entry
+// wins, as os/exec has it.
+func EnvValue(env []string, name string) (string, bool) {
+	v, ok := "", false
+	for _, kv := range env {
+		if rest, found := strings.CutPrefix(kv, name+"="); found {
+			v, ok = rest, true
+		}
+	}
+	return v, ok
+}

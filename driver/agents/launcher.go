@@ -109,10 +109,8 @@ func (l launcher) FreePort(ctx context.Context, host string) (int, error) {
 
 // workerOf is the worker ID in a spec's environment, for the agent's log.
 func workerOf(s proc.Spec) string {
-	for _, kv := range s.Env {
-		if v, ok := strings.CutPrefix(kv, protocol.EnvWorkerID+"="); ok {
-			return v
-		}
+	if v, ok := protocol.EnvValue(s.Env, protocol.EnvWorkerID); ok {
+		return v
 	}
 	return s.Name
 }

@@ -652,16 +652,16 @@ func (s *sess) start(ctx context.Context, c protocol.AgentCommand) {
 		s.a.log.Warn("could not write out the Python package; workers cannot import elasticd", "err", err)
 	} else {
 		cur, _ := os.LookupEnv("PYTHONPATH")
-		if v, ok := envValue(c.Env, "PYTHONPATH"); ok {
+		if v, ok := protocol.EnvValue(c.Env, "PYTHONPATH"); ok {
 			cur = v
 		}
 		env = append(env, python.Env(root, cur))
 	}
-	if _, set := envValue(c.Env, "CUDA_VISIBLE_DEVICES"); !set && len(s.a.gpus) > 0 {
+	if _, set := protocol.EnvValue(c.Env, "CUDA_VISIBLE_DEVICES"); !set && len(s.a.gpus) > 0 {
 		env = append(env, "CUDA_VISIBLE_DEVICES="+visibleDevices(s.a.gpus, c.Slot, c.Env))
 	}
 	// The worker reaches the driver's rendezvous through the agent's relay.
-	if rdzv, ok := envValue(c.Env, protocol.EnvRendezvous); ok {
+	if rdzv, ok := protocol.EnvValue(c.Env, protocol.EnvRendezvous); ok {
 		env = append(env, protocol.EnvRendezvous+"="+s.a.relay.url(rdzv))
 	}
 	s.a.relay.watch(c.Worker, +1)
@@ -742,7 +742,7 @@ func visibleDevices(gpus []gpu.GPU, slot int, env []string) string {
 	name := func(g gpu.GPU) string { return cmp.Or(g.UUID, strconv.Itoa(g.Index)) }
 	own := gpus[slot%len(gpus)]
 	local := -1
-	if v, ok := envValue(env, "LOCAL_RANK"); ok {
+	if v, ok := protocol.EnvValue(env, "LOCAL_RANK"); ok {
 		if n, err := strconv.Atoi(v); err == nil {
 			local = n
 		}
@@ -757,15 +757,4 @@ func visibleDevices(gpus []gpu.GPU, slot int, env []string) string {
 		}
 	}
 	return strings.Join(slices.Insert(list, local, name(own)), ",")
-}
-
-// envValue is name's value in env (KEY=VALUE entries; the last one wins, as for exec).
-func envValue(env []string, name string) (string, bool) {
-	v, ok := "", false
-	for _, kv := range env {
-		if rest, found := strings.CutPrefix(kv, name+"="); found {
-			v, ok = rest, true
-		}
-	}
-	return v, ok
 }
