@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ import (
 // The server runs in a child process (this test binary, see TestServerProcess), so that its
 // heap is measured apart from the N clients'. On a small machine the two still share the CPUs.
 func BenchmarkReset(b *testing.B) {
-	for _, n := range []int{64, 256, 1024, 4096} {
+	for _, n := range []int{64, 256, 1024, 4096, 16384} {
 		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) { benchReset(b, n) })
 	}
 }
@@ -50,7 +51,11 @@ func benchReset(b *testing.B, n int) {
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: n, // one keep-alive connection per worker, as N processes would have
-		IdleConnTimeout:     time.Minute,
+		// and no more: a worker's report connection is not always back in the pool when its
+		// long-poll starts, and a second one each ran this process out of descriptors at
+		// 16,384 workers (20,000 here).
+		MaxConnsPerHost: n,
+		IdleConnTimeout: time.Minute,
 	}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
@@ -73,16 +78,23 @@ func benchReset(b *testing.B, n int) {
 		errs := make([]error, n)
 		began := time.Now()
 		var wg sync.WaitGroup
+		var failed atomic.Pointer[error] // the first worker's error: no wait for a poll that is not coming
 		for w, c := range clients {
 			wg.Go(func() {
 				if errs[w] = c.Report(ctx, gen, protocol.Ready, ""); errs[w] == nil {
 					got[w], errs[w] = c.Assignment(ctx, gen)
+				}
+				if errs[w] != nil {
+					failed.CompareAndSwap(nil, &errs[w])
 				}
 			})
 		}
 		// Publish only once every worker is waiting, as after a real barrier.
 		deadline := time.Now().Add(2 * time.Minute)
 		for child.cmd(b, "polls") != strconv.Itoa(n) {
+			if err := failed.Load(); err != nil {
+				b.Fatalf("a worker failed before every worker was long-polling: %v", *err)
+			}
 			if time.Now().After(deadline) {
 				b.Fatalf("not all %d workers long-polling after 2 minutes", n)
 			}
