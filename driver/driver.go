@@ -251,11 +251,12 @@ type runner struct {
 	tasks   *tasks
 	// procs are the started processes and launching the launches under way (each one's
 	// cancel), by worker; the loop owns both.
-	procs     map[protocol.WorkerID]*running
-	launching map[protocol.WorkerID]context.CancelFunc
-	ranks     sync.Map    // WorkerID -> current rank (int), for output prefixes
-	port      *masterPort // the MASTER_PORT of the generation launched last
-	state     *stateDir   // --state-dir; nil without
+	procs      map[protocol.WorkerID]*running
+	launching  map[protocol.WorkerID]context.CancelFunc
+	ranks      sync.Map    // WorkerID -> current rank (int), for output prefixes
+	launchLogs launchLogs  // how many launches of the newest generation were logged
+	port       *masterPort // the MASTER_PORT of the generation launched last
+	state      *stateDir   // --state-dir; nil without
 	// published is the generation last published at the rendezvous (saved states of a newer
 	// one carry the host-update version it will be published with).
 	published uint64

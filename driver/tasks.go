@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	mrand "math/rand/v2"
 	"os"
@@ -171,12 +172,44 @@ func (d *runner) start(ctx context.Context, a Launch, port *masterPort) (*runnin
 		return nil, err
 	}
 	p.p = lp
+	level := d.launchLogs.level(a.Generation, d.log)
 	if pid := lp.PID(); pid != 0 {
-		d.log.Info("launched worker", "worker", a.Worker.String(), "rank", as.Rank, "generation", a.Generation, "pid", pid)
+		d.log.Log(ctx, level, "launched worker", "worker", a.Worker.String(), "rank", as.Rank, "generation", a.Generation, "pid", pid)
 	} else { // the agent launcher: the agent logs the PID on its host
-		d.log.Info("launched worker", "worker", a.Worker.String(), "rank", as.Rank, "generation", a.Generation, "host", a.Addr)
+		d.log.Log(ctx, level, "launched worker", "worker", a.Worker.String(), "rank", as.Rank, "generation", a.Generation, "host", a.Addr)
 	}
 	return p, nil
+}
+
+// launchLogsListed is how many launches of one generation the log lists at info level; the
+// rest are at debug. A fleet of thousands of hosts launches tens of thousands of workers at
+// once, and a line each buries the rest of the log (and costs the driver a write each).
+const launchLogsListed = 64
+
+// launchLogs counts the launches logged per generation.
+type launchLogs struct {
+	mu  sync.Mutex
+	gen uint64
+	n   int
+}
+
+// level is the level to log generation gen's next launch at, saying once, at the first launch
+// past launchLogsListed, that the others are at debug.
+func (l *launchLogs) level(gen uint64, log *slog.Logger) slog.Level {
+	l.mu.Lock()
+	if gen != l.gen {
+		l.gen, l.n = gen, 0
+	}
+	l.n++
+	n := l.n
+	l.mu.Unlock()
+	switch {
+	case n <= launchLogsListed:
+		return slog.LevelInfo
+	case n == launchLogsListed+1:
+		log.Info(fmt.Sprintf("more workers of generation %d launched: past %d, each is logged only with --verbose; the status counts them all", gen, launchLogsListed), "generation", gen)
+	}
+	return slog.LevelDebug
 }
 
 // watch waits for worker id's process p to exit and reports it to the loop (a task).

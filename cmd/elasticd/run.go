@@ -149,7 +149,7 @@ worker is stopped first).`,
 			&cli.DurationFlag{Name: "fallback-after", Value: driver.DefaultFallbackAfter, Usage: "with a fallback group: how long the job must have had fewer than -np slots on spot, with the spot group reporting no capacity, before the fallback group is grown by the hosts missing", EnvVars: []string{"ELASTICD_FALLBACK_AFTER"}},
 			&cli.Float64Flag{Name: "max-cost", Usage: "the job's budget, an `AMOUNT` in the prices' currency: before its cost passes it, the workers commit, the job stops with exit status 3 and a managed group goes to zero. Every host type needs a price (--prices, or the cloud's spot prices)", EnvVars: []string{"ELASTICD_MAX_COST"}},
 			&cli.BoolFlag{Name: "local-spot", Usage: "--provider local: count this machine's hosts as spot capacity (type 'local'), to try the cost accounting with --prices", EnvVars: []string{"ELASTICD_LOCAL_SPOT"}},
-			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also log every rendezvous exchange (worker reports, assignments, key-value sets); the driver's decisions are always logged", EnvVars: []string{"ELASTICD_VERBOSE"}},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also log every rendezvous exchange (worker reports, assignments, key-value sets), and every launch past the first 64 of a generation; the driver's decisions are always logged", EnvVars: []string{"ELASTICD_VERBOSE"}},
 		),
 		Action: runJob,
 	}
