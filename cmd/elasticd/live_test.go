@@ -238,6 +238,13 @@ func TestLivePageShowsTheRunningJob(t *testing.T) {
 			t.Errorf("elasticd status lacks %q:\n%s", want, out)
 		}
 	}
+	// A page of one host: the counts by state say how many there are, the rest are not listed.
+	out, _, code = elasticd(t, nil, "status", "--driver", base, "--hosts", "1")
+	hm := regexp.MustCompile(`(?m)^hosts: (\d+) \(active \d+`).FindStringSubmatch(out)
+	if n, _ := strconv.Atoi(append(hm, "", "")[1]); code != 0 || hm == nil || n < 2 ||
+		strings.Count(out, "  127.0.0.1  ") != 1 || !strings.Contains(out, "\n"+strconv.Itoa(n-1)+" more hosts not listed (--hosts N lists more") {
+		t.Errorf("elasticd status --hosts 1: exit %d:\n%s\nwant the counts by state, one host listed and the others counted", code, out)
+	}
 	out, _, code = elasticd(t, nil, "status", "--driver", base, "--json")
 	var js driver.Status
 	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || js.JobID != s2.JobID {
@@ -307,6 +314,8 @@ func TestStatusAndPricesUsageErrors(t *testing.T) {
 		{[]string{"status"}, "--driver: required", 2},
 		{[]string{"status", "--driver", "127.0.0.1:1"}, `--driver: "127.0.0.1:1": want http://HOST:PORT`, 2},
 		{[]string{"status", "http://127.0.0.1:1"}, "the driver's URL goes in --driver", 2},
+		{[]string{"status", "--driver", "http://127.0.0.1:1", "--hosts", "-1"}, "--hosts: -1: must be 0 or more", 2},
+		{[]string{"status", "--driver", "http://127.0.0.1:1", "--state", "gone"}, `--state: "gone": want a host state, one of active, leaving, blacklisted, quarantined, idle`, 2},
 		{[]string{"status", "--driver", "http://127.0.0.1:1", "--timeout", "2s"}, "cannot reach the driver", 1},
 		{[]string{"run", "-np", "1", "--prices", bad, "--", "true"}, "--prices: " + bad + ": not a price file", 2},
 		{[]string{"run", "-np", "1", "--prices", bad + ".none", "--", "true"}, "--prices: open " + bad + ".none", 2},

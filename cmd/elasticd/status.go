@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,13 +26,19 @@ func statusCommand() *cli.Command {
 "live page at http://HOST:PORT/") and prints a summary; --json prints the answer as it
 came (documented in docs/protocol.md §6). Needs no secret: the status is read-only.
 
+A fleet of thousands is counted by state, and --hosts of its hosts listed (100 by default),
+those of --state only if given; the driver sends just those.
+
 Examples:
    elasticd status --driver http://10.0.0.5:29400
+   elasticd status --driver http://10.0.0.5:29400 --state leaving --hosts 1000
    elasticd status --driver http://127.0.0.1:29400 --json | jq .cost`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "driver", Usage: "the driver's `URL`, e.g. http://10.0.0.5:29400 (required)", EnvVars: []string{"ELASTICD_DRIVER"}},
 			&cli.BoolFlag{Name: "json", Usage: "print the JSON answer as it came"},
 			&cli.IntFlag{Name: "events", Value: 10, Usage: "how many recent events to print"},
+			&cli.IntFlag{Name: "hosts", Value: 100, Usage: "list at most `N` hosts (0: only their counts by state); --json lists every host unless this is given"},
+			&cli.StringFlag{Name: "state", Usage: "list only the hosts in `STATE`: " + strings.Join(driver.HostStates, ", ")},
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "how long to wait for the driver"},
 		},
 		Action: showStatus,
@@ -52,9 +60,28 @@ func showStatus(c *cli.Context) error {
 	if c.Int("events") < 0 {
 		return usageError("events", "%d: must be 0 or more", c.Int("events"))
 	}
+	if c.Int("hosts") < 0 {
+		return usageError("hosts", "%d: must be 0 or more", c.Int("hosts"))
+	}
+	state := c.String("state")
+	if state != "" && !slices.Contains(driver.HostStates, state) {
+		return usageError("state", "%q: want a host state, one of %s", state, strings.Join(driver.HostStates, ", "))
+	}
+	// The page of hosts to ask for: every host for --json as it came, unless asked otherwise.
+	q := url.Values{}
+	if state != "" {
+		q.Set("state", state)
+	}
+	if !c.Bool("json") || c.IsSet("hosts") {
+		q.Set("limit", strconv.Itoa(c.Int("hosts")))
+	}
+	target := strings.TrimRight(base, "/") + "/v1/status"
+	if len(q) > 0 {
+		target += "?" + q.Encode()
+	}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	defer cancel()
-	body, err := fetchStatus(ctx, strings.TrimRight(base, "/")+"/v1/status")
+	body, err := fetchStatus(ctx, target)
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("status: %v", err), 1)
 	}
@@ -65,6 +92,12 @@ func showStatus(c *cli.Context) error {
 	var s driver.Status
 	if err := json.Unmarshal(body, &s); err != nil {
 		return cli.Exit(fmt.Sprintf("status: %s did not answer a job status: %v", base, err), 1)
+	}
+	if s.HostsTotal == 0 { // an older driver, which lists every host whatever was asked
+		s.HostsTotal, s.HostsMatching = len(s.Hosts), len(s.Hosts)
+	}
+	if n := c.Int("hosts"); len(s.Hosts) > n {
+		s.Hosts = s.Hosts[:n]
 	}
 	printJobStatus(c.App.Writer, &s, c.Int("events"))
 	return nil
@@ -125,6 +158,7 @@ func printJobStatus(w io.Writer, s *driver.Status, events int) {
 	if s.Cost != nil {
 		fmt.Fprintf(w, "%s\n", costLine(s))
 	}
+	fmt.Fprintf(w, "hosts: %d%s\n", s.HostsTotal, hostCounts(s.HostStates))
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tADDR\tSTATE\tLIFECYCLE\tTYPE\tZONE\tSLOTS\tBLACKLISTED\tPRICE/H")
@@ -136,6 +170,9 @@ func printJobStatus(w io.Writer, s *driver.Status, events int) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", h.ID, h.Addr, h.State, h.Lifecycle, dash(h.Type), dash(h.Zone), h.Slots, h.Blacklisted, price)
 	}
 	tw.Flush()
+	if more := s.HostsMatching - len(s.Hosts); more > 0 {
+		fmt.Fprintf(w, "%d more hosts not listed (--hosts N lists more, --state STATE those in one state)\n", more)
+	}
 	if events > 0 && len(s.Events) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "recent events:")
@@ -144,6 +181,21 @@ func printJobStatus(w io.Writer, s *driver.Status, events int) {
 			fmt.Fprintf(w, "  %s  %-12s %s\n", e.At.Local().Format("15:04:05"), e.Kind, e.Message)
 		}
 	}
+}
+
+// hostCounts is " (active 9800, leaving 200)": the states with hosts, in driver.HostStates'
+// order; "" when none is known.
+func hostCounts(by map[string]int) string {
+	var parts []string
+	for _, st := range driver.HostStates {
+		if n := by[st]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", st, n))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // costLine is the cost in one line: what the job cost, what it saved against the same hours
