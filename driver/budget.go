@@ -46,7 +46,7 @@ func (m *Machine) budgetStop(now time.Time, e BudgetReached) []Action {
 	switch {
 	case m.phase == phaseRunning && m.inProcess():
 		m.budgetBy = now.Add(m.cfg.BarrierTimeout)
-		return []Action{NotifyHosts{}, Warn{m.budget + "; the workers commit and the job stops", nil}}
+		return append(m.notifyHosts(), Warn{m.budget + "; the workers commit and the job stops", nil})
 	case m.phase == phaseResetting || m.phase == phaseRestarting:
 		m.budgetBy = now.Add(m.cfg.BarrierTimeout)
 		return []Action{Warn{m.budget + "; the job stops once the reset under way completes", nil}}

@@ -314,7 +314,7 @@ func (m *Machine) retire(now time.Time, host string) []Action {
 	if !m.inProcess() {
 		return m.restart(now, false, "host "+host+" is to be handed back for a replacement", time.Time{})
 	}
-	return []Action{NotifyHosts{}}
+	return m.notifyHosts()
 }
 
 // checkQuarantined marks the hosts whose every listed slot is quarantined as broken.

@@ -284,6 +284,8 @@ type Machine struct {
 	pending      map[string][]providers.Notice // host ID -> notices to complete once its workers are gone
 	loads        map[string]hosts.Load         // host ID -> load, for --slot-policy loadaware
 
+	// notified is the generation whose workers were last told the hosts changed (notifyHosts).
+	notified   uint64
 	registered bool                // a worker has registered with the rendezvous: in-process under ModeAuto
 	started    time.Time           // when the current generation was published
 	growAt     time.Time           // restart mode: when to restart to take in the slots that arrived
@@ -865,7 +867,7 @@ func (m *Machine) exited(now time.Time, e WorkerExited) []Action {
 		// collectives then never fail, so they would train on with it until the barrier
 		// timed out and failed them all. Tell them the hosts changed: they agree on it at
 		// their next step and reset without rollback, the lost worker with them.
-		acts = append(acts, NotifyHosts{})
+		acts = append(acts, m.notifyHosts()...)
 	}
 	if m.phase == phaseRunning || m.phase == phaseResetting {
 		acts = append(acts, m.beginReset(now, true, m.lastFailure)...)
@@ -936,10 +938,23 @@ func (m *Machine) notice(now time.Time, n providers.Notice, source string) []Act
 			}
 		} else {
 			m.j.plannedCause(CauseNotice)
-			acts = append(acts, NotifyHosts{}, Note{"moving off the host before the cloud takes it; workers will reset at their next step", []any{"host", n.HostID}})
+			acts = append(acts, m.notifyHosts()...)
+			acts = append(acts, Note{"moving off the host before the cloud takes it; workers will reset at their next step", []any{"host", n.HostID}})
 		}
 	}
 	return append(acts, m.completeNotices(n.HostID)...)
+}
+
+// notifyHosts tells the workers that the hosts changed: they agree on it at their next commit
+// and reset. Once a generation: told once, its workers reset whatever changes after, and the
+// next generation is made of the hosts as they are then. A zone reclaiming hundreds of hosts
+// within a second is one host update, not hundreds, each sent to every host.
+func (m *Machine) notifyHosts() []Action {
+	if m.gen > 0 && m.notified == m.gen {
+		return nil
+	}
+	m.notified = m.gen
+	return []Action{NotifyHosts{}}
 }
 
 // slotsFailed takes the failed slots out of the job as failures.
@@ -1097,7 +1112,7 @@ func (m *Machine) refreshHosts(now time.Time) []Action {
 		if m.j.hostsCause == "" {
 			m.j.plannedCause(changeCause(before, m.hosts.Current()))
 		}
-		return []Action{NotifyHosts{}, Note{"hosts changed; workers will reset at their next commit", []any{"usable_slots", len(m.hosts.Usable(now))}}}
+		return append(m.notifyHosts(), Note{"hosts changed; workers will reset at their next commit", []any{"usable_slots", len(m.hosts.Usable(now))}})
 	}
 	return nil
 }

@@ -752,6 +752,32 @@ func TestInterruptionNoticeMovesOffTheHost(t *testing.T) {
 	}
 }
 
+// A zone reclaiming hosts one notice after another: the workers are told once a generation,
+// and the next generation leaves out every host noticed before it formed.
+func TestNoticesTellTheWorkersOnceAGeneration(t *testing.T) {
+	s := newSim(t, Config{NP: 5, MinNP: 1})
+	s.start(5)
+	notice := func(host string) []Action {
+		return s.m.Step(NoticeReceived{Now: s.now, Notice: providers.Notice{ID: "n-" + host, HostID: host, Kind: providers.Interruption, Deadline: s.now.Add(2 * time.Minute)}})
+	}
+	if acts := notice("h4"); !has[NotifyHosts](acts) {
+		t.Fatalf("first notice: %v, want the workers told", acts)
+	}
+	if acts := notice("h3"); has[NotifyHosts](acts) {
+		t.Fatalf("second notice of the generation: %v, want no second host update", acts)
+	}
+	// A host removed in the same generation is not told again either.
+	if acts := s.hosts("h0", "h1", "h2", "h3"); has[NotifyHosts](acts) {
+		t.Fatalf("discovery in the same generation: %v, want no second host update", acts)
+	}
+	s.expectPlan(s.ready(1, "h0", "h1", "h2", "h3", "h4"), 2, "h0", "h1", "h2")
+	// The next generation's notice is told.
+	if acts := notice("h2"); !has[NotifyHosts](acts) {
+		t.Fatalf("notice of generation 2: %v, want the workers told", acts)
+	}
+	s.expectPlan(s.ready(2, "h0", "h1", "h2"), 3, "h0", "h1")
+}
+
 // A host that discovery reports as Leaving is moved off like a removed one.
 func TestLeavingHostFromDiscovery(t *testing.T) {
 	s := newSim(t, Config{NP: 2, MinNP: 1})
