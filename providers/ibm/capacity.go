@@ -411,23 +411,18 @@ func (p *Provider) LaunchFailures(ctx context.Context) ([]providers.LaunchFailur
 func (p *Provider) failedInstances(ctx context.Context, failed map[string]membership) (map[string]*vpcv1.Instance, error) {
 	out := make(map[string]*vpcv1.Instance, len(failed))
 	err := p.list(ctx, opInstances, "list the group's instances", func(ctx context.Context, start *string) (*string, *core.DetailedResponse, error) {
-		opts := &vpcv1.ListInstancesOptions{InstanceGroupMembershipInstanceGroupID: &p.groupID, Start: start, Limit: core.Int64Ptr(pageLimit)}
-		res, resp, err := p.api.ListInstancesWithContext(ctx, opts)
+		list, next, resp, err := p.listInstances(ctx, start)
 		if err != nil {
 			return nil, resp, err
 		}
-		if res == nil || res.Instances == nil {
-			return nil, resp, errors.New("the reply has no instances array")
-		}
-		for i := range res.Instances {
-			if id := str(res.Instances[i].ID); id != "" {
+		for i := range list {
+			if id := str(list[i].ID); id != "" {
 				if _, ok := failed[id]; ok {
-					out[id] = &res.Instances[i]
+					out[id] = list[i].instance()
 				}
 			}
 		}
-		next, err := res.GetNextStart()
-		return next, resp, err
+		return next, resp, nil
 	})
 	return out, err
 }

@@ -56,9 +56,10 @@ const (
 type Provider struct {
 	cfg   Config
 	log   *slog.Logger
-	api   vpcAPI     // nil when noKey is set
-	auth  *authProbe // the api's authenticator
-	noKey error      // no credentials: every poll returns it
+	api   vpcAPI       // nil when noKey is set
+	vpc   *vpcv1.VpcV1 // the same client, for listInstances
+	auth  *authProbe   // the api's authenticator
+	noKey error        // no credentials: every poll returns it
 
 	// loop is the portable part: one poll at a time, the reuse of a poll's hosts or error
 	// within MinInterval, each endpoint's gate (keyed by the op* constants) and retries, the
@@ -105,7 +106,7 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, p.loop.Errorf("VPC API client: %v", err)
 	}
-	p.api = api
+	p.api, p.vpc = api, api
 	return p, nil
 }
 
@@ -297,16 +298,13 @@ func (p *Provider) instances(ctx context.Context, members map[string]membership)
 	// An instance listed on two pages (the group changed while it was paged) is kept once.
 	seen := make(map[string]bool, len(members))
 	err = p.list(ctx, opInstances, "list the group's instances", func(ctx context.Context, start *string) (*string, *core.DetailedResponse, error) {
-		opts := &vpcv1.ListInstancesOptions{InstanceGroupMembershipInstanceGroupID: &p.groupID, Start: start, Limit: core.Int64Ptr(pageLimit)}
-		res, resp, err := p.api.ListInstancesWithContext(ctx, opts)
+		list, next, resp, err := p.listInstances(ctx, start)
 		if err != nil {
 			return nil, resp, err
 		}
-		if res == nil || res.Instances == nil {
-			return nil, resp, errors.New("the reply has no instances array")
-		}
-		for i := range res.Instances {
-			h, ok, err := p.host(&res.Instances[i], members)
+		for i := range list {
+			in := list[i].instance()
+			h, ok, err := p.host(in, members)
 			if err != nil {
 				return nil, resp, err
 			}
@@ -314,12 +312,11 @@ func (p *Provider) instances(ctx context.Context, members map[string]membership)
 				seen[h.ID] = true
 				hosts = append(hosts, h)
 				if h.Leaving {
-					why[h.ID] = leavingWhy(&res.Instances[i], members[h.ID].status)
+					why[h.ID] = leavingWhy(in, members[h.ID].status)
 				}
 			}
 		}
-		next, err := res.GetNextStart()
-		return next, resp, err
+		return next, resp, nil
 	})
 	return hosts, why, err
 }

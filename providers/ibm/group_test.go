@@ -97,9 +97,10 @@ func TestHostStates(t *testing.T) {
 		cpuOnly      = mk("cpu-only", func(in *fakeInstance) { in.Profile, in.IP = "bx2-8x32", "10.240.0.20" })
 		unhealthy    = mk("unhealthy", func(in *fakeInstance) { in.IP, in.Membership = "10.240.0.21", "unhealthy" })
 		startingGone = mk("starting-removed", func(in *fakeInstance) { in.Status, in.IP, in.Membership = "starting", "10.240.0.22", "deleting" })
+		suspended    = mk("suspended", func(in *fakeInstance) { in.Lifecycle, in.IP = "suspended", "10.240.0.23" })
 	)
 	f := newFake(t, spotL40S, standard, pendingNoIP, noIPYet, starting, preempted, stopping, deleting,
-		scaledIn, failed, restarting, newProfile, cpuOnly, unhealthy, startingGone)
+		scaledIn, failed, restarting, newProfile, cpuOnly, unhealthy, startingGone, suspended)
 	got := mustPoll(t, f.provider(t, ibm.Config{}))
 	sameHosts(t, got, []providers.Host{
 		hostOf(spotL40S, 2),
@@ -114,7 +115,8 @@ func TestHostStates(t *testing.T) {
 		leaving(restarting, 1),
 		hostOf(newProfile, 4), // not in the table: the API's gpu.count
 		hostOf(cpuOnly, 1),
-		hostOf(unhealthy, 1), // an unhealthy membership is the job's to judge, not a removal
+		hostOf(unhealthy, 1),  // an unhealthy membership is the job's to judge, not a removal
+		leaving(suspended, 1), // running, but its lifecycle says the cloud suspended it
 	})
 }
 
