@@ -29,6 +29,7 @@ import (
 	"github.com/elasticd/elasticd/internal/browsertest"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/providers"
+	"github.com/elasticd/elasticd/worker/agent"
 	wrdzv "github.com/elasticd/elasticd/worker/rendezvous"
 )
 
@@ -597,6 +598,7 @@ type simAgent struct {
 	addr    string
 	auth    *protocol.Auth
 	hc      *http.Client // the session's HTTP/2 connection
+	whc     *http.Client // the same, for its workers: their reports batched, as the agent's relay does
 	session string
 	wait    time.Duration
 	ids     []string // its workers' IDs, slot by slot
@@ -635,6 +637,8 @@ func newSimAgent(s *scale, i int) *simAgent {
 	for slot := range s.o.Slots {
 		a.ids = append(a.ids, protocol.WorkerID{Host: host, Slot: slot}.String())
 	}
+	driver, _ := url.Parse(s.url)
+	a.whc = &http.Client{Transport: &agent.BatchTransport{Base: tr, Driver: driver}}
 	return a
 }
 
@@ -738,7 +742,7 @@ func (a *simAgent) pollCommands(ctx context.Context) {
 				g, _ := protocol.EnvValue(c.Env, protocol.EnvGeneration)
 				gen, _ := strconv.ParseUint(g, 10, 64)
 				id, _ := protocol.ParseWorkerID(c.Worker)
-				cl := wrdzv.NewClient(a.s.url, a.s.jobSecret, id, a.hc)
+				cl := wrdzv.NewClient(a.s.url, a.s.jobSecret, id, a.whc)
 				cl.SetDriverWait(2 * time.Minute)
 				w := &simWorker{c: cl, launch: gen}
 				a.mu.Lock()

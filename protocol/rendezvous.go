@@ -214,3 +214,40 @@ func isHex(s string) bool {
 
 // errBodyHash is returned when the body read does not match the signed hash.
 var errBodyHash = errors.New("body does not match " + HeaderBodyHash)
+
+// PathBatch is where an agent's relay sends its workers' reports together (docs/protocol.md
+// §2.5): POST a BatchRequest, answered 200 with a BatchAnswer. Each request in it is the
+// worker's own, signed by the worker and checked by the driver as if it came alone; the batch
+// itself carries no authority.
+const PathBatch = "/v1/batch"
+
+// MaxBatch bounds the requests of one batch.
+const MaxBatch = 256
+
+// BatchRequest is several workers' requests sent as one.
+type BatchRequest struct {
+	Requests []BatchItem `json:"requests"`
+}
+
+// BatchItem is one worker's request, exactly as the worker sent and signed it.
+type BatchItem struct {
+	Method string `json:"method"`
+	// Target is the request's path and query, escaped as sent ("/v1/workers/h%2F0/state").
+	Target string `json:"target"`
+	// Header holds the request's X-Elasticd-* headers and its Content-Type.
+	Header map[string]string `json:"header"`
+	Body   []byte            `json:"body"` // base64 in JSON: the bytes the signature covers
+}
+
+// BatchAnswer holds the answers to a BatchRequest's requests, in their order.
+type BatchAnswer struct {
+	Answers []BatchReply `json:"answers"`
+}
+
+// BatchReply is the driver's answer to one request of a batch, as it would have answered it
+// alone.
+type BatchReply struct {
+	Status int                 `json:"status"`
+	Header map[string][]string `json:"header"`
+	Body   []byte              `json:"body"`
+}

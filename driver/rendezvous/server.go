@@ -178,6 +178,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // ServeHTTP authenticates the request, reads its body (at most MaxBody+1 bytes) and routes it.
 // Nothing but the 401 and its one-line reason is revealed to a request that fails the check.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == protocol.PathBatch && r.Method == http.MethodPost {
+		s.serveBatch(w, r) // each request in it is checked here, as if it came alone
+		return
+	}
 	_, err := s.auth.VerifyHeaders(r, time.Now())
 	if err != nil {
 		s.unauthorized.Add(1)

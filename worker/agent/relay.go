@@ -44,7 +44,7 @@ type relay struct {
 	srv    *http.Server
 	served chan struct{}
 	driver *url.URL     // scheme and host of the driver's listener
-	hc     *http.Client // the agent's session client: one HTTP/2 connection
+	hc     *http.Client // the agent's session client (one HTTP/2 connection), reports batched
 	secret []byte       // the agent secret, whence each job's secret
 
 	mu      sync.Mutex
@@ -69,9 +69,11 @@ func startRelay(log *slog.Logger, driverURL string, hc *http.Client, secret []by
 		return nil, fmt.Errorf("the workers' relay: listen on loopback: %w", err)
 	}
 	r := &relay{
-		log: log, ln: ln, served: make(chan struct{}), driver: &url.URL{Scheme: u.Scheme, Host: u.Host}, hc: hc, secret: secret,
+		log: log, ln: ln, served: make(chan struct{}), driver: &url.URL{Scheme: u.Scheme, Host: u.Host}, secret: secret,
 		changed: make(chan struct{}), workers: map[string]int{}, wset: make(chan struct{}),
 	}
+	// The session's connection, the workers' reports sent together.
+	r.hc = &http.Client{Transport: &BatchTransport{Base: hc.Transport, Driver: r.driver}, Timeout: hc.Timeout}
 	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
 	go func() { defer close(r.served); r.srv.Serve(ln) }()
 	return r, nil
