@@ -167,6 +167,38 @@ class PiggybackTest(unittest.TestCase):
         self.assertEqual(self.rt.applied, 5)
 
 
+class OvertakenTest(unittest.TestCase):
+    """A generation that failed to form because it was overtaken (a host update its plan does
+    not reflect, a newer generation) is no sign of a hung peer; one that was not, may be."""
+
+    class Client:
+        def __init__(self, version: int, newer: bool) -> None:
+            self.version, self.newer, self.asked = version, newer, []
+
+        def hosts_version(self, after: int, deadline: Any = None) -> Any:
+            self.asked.append(("hosts", after, deadline is not None))
+            return self.version if self.version > after else None
+
+        def assignment(self, after: int, deadline: Any = None) -> Any:
+            self.asked.append(("assignment", after, deadline is not None))
+            return {"generation": after + 1} if self.newer else None
+
+    def test_overtaken(self) -> None:
+        for version, applied, newer, want in [(420, 419, False, True), (419, 419, False, False), (419, 419, True, True)]:
+            client = self.Client(version, newer)
+            rt = fake_runtime(self, generation=715, applied=applied, client=client)
+            self.assertEqual(rt.overtaken(), want, (version, applied, newer))
+            self.assertTrue(all(waits for _, _, waits in client.asked), "asked without a deadline: it would wait")
+            self.assertEqual(client.asked[0], ("hosts", applied, True))
+
+    def test_an_error_is_not_overtaken(self) -> None:
+        class Down(self.Client):
+            def hosts_version(self, after: int, deadline: Any = None) -> Any:
+                raise ConnectionError("driver away")
+        rt = fake_runtime(self, generation=3, client=Down(0, True))
+        self.assertFalse(rt.overtaken())
+
+
 class CheckpointTest(unittest.TestCase):
     """--checkpoint-dir: rank 0's commits on disk, whole or not at all; a rank 0 without a
     commit resumes from the newest valid one; torn and corrupt files are skipped."""

@@ -171,12 +171,32 @@ class Runtime:
                 # (a network cut, for the driver). A member that never came is hung or stopped
                 # (or still starting, past the formation timeout): the report says a peer went
                 # silent, so that the driver fails it at once rather than at --barrier-timeout.
+                # Unless the generation was overtaken as it formed: its members then left it to
+                # reset (a host update, a newer generation), and a timeout on them found no hung
+                # peer. Said silent, it would have the driver fail whichever member was slowest
+                # to leave, often one still starting: under a soak's churn, a worker failed each
+                # round, its slot's return a host update, and no round training.
                 print(f"elasticd: generation {self.generation} did not form ({e}); waiting for the next", file=sys.stderr, flush=True)
                 self._teardown()
                 unreachable, reached = self.probe_neighbours()
+                silent = is_timeout(str(e)) and not self.overtaken()
                 self.client.report(self.generation, "READY", message=f"generation did not form: {e}",
-                                   silent_peer=is_timeout(str(e)), unreachable_ranks=unreachable, reached_ranks=reached)
+                                   silent_peer=silent, unreachable_ranks=unreachable, reached_ranks=reached)
                 after = self.generation
+
+    def overtaken(self) -> bool:
+        """Whether the current generation has been overtaken: a host update its plan does not
+        reflect, or a newer generation. Asks the driver (the agent's relay answers both at
+        once), without waiting; an error counts as not overtaken."""
+        now = time.time()
+        try:
+            with self._lock:
+                applied = self.applied
+            if self.client.hosts_version(applied, deadline=now) is not None:
+                return True
+            return self.client.assignment(self.generation, deadline=now) is not None
+        except Exception:
+            return False
 
     def _build(self) -> None:
         a, gen = self.assignment, self.generation
