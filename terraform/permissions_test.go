@@ -179,7 +179,7 @@ func sdkOperations(dir string, sdks []string) (map[string][]string, error) {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
 		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
 		if err != nil {
 			return nil, err
 		}
@@ -281,6 +281,17 @@ func sdkOperations(dir string, sdks []string) (map[string][]string, error) {
 
 	ops := map[string][]string{}
 	for _, f := range files {
+		// A request the code makes itself, as the SDK would, says so: "//elasticd:sdkcall
+		// pkg.Method" where it is made (providers/ibm/instances.go).
+		for _, cg := range f.Comments {
+			for _, c := range cg.List {
+				if rest, ok := strings.CutPrefix(c.Text, "//elasticd:sdkcall "); ok {
+					op, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
+					pos := fset.Position(c.Pos())
+					ops[op] = append(ops[op], fmt.Sprintf("%s:%d", filepath.Base(pos.Filename), pos.Line))
+				}
+			}
+		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {

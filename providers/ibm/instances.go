@@ -96,6 +96,7 @@ func (p *Provider) listInstances(ctx context.Context, start *string) ([]leanInst
 		return nil, nil, nil, err
 	}
 	var page instancePage
+	//elasticd:sdkcall vpcv1.ListInstancesWithContext (its request, made here: the permissions it needs)
 	resp, err := vpc.Service.Request(req, &page)
 	if err != nil {
 		return nil, nil, resp, err
