@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,7 +93,7 @@ func (t *BatchTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		go t.flush()
 	case n == 1:
-		t.timer = time.AfterFunc(cmpDuration(t.Window, DefaultBatchWindow), t.flush)
+		t.timer = time.AfterFunc(cmp.Or(t.Window, DefaultBatchWindow), t.flush)
 	}
 	t.mu.Unlock()
 	select {
@@ -101,13 +102,6 @@ func (t *BatchTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case <-req.Context().Done():
 		return nil, req.Context().Err() // the report may still be sent: reports carry IDs, a resend is no double
 	}
-}
-
-func cmpDuration(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 // flush sends the reports waiting, as one batch.
