@@ -48,3 +48,35 @@ func TestAbandonEndsNew(t *testing.T) {
 		t.Fatal("New still waiting 10s after the generation was abandoned")
 	}
 }
+
+// A rank whose peer never comes (hung, stopped or never started) fails New after Timeout
+// with an error that wraps ErrPeerLost and ErrPeerSilent, as a silent peer in a collective
+// does, so that the worker resets and says so instead of exiting; and the deadline too.
+func TestNewTimeoutIsASilentPeer(t *testing.T) {
+	store := allreduce.NewMemStore()
+	start := time.Now()
+	c, err := allreduce.New(t.Context(), allreduce.Config{Rank: 0, Size: 2, Generation: 1, Store: store, Timeout: 300 * time.Millisecond})
+	if c != nil {
+		c.Close()
+		t.Fatal("New succeeded without its peer")
+	}
+	for _, target := range []error{allreduce.ErrPeerLost, allreduce.ErrPeerSilent, context.DeadlineExceeded} {
+		if !errors.Is(err, target) {
+			t.Errorf("New: %v, want it to wrap %v", err, target)
+		}
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("New returned after %v, want about its 300ms timeout", took)
+	}
+	// The caller's own context ending is not a peer's fault.
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	c, err = allreduce.New(ctx, allreduce.Config{Rank: 0, Size: 2, Generation: 2, Store: store, Timeout: 30 * time.Second})
+	if c != nil {
+		c.Close()
+		t.Fatal("New succeeded without its peer")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, allreduce.ErrPeerSilent) {
+		t.Errorf("New under a caller's deadline: %v, want the deadline and no silent peer", err)
+	}
+}

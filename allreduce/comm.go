@@ -261,7 +261,8 @@ func Abandon(ctx context.Context, store Store, gen uint64, reason string) error 
 
 // New builds the communicator: it listens, publishes its address under a key scoped by the
 // generation, and connects to its peers (the higher rank of each pair dials). It returns when
-// every connection is up, or with an error when ctx ends or Config.Timeout passes first.
+// every connection is up, or with an error when ctx ends or Config.Timeout passes first; the
+// latter wraps ErrPeerLost and ErrPeerSilent (a peer that never came).
 func New(ctx context.Context, cfg Config) (*Comm, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -292,7 +293,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	c.addr = net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 
 	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, cfg.Timeout, formationTimeout{cfg.Timeout})
 	defer cancel()
 	ctx, abandoned := context.WithCancelCause(ctx)
 	defer abandoned(nil)

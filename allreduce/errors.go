@@ -1,6 +1,7 @@
 package allreduce
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -70,3 +71,18 @@ func (e silentError) Error() string {
 }
 
 func (e silentError) Is(target error) bool { return target == ErrPeerSilent }
+
+// formationTimeout ends New's wait when Config.Timeout passes before every neighbour has
+// connected and agreed on a transport: a peer hung, stopped or never started. Like a silent
+// peer in a collective, it wraps ErrPeerLost and ErrPeerSilent, so that the worker resets and
+// tells the driver, which fails the member that never came, instead of exiting on it; and
+// context.DeadlineExceeded, as the deadline it is.
+type formationTimeout struct{ timeout time.Duration }
+
+func (e formationTimeout) Error() string {
+	return fmt.Sprintf("no answer within %v (a peer hung, stopped or never started?)", e.timeout)
+}
+
+func (e formationTimeout) Is(target error) bool {
+	return target == ErrPeerLost || target == ErrPeerSilent || target == context.DeadlineExceeded
+}

@@ -250,8 +250,11 @@ func (w *Worker) join(ctx context.Context, after uint64, why protocol.ReadyRepor
 			return fmt.Errorf("worker %s: connect generation %d: %w", w.id, a.Generation, err)
 		}
 		w.log.Info("generation ended while connecting; asking for the next", "generation", a.Generation, "err", err)
+		// A peer that never came within the timeout is hung, stopped or never started: say
+		// so, and the driver fails it at once (its generation still current) instead of
+		// waiting out --barrier-timeout for it.
 		unreachable, reached := allreduce.Unreachable(err)
-		after, why = a.Generation, protocol.ReadyReport{Message: err.Error(), Unreachable: unreachable, Reached: reached}
+		after, why = a.Generation, protocol.ReadyReport{Message: err.Error(), Unreachable: unreachable, Reached: reached, SilentPeer: errors.Is(err, allreduce.ErrPeerSilent)}
 	}
 }
 

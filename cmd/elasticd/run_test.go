@@ -231,6 +231,49 @@ func TestRunHungWorkerIsFailed(t *testing.T) {
 	j.wait(30 * time.Second)
 }
 
+// A new worker hung as it starts (SIGSTOPped before it ever registers): its peers wait for it
+// as their generation forms, for --comm-timeout, then reset saying that a peer went silent,
+// and the driver fails the one that never registered at once. The peers do not exit on the
+// formation's timeout (they are never launched again), and the job goes on without it.
+func TestRunMemberHungWhileTheGroupForms(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "stop-at-start")
+	script := fmt.Sprintf(`test -e %q && kill -STOP $$; exec "$0" "$@"`, marker)
+	j := startJob(t, "run", "-np", "3", "--min-np", "2", "--comm-timeout", "2s", "--barrier-timeout", "1m",
+		"--blacklist-cooldown-range", "1s,1s", "--stop-grace", "30s",
+		"--", "/bin/sh", "-c", script, trainer, "--log-every", "1000", "--steps", "100000", "--step-delay", "5ms")
+	j.waitFor(`generation 1: world size 3`, 30*time.Second)
+	victim := j.workerPIDs()["local-2/0"]
+	if victim == 0 {
+		t.Fatalf("no pid for local-2/0 in %v", j.workerPIDs())
+	}
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(victim, syscall.SIGKILL)
+	// Its slot returns after the cooldown, and the worker launched there stops itself.
+	j.waitFor(`never registered for the generation its peers waited for`, 60*time.Second)
+	failed := time.Now()
+	hung := j.workerPIDs()["local-2/0"]
+	if hung == victim || hung == 0 {
+		t.Fatalf("no second worker on local-2 (pids %v)", j.workerPIDs())
+	}
+	defer syscall.Kill(hung, syscall.SIGKILL)
+	if err := os.Remove(marker); err != nil {
+		t.Fatal(err)
+	}
+	j.waitFor(`never registered for the generation[^\n]*\n(?s:.*)generation \d+: world size 2`, 30*time.Second)
+	t.Logf("went on with 2 workers %v after the hung one was failed", time.Since(failed).Round(time.Millisecond))
+	waitGone(t, []int{hung}, 10*time.Second) // killed at once: no 30 s grace
+	out := j.output()
+	for _, w := range []string{"local-0/0", "local-1/0"} {
+		if n := strings.Count(out, `launched worker" worker=`+w+" "); n != 1 {
+			t.Errorf("%s launched %d times, want once: it exited on the formation timeout\n%s", w, n, tail(out, 30))
+		}
+	}
+	syscall.Kill(j.cmd.Process.Pid, syscall.SIGTERM)
+	j.wait(30 * time.Second)
+}
+
 // SIGTERM to the driver: every worker is stopped and none survives it.
 func TestRunSIGTERMLeavesNoOrphans(t *testing.T) {
 	args := append([]string{"run", "-np", "3", "--stop-grace", "2s"}, trainArgs("--steps", "1000000", "--step-delay", "5ms")...)
