@@ -112,7 +112,12 @@ func (a *Auth) Verify(r *http.Request, body []byte, now time.Time) (string, erro
 // CheckBody checks that body is the one whose hash r's headers carry (and its signature
 // covers); the error's text is fit for a 401 answer.
 func CheckBody(r *http.Request, body []byte) error {
-	if !strings.EqualFold(bodyHash(body), r.Header.Get(HeaderBodyHash)) {
+	return CheckBodyHash(r.Header.Get(HeaderBodyHash), body)
+}
+
+// CheckBodyHash is CheckBody given the value of the request's HeaderBodyHash.
+func CheckBodyHash(hash string, body []byte) error {
+	if !strings.EqualFold(bodyHash(body), hash) {
 		return errBodyHash
 	}
 	return nil
@@ -122,10 +127,17 @@ func CheckBody(r *http.Request, body []byte) error {
 // before reading its body (and then calls CheckBody): signature, timestamp and nonce, which it
 // records as used.
 func (a *Auth) VerifyHeaders(r *http.Request, now time.Time) ([nonceBytes]byte, error) {
-	nonce, err := checkSignature(a.key, r.Method, r.RequestURI, r.Header.Get, now, a.window)
+	return a.VerifyFields(r.Method, r.RequestURI, r.Header.Get, now)
+}
+
+// VerifyFields is VerifyHeaders given a request's method, its target as sent (path and
+// query, escaped) and a lookup of its headers: for a request that arrived inside another
+// (a batch), with no http.Request of its own.
+func (a *Auth) VerifyFields(method, target string, header func(string) string, now time.Time) ([nonceBytes]byte, error) {
+	nonce, err := checkSignature(a.key, method, target, header, now, a.window)
 	if err == nil && a.since != 0 {
 		// checkSignature parsed it: a well-formed decimal.
-		if sec, _ := strconv.ParseInt(r.Header.Get(HeaderTimestamp), 10, 64); sec < a.since {
+		if sec, _ := strconv.ParseInt(header(HeaderTimestamp), 10, 64); sec < a.since {
 			return nonce, authError(ReasonSignedBeforeStart)
 		}
 	}

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
+	"time"
 
 	"github.com/elasticd/elasticd/protocol"
 )
@@ -32,9 +35,35 @@ func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := protocol.BatchAnswer{Answers: make([]protocol.BatchReply, len(in.Requests))}
-	for i, it := range in.Requests {
-		out.Answers[i] = s.serveItem(r, it)
+	// State reports, which are what a relay batches, are checked one by one and queued
+	// together (queueReports); any other request is served alone, after the reports before
+	// it are queued, so that the batch's order is kept.
+	var reps []stateReport
+	var at []int // the index of each of reps in the batch
+	flush := func() {
+		for k, err := range s.queueReports(reps) {
+			if err != nil {
+				out.Answers[at[k]] = replyError(http.StatusServiceUnavailable, err.Error())
+			} else {
+				out.Answers[at[k]] = protocol.BatchReply{Status: http.StatusNoContent, Header: http.Header{}}
+			}
+		}
+		reps, at = reps[:0], at[:0]
 	}
+	now := time.Now()
+	for i, it := range in.Requests {
+		rep, reply, ok := s.stateItem(r, it, now)
+		switch {
+		case !ok:
+			flush()
+			out.Answers[i] = s.serveItem(r, it)
+		case reply != nil:
+			out.Answers[i] = *reply
+		default:
+			reps, at = append(reps, rep), append(at, i)
+		}
+	}
+	flush()
 	b, err := json.Marshal(out)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -42,6 +71,63 @@ func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(b)
+}
+
+// stateItem checks a batch's request when it is a worker's state report (POST
+// /v1/workers/{id}/state) as ServeHTTP and handleState would: its signature, its size, its
+// report. It returns the report to queue, or the answer to a report refused; ok is false for
+// any other request (serveItem serves it, and answers what stateItem would not decide).
+func (s *Server) stateItem(outer *http.Request, it protocol.BatchItem, now time.Time) (rep stateReport, reply *protocol.BatchReply, ok bool) {
+	id, ok := stateTarget(it)
+	if !ok || int64(len(it.Body)) > s.cfg.MaxBody {
+		return stateReport{}, nil, false
+	}
+	refuse := func(status int, err error) (stateReport, *protocol.BatchReply, bool) {
+		a := replyError(status, err.Error())
+		return stateReport{}, &a, true
+	}
+	header := func(name string) string { return it.Header[name] }
+	if _, err := s.auth.VerifyFields(it.Method, it.Target, header, now); err != nil {
+		s.refused(outer, it.Method, it.Target, err)
+		return refuse(http.StatusUnauthorized, err)
+	}
+	if err := protocol.CheckBodyHash(header(protocol.HeaderBodyHash), it.Body); err != nil {
+		s.refused(outer, it.Method, it.Target, err)
+		return refuse(http.StatusUnauthorized, err)
+	}
+	if s.isClosing() {
+		return refuse(http.StatusServiceUnavailable, errShuttingDown)
+	}
+	s.hear(id.Host)
+	rep, err := parseState(id, it.Body)
+	if err != nil {
+		return refuse(http.StatusBadRequest, err)
+	}
+	return rep, nil, true
+}
+
+// stateTarget is the worker of a batch's request that is a state report, with its headers
+// named as Go names them (the relay sends them so); ok is false for any other request.
+func stateTarget(it protocol.BatchItem) (protocol.WorkerID, bool) {
+	rest, ok := strings.CutPrefix(it.Target, "/v1/workers/")
+	if !ok || it.Method != http.MethodPost {
+		return protocol.WorkerID{}, false
+	}
+	seg, ok := strings.CutSuffix(rest, "/state")
+	if !ok || strings.ContainsAny(seg, "/?#") {
+		return protocol.WorkerID{}, false
+	}
+	for k := range it.Header {
+		if k != http.CanonicalHeaderKey(k) {
+			return protocol.WorkerID{}, false
+		}
+	}
+	raw, err := url.PathUnescape(seg)
+	if err != nil {
+		return protocol.WorkerID{}, false
+	}
+	id, err := protocol.ParseWorkerID(raw)
+	return id, err == nil
 }
 
 // serveItem serves one request of a batch.

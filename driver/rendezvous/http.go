@@ -111,9 +111,17 @@ func parseUint(v string) (uint64, error) {
 
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, _ := io.ReadAll(r.Body) // already in memory, and bounded
-	if len(bytes.TrimSpace(body)) == 0 {
-		http.Error(w, "empty body: want a JSON object", http.StatusBadRequest)
+	if err := decodeBody(body, v); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return false
+	}
+	return true
+}
+
+// decodeBody decodes a request's JSON body into v; the error is a 400's text.
+func decodeBody(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return errors.New("empty body: want a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	err := dec.Decode(v)
@@ -124,10 +132,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
 			err = fmt.Errorf("field %q: JSON %s where %s was expected", te.Field, te.Value, jsonKind(te.Type.Kind().String()))
 		}
-		http.Error(w, "bad JSON body: "+protocol.OneLine(err.Error()), http.StatusBadRequest)
-		return false
+		return errors.New("bad JSON body: " + protocol.OneLine(err.Error()))
 	}
-	return true
+	return nil
 }
 
 func jsonKind(goKind string) string {

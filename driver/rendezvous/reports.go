@@ -5,6 +5,7 @@ package rendezvous
 import (
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -54,9 +55,8 @@ var (
 	errQueueFull    = errors.New("driver is behind on reports; retry")
 )
 
-func (s *Server) enqueue(ev Event) error {
-	s.qmu.Lock()
-	defer s.qmu.Unlock()
+// enqueueLocked queues ev, s.qmu held; the caller wakes the feeder.
+func (s *Server) enqueueLocked(ev Event) error {
 	if s.isClosing() {
 		return errShuttingDown
 	}
@@ -64,11 +64,15 @@ func (s *Server) enqueue(ev Event) error {
 		return errQueueFull
 	}
 	s.queue = append(s.queue, ev)
+	return nil
+}
+
+// wakeFeeder tells feed that the queue has grown.
+func (s *Server) wakeFeeder() {
 	select {
 	case s.qwake <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
@@ -76,58 +80,90 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req protocol.StateReport
-	if !decodeJSON(w, r, &req) {
+	body, _ := io.ReadAll(r.Body) // already in memory, and bounded
+	rep, err := parseState(id, body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
+	}
+	if err := s.queueReports([]stateReport{rep})[0]; err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// stateReport is a worker's state report, checked and ready to queue.
+type stateReport struct {
+	ev Event
+	id string // its report ID, for de-duplication; "" for none
+}
+
+// parseState decodes and checks worker id's state report; the error is a 400's text.
+func parseState(id protocol.WorkerID, body []byte) (stateReport, error) {
+	var req protocol.StateReport
+	if err := decodeBody(body, &req); err != nil {
+		return stateReport{}, err
 	}
 	switch {
 	case req.Protocol != 0 && req.Protocol != protocol.ProtocolVersion:
-		http.Error(w, fmt.Sprintf("rendezvous protocol version %d is not spoken by this driver, which speaks version %d: run workers and driver from the same elasticd release", req.Protocol, protocol.ProtocolVersion), http.StatusBadRequest)
-		return
+		return stateReport{}, fmt.Errorf("rendezvous protocol version %d is not spoken by this driver, which speaks version %d: run workers and driver from the same elasticd release", req.Protocol, protocol.ProtocolVersion)
 	case req.Generation == nil:
-		http.Error(w, `missing "generation"`, http.StatusBadRequest)
-		return
+		return stateReport{}, errors.New(`missing "generation"`)
 	case !req.State.Valid():
-		http.Error(w, fmt.Sprintf("unknown state %q: want READY, SUCCESS or FAILURE", req.State), http.StatusBadRequest)
-		return
+		return stateReport{}, fmt.Errorf("unknown state %q: want READY, SUCCESS or FAILURE", req.State)
 	case len(req.Message) > protocol.MaxMessage:
-		http.Error(w, fmt.Sprintf("message of %d bytes is longer than %d", len(req.Message), protocol.MaxMessage), http.StatusBadRequest)
-		return
+		return stateReport{}, fmt.Errorf("message of %d bytes is longer than %d", len(req.Message), protocol.MaxMessage)
 	case len(req.ReportID) > maxReportIDLen:
-		http.Error(w, fmt.Sprintf("report_id longer than %d bytes", maxReportIDLen), http.StatusBadRequest)
-		return
+		return stateReport{}, fmt.Errorf("report_id longer than %d bytes", maxReportIDLen)
 	case !(req.Seconds >= 0 && req.Seconds < maxRollbackSeconds):
-		http.Error(w, fmt.Sprintf(`"rolled_back_seconds" %v: want seconds, at least 0 and below a year`, req.Seconds), http.StatusBadRequest)
-		return
+		return stateReport{}, fmt.Errorf(`"rolled_back_seconds" %v: want seconds, at least 0 and below a year`, req.Seconds)
 	case len(req.Unreachable) > protocol.MaxUnreachable || len(req.Reached) > protocol.MaxUnreachable:
-		http.Error(w, fmt.Sprintf(`"unreachable_ranks" and "reached_ranks" name at most %d ranks each`, protocol.MaxUnreachable), http.StatusBadRequest)
-		return
+		return stateReport{}, fmt.Errorf(`"unreachable_ranks" and "reached_ranks" name at most %d ranks each`, protocol.MaxUnreachable)
 	case slices.ContainsFunc(req.Unreachable, func(r int) bool { return r < 0 }) || slices.ContainsFunc(req.Reached, func(r int) bool { return r < 0 }):
-		http.Error(w, `"unreachable_ranks", "reached_ranks": a rank is at least 0`, http.StatusBadRequest)
-		return
+		return stateReport{}, errors.New(`"unreachable_ranks", "reached_ranks": a rank is at least 0`)
 	}
 	ev := Event{Worker: id, Generation: *req.Generation, State: req.State, Message: req.Message, At: time.Now(), Rollback: req.Rollback, SilentPeer: req.SilentPeer && req.State == protocol.Ready}
 	if req.State == protocol.Ready {
 		ev.Unreachable, ev.Reached = req.Unreachable, req.Reached
 	}
+	return stateReport{ev: ev, id: req.ReportID}, nil
+}
 
-	// De-duplication and queueing under one lock: a retry racing its original cannot slip
-	// in between, and a report refused by a full queue is not remembered as delivered.
+// queueReports queues reports in their order, each once: a report whose ID is its worker's
+// last queued one is a retry, answered as delivered and not queued again. It returns each
+// report's error (a full queue, a server closing), nil when it was queued or a retry.
+//
+// De-duplication and queueing are under one lock: a retry racing its original cannot slip in
+// between, and a report refused by a full queue is not remembered as delivered. A batch's
+// reports (an agent's relay sends its workers' together) are queued under one lock, with one
+// wake of the feeder.
+func (s *Server) queueReports(reps []stateReport) []error {
+	errs := make([]error, len(reps))
 	s.mu.Lock()
-	dup := req.ReportID != "" && s.lastReport[id] == req.ReportID
-	var err error
-	if !dup {
-		if err = s.enqueue(ev); err == nil && req.ReportID != "" {
-			s.lastReport[id] = req.ReportID
+	s.qmu.Lock()
+	queued := false
+	for i, rep := range reps {
+		id := rep.ev.Worker
+		if rep.id != "" && s.lastReport[id] == rep.id {
+			s.log.Debug("worker report", "worker", id, "generation", rep.ev.Generation, "state", string(rep.ev.State), "duplicate", true)
+			continue
 		}
+		if errs[i] = s.enqueueLocked(rep.ev); errs[i] != nil {
+			continue
+		}
+		queued = true
+		if rep.id != "" {
+			s.lastReport[id] = rep.id
+		}
+		s.log.Debug("worker report", "worker", id, "generation", rep.ev.Generation, "state", string(rep.ev.State), "duplicate", false)
 	}
+	if queued {
+		s.wakeFeeder()
+	}
+	s.qmu.Unlock()
 	s.mu.Unlock()
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	s.log.Debug("worker report", "worker", id, "generation", ev.Generation, "state", string(ev.State), "duplicate", dup)
-	w.WriteHeader(http.StatusNoContent)
+	return errs
 }
 
 // handleLoad records a worker's recent mean step time (for --slot-policy loadaware).

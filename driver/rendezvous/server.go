@@ -184,8 +184,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	_, err := s.auth.VerifyHeaders(r, time.Now())
 	if err != nil {
-		s.unauthorized.Add(1)
-		s.log.Warn("rendezvous request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "reason", err.Error())
+		s.refused(r, r.Method, r.URL.Path, err)
 		w.Header().Set("Connection", "close")
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
@@ -207,8 +206,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := protocol.CheckBody(r, body); err != nil {
-		s.unauthorized.Add(1)
-		s.log.Warn("rendezvous request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "reason", err.Error())
+		s.refused(r, r.Method, r.URL.Path, err)
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
@@ -223,6 +221,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer s.hear(host) // a long-poll held 25 s is a live worker too
 	}
 	s.mux.ServeHTTP(w, &r2)
+}
+
+// refused counts and logs a request refused for its signature; r is the request it came in
+// (a batch's, for a request inside one).
+func (s *Server) refused(r *http.Request, method, path string, err error) {
+	s.unauthorized.Add(1)
+	s.log.Warn("rendezvous request refused", "remote", r.RemoteAddr, "method", method, "path", path, "reason", err.Error())
 }
 
 // workerHost is the host of the worker a /v1/workers/{id}/... request is about, or "".
