@@ -1049,7 +1049,7 @@ const repeatFailures = 3
 // sortedIDs returns the keys of a map by worker ID in a stable order, for loops that emit
 // actions: the machine's actions depend only on its events, not on map order.
 func sortedIDs[V any](m map[protocol.WorkerID]V) []protocol.WorkerID {
-	return slices.SortedFunc(maps.Keys(m), func(a, b protocol.WorkerID) int { return strings.Compare(a.String(), b.String()) })
+	return slices.SortedFunc(maps.Keys(m), protocol.WorkerID.Compare)
 }
 
 // completeNotices completes the notices of hosts that have no worker left.
@@ -1134,7 +1134,7 @@ func (m *Machine) tick(now time.Time) []Action {
 			m.regLow = due
 		}
 	}
-	slices.SortFunc(late, func(a, b protocol.WorkerID) int { return strings.Compare(a.String(), b.String()) })
+	slices.SortFunc(late, protocol.WorkerID.Compare)
 	for _, id := range late {
 		delete(m.regDue, id)
 		if m.inProcess() {

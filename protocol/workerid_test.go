@@ -65,3 +65,27 @@ func TestWorkerIDJSON(t *testing.T) {
 }
 
 func wid(host string, slot int) protocol.WorkerID { return protocol.WorkerID{Host: host, Slot: slot} }
+
+// Compare orders as the text forms do, hosts that are prefixes of each other and slots of
+// different lengths included, and allocates nothing.
+func TestWorkerIDCompare(t *testing.T) {
+	hosts := []string{"a", "a-b", "a.b", "a/b", "a0", "ab", "local-1", "local-10", "ip-10-0-0-1", "ip-10-0-0-1.ec2", "[::1]:22", "b"}
+	slots := []int{0, 1, 2, 9, 10, 11, 100}
+	var ids []protocol.WorkerID
+	for _, h := range hosts {
+		for _, s := range slots {
+			ids = append(ids, protocol.WorkerID{Host: h, Slot: s})
+		}
+	}
+	for _, a := range ids {
+		for _, b := range ids {
+			if got, want := a.Compare(b), strings.Compare(a.String(), b.String()); got != want {
+				t.Errorf("%v.Compare(%v) = %d, want %d", a, b, got, want)
+			}
+		}
+	}
+	a, b := protocol.WorkerID{Host: "ip-10-0-0-1", Slot: 7}, protocol.WorkerID{Host: "ip-10-0-0-1.ec2", Slot: 12}
+	if n := testing.AllocsPerRun(100, func() { a.Compare(b) }); n != 0 {
+		t.Errorf("Compare allocates %v times", n)
+	}
+}
