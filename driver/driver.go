@@ -413,7 +413,7 @@ func (d *runner) startInputs() func() {
 		in.agentNotices, in.agentFaults = d.o.Agents.Notices(), d.o.Agents.Faults()
 	}
 	stop := func() {}
-	if p := d.o.SlotPolicy; p != nil && p.Name == hosts.LoadAware { // only loadaware reads the loads
+	if d.loadAware() {
 		t := time.NewTicker(loadEvery)
 		in.loads, stop = t.C, t.Stop
 	}
@@ -436,6 +436,12 @@ func record(ctx context.Context, b *StatusBoard, every time.Duration) {
 			b.Record(now)
 		}
 	}
+}
+
+// loadAware reports whether the job places slots by load (--slot-policy loadaware), the
+// only reader of the workers' step times and the agents' GPU busy fractions.
+func (d *runner) loadAware() bool {
+	return d.o.SlotPolicy != nil && d.o.SlotPolicy.Name == hosts.LoadAware
 }
 
 // fanIn turns what the job hears (discovery, notices, agents' faults, the workers' reports,

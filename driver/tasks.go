@@ -133,6 +133,9 @@ func (d *runner) start(ctx context.Context, a Launch, port *masterPort) (*runnin
 		"HOROVOD_CROSS_RANK="+strconv.Itoa(as.CrossRank), "HOROVOD_CROSS_SIZE="+strconv.Itoa(as.CrossSize),
 		"HOROVOD_HOSTNAME="+a.Addr, "HOROVOD_ELASTIC=1", "PYTHONUNBUFFERED=1",
 	)
+	if !d.loadAware() { // nothing reads the workers' step times: spare the driver their reports
+		env = append(env, protocol.EnvLoadEvery+"=0s")
+	}
 	if d.o.CheckpointDir != "" {
 		env = append(env, protocol.EnvCheckpointDir+"="+d.o.CheckpointDir, protocol.EnvCheckpointEvery+"="+strconv.Itoa(cmp.Or(d.o.CheckpointEvery, protocol.DefaultCheckpointEvery)))
 	}

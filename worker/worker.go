@@ -96,7 +96,7 @@ type Config struct {
 	// (rendezvous.Client.SetDriverWait); 0: a few quick retries.
 	DriverWait time.Duration
 	// LoadEvery is how often the worker tells the driver its mean step time (the input of
-	// --slot-policy loadaware); default DefaultLoadEvery.
+	// --slot-policy loadaware); default DefaultLoadEvery; negative: never.
 	LoadEvery time.Duration
 }
 
@@ -161,6 +161,14 @@ func ConfigFromEnv() (Config, error) {
 	if v := os.Getenv(protocol.EnvDriverWait); v != "" {
 		if cfg.DriverWait, err = time.ParseDuration(v); err != nil || cfg.DriverWait < 0 {
 			return Config{}, fmt.Errorf("worker: %s %q: want a duration like 2m0s", protocol.EnvDriverWait, v)
+		}
+	}
+	if v := os.Getenv(protocol.EnvLoadEvery); v != "" {
+		if cfg.LoadEvery, err = time.ParseDuration(v); err != nil || cfg.LoadEvery < 0 {
+			return Config{}, fmt.Errorf("worker: %s %q: want a duration like 5s, or 0s for no reports", protocol.EnvLoadEvery, v)
+		}
+		if cfg.LoadEvery == 0 {
+			cfg.LoadEvery = -1 // the driver wants none
 		}
 	}
 	cfg.CheckpointDir = os.Getenv(protocol.EnvCheckpointDir)
@@ -292,8 +300,12 @@ func (w *Worker) watchHosts(ctx context.Context) {
 // are only logged: both are for display and advice, not state.
 func (w *Worker) reportLoad(ctx context.Context) {
 	defer close(w.loadDone)
-	t := time.NewTicker(w.loadEvery)
-	defer t.Stop()
+	var tick <-chan time.Time // nil when the driver wants no step times: progress only
+	if w.loadEvery > 0 {
+		t := time.NewTicker(w.loadEvery)
+		defer t.Stop()
+		tick = t.C
+	}
 	var sent int64
 	for {
 		select {
@@ -304,7 +316,7 @@ func (w *Worker) reportLoad(ctx context.Context) {
 				w.log.Debug("could not report progress", "err", err)
 			}
 			continue
-		case <-t.C:
+		case <-tick:
 		}
 		if st := w.stepTime.Load(); st > 0 && st != sent {
 			if err := w.client.ReportLoad(ctx, time.Duration(st)); err != nil {

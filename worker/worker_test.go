@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -135,6 +136,21 @@ func TestConfigFromEnvNamesWhatIsMissing(t *testing.T) {
 	t.Setenv(protocol.EnvCommTransport, "tcp")
 	if cfg, err := worker.ConfigFromEnv(); err != nil || cfg.CommTransport != "tcp" {
 		t.Fatalf("ConfigFromEnv: %+v, %v; want CommTransport tcp", cfg, err)
+	}
+	if cfg, err := worker.ConfigFromEnv(); err != nil || cfg.LoadEvery != 0 {
+		t.Fatalf("ConfigFromEnv: %+v, %v; want LoadEvery 0 (the default) without %s", cfg, err, protocol.EnvLoadEvery)
+	}
+	for v, want := range map[string]time.Duration{"0s": -1, "0": -1, "2s": 2 * time.Second} {
+		t.Setenv(protocol.EnvLoadEvery, v)
+		if cfg, err := worker.ConfigFromEnv(); err != nil || cfg.LoadEvery != want {
+			t.Fatalf("ConfigFromEnv with %s=%s: %+v, %v; want LoadEvery %v", protocol.EnvLoadEvery, v, cfg, err, want)
+		}
+	}
+	for _, v := range []string{"-1s", "often"} {
+		t.Setenv(protocol.EnvLoadEvery, v)
+		if _, err := worker.ConfigFromEnv(); err == nil || !errorsContain(err, protocol.EnvLoadEvery, strconv.Quote(v), "0s for no reports") {
+			t.Fatalf("ConfigFromEnv with %s=%s: %v", protocol.EnvLoadEvery, v, err)
+		}
 	}
 }
 
@@ -292,6 +308,33 @@ func TestRunRestoresAndResetsOnPeerLost(t *testing.T) {
 	}
 	if lives[0].resumed[1] != lives[1].resumed[1] {
 		t.Fatalf("survivors resumed at different steps %d and %d", lives[0].resumed[1], lives[1].resumed[1])
+	}
+}
+
+// A worker told to send no step times (the driver sets ELASTICD_LOAD_EVERY=0s unless the slot
+// policy reads them) sends none, and rank 0 still reports how far training has got.
+func TestNoStepTimesWhenTheDriverWantsNone(t *testing.T) {
+	j := newJob(t)
+	w := j.startWith(1, -1)[0]
+	s := worker.NewState(w)
+	deadline := time.Now().Add(5 * time.Second)
+	for j.srv.Progress().Step == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no progress reached the driver within 5s")
+		}
+		time.Sleep(20 * time.Millisecond) // a step's work
+		if err := s.Step(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 { // more steps, ten times as long as TestStepTimeReachesDriver's reports take
+		time.Sleep(20 * time.Millisecond)
+		if err := s.Step(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, ok := j.srv.StepTimes()[id(0)]; ok {
+		t.Fatalf("a step time of %v reached the driver, which wants none", d)
 	}
 }
 

@@ -576,6 +576,25 @@ func TestRunCommTransport(t *testing.T) {
 	}
 }
 
+// Workers report their step times only to a driver that reads them (--slot-policy loadaware):
+// under any other policy the driver tells them not to (ELASTICD_LOAD_EVERY=0s), sparing itself
+// a request per worker every few seconds.
+func TestRunLoadReportsOnlyForLoadAware(t *testing.T) {
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{{nil, "0s"}, {[]string{"--slot-policy", "loadaware"}, ""}} {
+		args := append(append([]string{"run", "-np", "1"}, tc.flags...), "--", "sh", "-c", `echo "load_every=[$ELASTICD_LOAD_EVERY]"`)
+		j := startJob(t, args...)
+		if code := j.wait(time.Minute); code != 0 {
+			t.Fatalf("%v: exit %d", tc.flags, code)
+		}
+		if !strings.Contains(j.output(), "load_every=["+tc.want+"]\n") {
+			t.Fatalf("%v: the worker did not see ELASTICD_LOAD_EVERY=%q\n%s", tc.flags, tc.want, tail(j.output(), 10))
+		}
+	}
+}
+
 // Every worker SIGKILLed at once: with --checkpoint-dir the job is not over. Rank 0 wrote its
 // commit every 5 commits; the slots come back after their cooldown, the new rank 0 resumes
 // from the newest checkpoint, and the job finishes at its last step.
