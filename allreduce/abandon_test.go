@@ -80,3 +80,46 @@ func TestNewTimeoutIsASilentPeer(t *testing.T) {
 		t.Errorf("New under a caller's deadline: %v, want the deadline and no silent peer", err)
 	}
 }
+
+// blockingSetStore is a store whose Set waits for its context to end, as a request to a
+// driver that is slow to answer does.
+type blockingSetStore struct{ allreduce.Store }
+
+func (s blockingSetStore) Set(ctx context.Context, key string, value []byte) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A rank still publishing its address when its generation is abandoned (a peer died as the
+// generation formed) fails New with an error wrapping ErrPeerLost, as a rank waiting for its
+// peers does: the worker then asks for the next generation instead of exiting. Found by the
+// 2-hour Go soak: a healthy worker exited 1 on "publish address: context canceled", and its
+// slot was blacklisted.
+func TestAbandonWhilePublishing(t *testing.T) {
+	mem := allreduce.NewMemStore()
+	done := make(chan error, 1)
+	go func() {
+		c, err := allreduce.New(t.Context(), allreduce.Config{Rank: 1, Size: 2, Generation: 5, Store: blockingSetStore{mem}, Timeout: 30 * time.Second})
+		if c != nil {
+			c.Close()
+		}
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := allreduce.Abandon(t.Context(), mem, 5, "rank 0 reset"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, allreduce.ErrPeerLost) || !strings.Contains(err.Error(), "publish address") {
+			t.Fatalf("New: %v, want ErrPeerLost from publishing the address", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("New still publishing 10s after the generation was abandoned")
+	}
+	// And a publish that outlasts the timeout is a peer that never came, as any wait is.
+	_, err := allreduce.New(t.Context(), allreduce.Config{Rank: 1, Size: 2, Generation: 6, Store: blockingSetStore{mem}, Timeout: 200 * time.Millisecond})
+	if !errors.Is(err, allreduce.ErrPeerSilent) {
+		t.Fatalf("New: %v, want ErrPeerSilent", err)
+	}
+}

@@ -319,6 +319,9 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	}
 	if err := cfg.Store.Set(ctx, addrKey(cfg.Generation, cfg.Rank), self.encode()); err != nil {
 		ln.Close()
+		if ctx.Err() != nil { // say why the wait ended: abandoned (a peer lost), or timed out
+			err = fmt.Errorf("%v: %w", err, context.Cause(ctx))
+		}
 		return nil, fmt.Errorf("allreduce: publish address: %w", err)
 	}
 	err = c.connect(ctx, parent, ln, self, cands)
