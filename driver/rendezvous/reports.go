@@ -139,6 +139,9 @@ func parseState(id protocol.WorkerID, body []byte) (stateReport, error) {
 // reports (an agent's relay sends its workers' together) are queued under one lock, with one
 // wake of the feeder.
 func (s *Server) queueReports(reps []stateReport) []error {
+	if len(reps) == 0 {
+		return nil
+	}
 	errs := make([]error, len(reps))
 	s.mu.Lock()
 	s.qmu.Lock()
