@@ -554,44 +554,32 @@ func TestRunJobIDIsNotFromTheSecret(t *testing.T) {
 	}
 }
 
-// --comm-transport reaches the workers' environment, where the Go runtime hands it to
-// allreduce (worker.ConfigFromEnv); auto when not given; a bad value is a usage error.
-func TestRunCommTransport(t *testing.T) {
+// Flags reach the workers' environment: --comm-transport, which the Go runtime hands to
+// allreduce (worker.ConfigFromEnv), auto when not given; and ELASTICD_LOAD_EVERY=0s, no
+// step-time reports, unless --slot-policy loadaware reads them (sparing the driver a request
+// per worker every few seconds). A bad transport is a usage error.
+func TestRunWorkerEnvironment(t *testing.T) {
 	for _, tc := range []struct {
-		flags []string
-		want  string
-	}{{nil, "auto"}, {[]string{"--comm-transport", "tcp"}, "tcp"}} {
-		args := append(append([]string{"run", "-np", "1"}, tc.flags...), "--", "sh", "-c", `echo "transport=$ELASTICD_COMM_TRANSPORT"`)
+		flags      []string
+		name, want string
+	}{
+		{nil, "ELASTICD_COMM_TRANSPORT", "auto"},
+		{[]string{"--comm-transport", "tcp"}, "ELASTICD_COMM_TRANSPORT", "tcp"},
+		{nil, "ELASTICD_LOAD_EVERY", "0s"},
+		{[]string{"--slot-policy", "loadaware"}, "ELASTICD_LOAD_EVERY", ""},
+	} {
+		args := append(append([]string{"run", "-np", "1"}, tc.flags...), "--", "sh", "-c", `echo "`+tc.name+`=[$`+tc.name+`]"`)
 		j := startJob(t, args...)
 		if code := j.wait(time.Minute); code != 0 {
 			t.Fatalf("%v: exit %d", tc.flags, code)
 		}
-		if !strings.Contains(j.output(), "transport="+tc.want+"\n") {
-			t.Fatalf("%v: the worker did not see ELASTICD_COMM_TRANSPORT=%s", tc.flags, tc.want)
+		if !strings.Contains(j.output(), tc.name+"=["+tc.want+"]\n") {
+			t.Fatalf("%v: the worker did not see %s=%q\n%s", tc.flags, tc.name, tc.want, tail(j.output(), 10))
 		}
 	}
 	j := startJob(t, "run", "-np", "1", "--comm-transport", "shm", "--", "true")
 	if code := j.wait(time.Minute); code != 2 || !strings.Contains(j.output(), `--comm-transport: "shm": use auto or tcp`) {
 		t.Fatalf("--comm-transport shm: exit %d, want 2 naming the flag and the values", code)
-	}
-}
-
-// Workers report their step times only to a driver that reads them (--slot-policy loadaware):
-// under any other policy the driver tells them not to (ELASTICD_LOAD_EVERY=0s), sparing itself
-// a request per worker every few seconds.
-func TestRunLoadReportsOnlyForLoadAware(t *testing.T) {
-	for _, tc := range []struct {
-		flags []string
-		want  string
-	}{{nil, "0s"}, {[]string{"--slot-policy", "loadaware"}, ""}} {
-		args := append(append([]string{"run", "-np", "1"}, tc.flags...), "--", "sh", "-c", `echo "load_every=[$ELASTICD_LOAD_EVERY]"`)
-		j := startJob(t, args...)
-		if code := j.wait(time.Minute); code != 0 {
-			t.Fatalf("%v: exit %d", tc.flags, code)
-		}
-		if !strings.Contains(j.output(), "load_every=["+tc.want+"]\n") {
-			t.Fatalf("%v: the worker did not see ELASTICD_LOAD_EVERY=%q\n%s", tc.flags, tc.want, tail(j.output(), 10))
-		}
 	}
 }
 
