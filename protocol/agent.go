@@ -150,6 +150,10 @@ type AgentRegisterAnswer struct {
 	// Adopted are the held workers (AgentRegisterRequest.Procs) the driver took over; the agent
 	// stops the others.
 	Adopted []Adoption `json:"adopted,omitempty"`
+	// NoLoads says the driver reads no GPU busy fractions (its slot policy is not
+	// loadaware): the agent sends none, sparing a driver of thousands of hosts a request per
+	// host every few seconds.
+	NoLoads bool `json:"no_loads,omitempty"`
 }
 
 // AgentCommand is one thing the driver asks of an agent. Seq increases by one per command of a

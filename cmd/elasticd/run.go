@@ -777,7 +777,7 @@ func agentLauncher(c *cli.Context, o *driver.Options, secretFile string) error {
 		return usageError("agent-lease", "%v: at least 1s (the agents poll every third of it)", lease)
 	}
 	reg, err := agents.New(agents.Config{Secret: secret, JobID: o.JobID, Version: version, Logger: o.Logger,
-		Lease: lease, PollWait: min(lease/3, agents.DefaultPollWait)})
+		Lease: lease, PollWait: min(lease/3, agents.DefaultPollWait), Loads: c.String("slot-policy") == hosts.LoadAware})
 	if err != nil {
 		return usageError("agent-secret-file", "%v", err)
 	}

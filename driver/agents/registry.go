@@ -42,6 +42,9 @@ type Config struct {
 	DropGrace time.Duration
 	// MaxBody bounds a request body (default 8 MiB: an events batch carries output).
 	MaxBody int64
+	// Loads says the driver reads the agents' GPU busy fractions (--slot-policy loadaware);
+	// without, agents are told to send none (protocol.AgentRegisterAnswer.NoLoads).
+	Loads bool
 	// Version is the driver's elasticd version, told to an agent that checks its setup
 	// (GET protocol.AgentPathCheck); "" says nothing.
 	Version string
@@ -505,7 +508,7 @@ func (r *Registry) register(a protocol.Answer, req *http.Request, body []byte, n
 	adopted := r.adoptLocked(s, in)
 	r.mu.Unlock()
 	r.log.Info("agent registered", "host", in.HostID, "addr", in.Addr, "gpus", len(in.GPUs), "slots", s.slots(0), "metadata", in.Metadata, "session", s.id, "remote", req.RemoteAddr, "held", len(in.Procs), "adopted", len(adopted))
-	a.JSON(protocol.AgentRegisterAnswer{Session: s.id, JobID: r.cfg.JobID, PollWaitMS: r.cfg.PollWait.Milliseconds(), LeaseMS: r.cfg.Lease.Milliseconds(), Adopted: adopted})
+	a.JSON(protocol.AgentRegisterAnswer{Session: s.id, JobID: r.cfg.JobID, PollWaitMS: r.cfg.PollWait.Milliseconds(), LeaseMS: r.cfg.Lease.Milliseconds(), Adopted: adopted, NoLoads: !r.cfg.Loads})
 }
 
 // session returns the live session id, or answers 404.

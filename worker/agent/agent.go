@@ -121,6 +121,7 @@ type agent struct {
 	gpus    []gpu.GPU
 
 	lastContact atomic.Int64 // unix nanoseconds of the last answer from the driver
+	noLoads     atomic.Bool  // the session's driver reads no GPU busy fractions
 
 	mu      sync.Mutex
 	cur     *outbox                // the session's outbox; nil between sessions
@@ -316,6 +317,7 @@ func (a *agent) session(ctx context.Context, reg protocol.AgentRegisterAnswer) e
 	a.held = nil
 	a.mu.Unlock()
 
+	a.noLoads.Store(reg.NoLoads)
 	sctx, cancel := context.WithCancelCause(ctx)
 	s := &sess{a: a, id: reg.Session, jobID: reg.JobID, ob: ob, procs: map[uint64]*wproc{}, ended: map[uint64]*wproc{}, jobSecret: hex.EncodeToString(protocol.JobSecret(a.cfg.Secret, reg.JobID))}
 	a.relay.forJob(reg.JobID)

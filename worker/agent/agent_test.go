@@ -70,8 +70,15 @@ type driverSide struct {
 // startDriver serves a registry for jobID on addr; setup runs before it serves.
 func startDriver(t *testing.T, addr, jobID string, setup ...func(*agents.Registry)) *driverSide {
 	t.Helper()
+	return startDriverLoads(t, addr, jobID, true, setup...)
+}
+
+// startDriverLoads is startDriver with a driver that reads the agents' GPU busy fractions
+// (--slot-policy loadaware), or not.
+func startDriverLoads(t *testing.T, addr, jobID string, loads bool, setup ...func(*agents.Registry)) *driverSide {
+	t.Helper()
 	lg, lb := logger(t, "driver "+jobID)
-	reg, err := agents.New(agents.Config{Secret: secret, JobID: jobID, PollWait: 300 * time.Millisecond, Lease: 2 * time.Second, Logger: lg})
+	reg, err := agents.New(agents.Config{Secret: secret, JobID: jobID, PollWait: 300 * time.Millisecond, Lease: 2 * time.Second, Logger: lg, Loads: loads})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -610,4 +617,18 @@ func TestGPUBusyReachesDriver(t *testing.T) {
 	runAgent(t, agent.Config{DriverURL: d.url(), GPUs: g, LoadEvery: 20 * time.Millisecond})
 	d.waitAgents(1)
 	waitFor(t, "the GPU busy fraction", 10*time.Second, func() bool { return d.reg.GPUBusy()["host-a"] == 0.75 })
+}
+
+// A driver that reads no GPU busy fractions (its slot policy is not loadaware) tells its
+// agents so when they register, and they send none: a request per host every few seconds
+// spared at thousands of hosts.
+func TestNoGPUBusyForADriverThatReadsNone(t *testing.T) {
+	d := startDriverLoads(t, "127.0.0.1:0", "job-1", false)
+	g := &busyGPUs{fakeGPUs: fakeGPUs{gpus: []gpu.GPU{{Index: 0}}, faults: make(chan gpu.Event)}, busy: []float64{0.5}}
+	runAgent(t, agent.Config{DriverURL: d.url(), GPUs: g, LoadEvery: 20 * time.Millisecond})
+	d.waitAgents(1)
+	time.Sleep(300 * time.Millisecond) // fifteen of the agent's load periods
+	if b, ok := d.reg.GPUBusy()["host-a"]; ok {
+		t.Fatalf("the driver heard a GPU busy fraction of %v, having asked for none", b)
+	}
 }

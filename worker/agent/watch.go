@@ -87,7 +87,8 @@ func (a *agent) completeNotice(ctx context.Context, id string) {
 const DefaultLoadEvery = 10 * time.Second
 
 // reportLoad sends the mean GPU busy fraction every Config.LoadEvery, when the GPU source can say
-// (gpu.Monitor can); a failing read is logged once per run of failures.
+// (gpu.Monitor can) and the driver reads it (its slot policy is loadaware); a failing read is
+// logged once per run of failures.
 func (a *agent) reportLoad(ctx context.Context) {
 	u, ok := a.cfg.GPUs.(interface{ Utilization() ([]float64, error) })
 	if !ok {
@@ -101,6 +102,9 @@ func (a *agent) reportLoad(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if a.noLoads.Load() {
+			continue
 		}
 		busy, err := u.Utilization()
 		if err != nil {
