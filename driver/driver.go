@@ -337,11 +337,7 @@ func (d *runner) serve(ctx context.Context) (stop func(), err error) {
 	board.heard = func() map[string]time.Time {
 		heard := srv.Heard()
 		if d.o.Agents != nil {
-			for _, a := range d.o.Agents.Agents() {
-				if a.LastSeen.After(heard[a.HostID]) {
-					heard[a.HostID] = a.LastSeen
-				}
-			}
+			d.o.Agents.LastSeen(heard)
 		}
 		return heard
 	}

@@ -270,6 +270,19 @@ func (r *Registry) Agents() []AgentInfo {
 	return out
 }
 
+// LastSeen adds to heard, by host ID, when each connected agent's host was last heard from
+// where that is later than what heard holds. Unlike Agents it neither copies nor sorts the
+// agents: the status page asks for it every second, and a driver may hold 10,000 of them.
+func (r *Registry) LastSeen(heard map[string]time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.sessions {
+		if s.lastSeen.After(heard[s.hostID]) {
+			heard[s.hostID] = s.lastSeen
+		}
+	}
+}
+
 // GPUBusy returns the latest mean GPU busy fraction of each connected agent's host that
 // reported one, by the host's provider ID.
 func (r *Registry) GPUBusy() map[string]float64 {

@@ -377,6 +377,17 @@ func TestRegister(t *testing.T) {
 	if a := got[0]; a.Session != ans.Session || a.HostID != "i-1" || a.Addr != "10.0.0.1" || a.Slots != 2 || len(a.GPUs) != 2 || a.Metadata != "aws" || a.Processes != 0 {
 		t.Errorf("Agents()[0] = %+v", a)
 	}
+	// LastSeen adds the agent's time to what the caller heard, unless the caller heard later.
+	heard := map[string]time.Time{"i-2": time.Unix(1, 0)}
+	e.reg.LastSeen(heard)
+	if len(heard) != 2 || !heard["i-1"].Equal(got[0].LastSeen) || heard["i-1"].IsZero() {
+		t.Errorf("LastSeen: %v, want i-1 at %v and i-2 kept", heard, got[0].LastSeen)
+	}
+	later := got[0].LastSeen.Add(time.Hour)
+	heard["i-1"] = later
+	if e.reg.LastSeen(heard); !heard["i-1"].Equal(later) {
+		t.Errorf("LastSeen replaced a later time: %v", heard["i-1"])
+	}
 }
 
 func TestRefusals(t *testing.T) {
