@@ -162,7 +162,7 @@ soak-ci: build
 FUZZTIME ?= 30s
 FUZZ_TARGETS = \
 	allreduce:FuzzParseHeader allreduce:FuzzRecv \
-	protocol:FuzzParseWorkerID driver/rendezvous:FuzzServerRequest \
+	protocol:FuzzParseWorkerID protocol:FuzzReadFrame driver/rendezvous:FuzzServerRequest \
 	driver/agents:FuzzAgentRequest \
 	providers:FuzzParseHosts providers:FuzzDiscoveryScriptOutput \
 	providers/aws:FuzzParseMessage \

@@ -2,7 +2,6 @@ package rendezvous
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -145,31 +144,12 @@ func (s *Server) serveItem(outer *http.Request, it protocol.BatchItem) protocol.
 		req.Header.Set(k, v)
 	}
 	req.ContentLength = int64(len(it.Body))
-	rec := &recorder{header: http.Header{}}
+	rec := protocol.NewRecorder()
 	s.ServeHTTP(rec, req)
-	return protocol.BatchReply{Status: cmp.Or(rec.status, http.StatusOK), Header: rec.header, Body: rec.body.Bytes()}
+	status, header, body := rec.Result()
+	return protocol.BatchReply{Status: status, Header: header, Body: body}
 }
 
 func replyError(status int, msg string) protocol.BatchReply {
 	return protocol.BatchReply{Status: status, Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, Body: []byte(msg + "\n")}
-}
-
-// recorder is the http.ResponseWriter of a request served inside a batch.
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.header }
-
-func (r *recorder) WriteHeader(status int) {
-	if r.status == 0 {
-		r.status = status
-	}
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	r.WriteHeader(http.StatusOK)
-	return r.body.Write(b)
 }
