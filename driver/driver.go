@@ -352,14 +352,19 @@ func (d *runner) serve(ctx context.Context) (stop func(), err error) {
 	mux.Handle("GET /v1/status", statusHandler(board))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}))
 	mux.Handle("/", webui.Handler())
+	if d.o.Agents != nil { // the agents' session streams carry requests to the same API
+		d.o.Agents.SetHandler(mux)
+	}
 	// A connection flood (the port listens on every interface with --launcher ssh or agent)
 	// must not take the job's port: pending connections are capped and the idle ones closed
 	// after ReadHeaderTimeout (internal/netguard).
 	guard := netguard.New(ln, netguard.Config{Logger: d.log})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ConnState: guard.ConnState}
 	// An agent carries its host's whole session (its commands, events, the watch, and its
-	// workers' relayed requests) over one HTTP/2 connection, with prior knowledge on plain
-	// http (docs/protocol.md §4); workers, operators and browsers speak HTTP/1.1.
+	// workers' relayed requests) over one connection: its session stream, which the
+	// registry takes over from an HTTP/1.1 request, or HTTP/2 with prior knowledge on plain
+	// http for an agent without streams (docs/protocol.md §4); workers, operators and
+	// browsers speak HTTP/1.1.
 	hs.Protocols = new(http.Protocols)
 	hs.Protocols.SetHTTP1(true)
 	hs.Protocols.SetUnencryptedHTTP2(true)
@@ -379,9 +384,10 @@ func (d *runner) serve(ctx context.Context) (stop func(), err error) {
 // snapEvery: the loop spends at most about 1/snapEvery of its time on snapshots and saves.
 const snapEvery = 20
 
-// maxAgentStreams bounds the requests one agent has in flight on its connection: its
+// maxAgentStreams bounds the requests one agent has in flight on its HTTP/2 connection: its
 // commands poll, watch and events, and its workers' relayed requests (a few each while a
-// generation forms). Beyond it the agent's HTTP/2 client opens another connection.
+// generation forms). Beyond it the agent's HTTP/2 client opens another connection. (A
+// session stream has the same bound: driver/agents.)
 const maxAgentStreams = 1000
 
 // startInputs starts the tasks that feed the loop: discovery of hosts and notices, the spot

@@ -125,7 +125,9 @@ type Registry struct {
 	// expected are the workers of an earlier driver of this job that wait for their agent to
 	// list them again (Adopt), by worker ID.
 	expected map[string]*process
-	viewer   Viewer // what watches read (SetViewer)
+	viewer   Viewer               // what watches read (SetViewer)
+	handler  http.Handler         // what serves the session streams' requests (SetHandler)
+	streams  map[*stream]struct{} // the open session streams
 
 	watching atomic.Int64 // watches held now
 }
@@ -229,6 +231,7 @@ func (r *Registry) Close() {
 			p.finish(proc.ExitStatus{Code: -1}, errors.New("the driver is shutting down"))
 		}
 		r.mu.Unlock()
+		r.closeStreams()
 	})
 }
 
@@ -451,6 +454,8 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.register(a, req, body, now)
 	case req.URL.Path == protocol.AgentPathCheck && req.Method == http.MethodGet:
 		r.check(a, req, now)
+	case req.URL.Path == protocol.AgentPathStream && req.Method == http.MethodGet:
+		r.openStream(a, w, req)
 	case strings.HasSuffix(rest, "/commands") && req.Method == http.MethodGet:
 		r.commands(a, req, strings.TrimSuffix(rest, "/commands"))
 	case strings.HasSuffix(rest, "/events") && req.Method == http.MethodPost:
