@@ -68,7 +68,8 @@ type Config struct {
 	// Launcher starts workers (default proc.NewLocal()).
 	Launcher proc.Launcher
 	// HTTPClient talks to the driver; nil: two of its own, without proxy: HTTP/1.1 to
-	// register, and one HTTP/2 connection for the session and the workers' relay.
+	// register, and one connection for the session and the workers' relay (its session
+	// stream, or HTTP/2 to a driver without).
 	HTTPClient *http.Client
 	// DriverTimeout: once the driver has been unreachable this long, the workers it started
 	// are stopped (default 2m).
@@ -115,7 +116,7 @@ type agent struct {
 	cfg     Config
 	log     *slog.Logger
 	reg     *client // registrations (HTTP/1.1)
-	c       *client // the session (HTTP/2)
+	c       *client // the session (its stream, or HTTP/2)
 	relay   *relay  // the workers' way to the driver
 	agentID string
 	gpus    []gpu.GPU
@@ -159,7 +160,7 @@ func Run(ctx context.Context, cfg Config) error {
 	rand.Read(id[:])
 	regHC, sessHC := cfg.HTTPClient, cfg.HTTPClient
 	if cfg.HTTPClient == nil {
-		regHC, sessHC = driverClient(cfg.DriverURL, false), driverClient(cfg.DriverURL, true)
+		regHC, sessHC = driverClient(cfg.DriverURL, auth, false), driverClient(cfg.DriverURL, auth, true)
 		defer regHC.CloseIdleConnections()
 		defer sessHC.CloseIdleConnections()
 	}

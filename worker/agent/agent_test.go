@@ -65,6 +65,35 @@ type driverSide struct {
 	srv  *http.Server
 	done chan struct{}
 	log  *logBuf
+	ln   *trackingListener
+}
+
+// trackingListener keeps the connections it accepted, so that a test's driver can cut them
+// all as a crash would: the server's Close leaves the session streams it handed over.
+type trackingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+// cut closes every connection accepted.
+func (l *trackingListener) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		c.Close()
+	}
+	l.conns = nil
 }
 
 // startDriver serves a registry for jobID on addr; setup runs before it serves.
@@ -95,11 +124,14 @@ func startDriverLoads(t *testing.T, addr, jobID string, loads bool, setup ...fun
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &http.Server{Handler: reg, Protocols: new(http.Protocols)}
+	mux := http.NewServeMux()
+	mux.Handle(protocol.AgentPathPrefix, reg)
+	reg.SetHandler(mux) // the agents' session streams
+	hs := &http.Server{Handler: mux, Protocols: new(http.Protocols)}
 	hs.Protocols.SetHTTP1(true)
-	hs.Protocols.SetUnencryptedHTTP2(true) // agents hold their sessions over HTTP/2
-	d := &driverSide{t: t, addr: ln.Addr().String(), reg: reg, srv: hs, done: make(chan struct{}), log: lb}
-	go func() { defer close(d.done); d.srv.Serve(ln) }()
+	hs.Protocols.SetUnencryptedHTTP2(true) // for agents without a stream
+	d := &driverSide{t: t, addr: ln.Addr().String(), reg: reg, srv: hs, done: make(chan struct{}), log: lb, ln: &trackingListener{Listener: ln}}
+	go func() { defer close(d.done); d.srv.Serve(d.ln) }()
 	t.Cleanup(d.stop)
 	return d
 }
@@ -109,6 +141,7 @@ func (d *driverSide) url() string { return "http://" + d.addr }
 // stop ends the driver as a crash would: connections cut, nothing said.
 func (d *driverSide) stop() {
 	d.srv.Close()
+	d.ln.cut()
 	<-d.done
 	d.reg.Close()
 }

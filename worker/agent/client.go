@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -30,11 +31,12 @@ func newClient(base string, auth *protocol.Auth, hc *http.Client) *client {
 }
 
 // driverClient is an HTTP client for the driver at base, without proxy (the driver is on the
-// cluster's own network) or redirects. With session, it speaks HTTP/2 only: with prior
-// knowledge on plain http, so that the agent's session (commands, events, the watch and its
-// workers' relayed requests) shares one connection. Without, HTTP/1.1: the registration, which
-// a driver of an older release must be able to read and refuse in words.
-func driverClient(base string, session bool) *http.Client {
+// cluster's own network) or redirects. With session, the agent's session (commands, events,
+// the watch and its workers' relayed requests) shares one connection: its session stream
+// (StreamTransport, opened with auth's signature) on plain http, else HTTP/2 (with prior
+// knowledge on plain http, for a driver without streams). Without, HTTP/1.1: the
+// registration, which a driver of an older release must be able to read and refuse in words.
+func driverClient(base string, auth *protocol.Auth, session bool) *http.Client {
 	tr := &http.Transport{
 		Proxy:                 nil,
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -55,7 +57,11 @@ func driverClient(base string, session bool) *http.Client {
 	// A connection that went quiet (the driver's machine gone without a FIN) is found by a
 	// ping rather than by the requests' own deadlines.
 	tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: 10 * time.Second, PingTimeout: 10 * time.Second}
-	return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	var rt http.RoundTripper = tr
+	if u, err := url.Parse(base); err == nil && session && u.Scheme == "http" {
+		rt = &StreamTransport{Driver: u, Auth: auth, Fallback: tr}
+	}
+	return &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // errRefused is a 401: the driver did not accept our signature.

@@ -25,7 +25,7 @@ import (
 // long-poll per host instead of a few per worker. It answers the workers' assignment and
 // host-update long-polls itself, from the session's one watch of the driver, and carries
 // every other request (reports, progress, load, the key-value store) unchanged, signature
-// and all, over the agent's HTTP/2 connection: the driver checks each worker's MAC as if
+// and all, over the agent's session connection: the driver checks each worker's MAC as if
 // the worker had sent it.
 
 const (
@@ -44,7 +44,7 @@ type relay struct {
 	srv    *http.Server
 	served chan struct{}
 	driver *url.URL     // scheme and host of the driver's listener
-	hc     *http.Client // the agent's session client (one HTTP/2 connection), reports batched
+	hc     *http.Client // the agent's session client (one connection), reports batched
 	secret []byte       // the agent secret, whence each job's secret
 
 	mu      sync.Mutex

@@ -43,7 +43,7 @@ type fullDriver struct {
 	jobS []byte
 }
 
-func startFullDriver(t *testing.T, jobID string) *fullDriver {
+func startFullDriver(t *testing.T, jobID string, config ...func(*agents.Config)) *fullDriver {
 	t.Helper()
 	jobSecret := protocol.JobSecret(secret, jobID)
 	srv, err := rendezvous.NewServer(rendezvous.ServerConfig{Secret: jobSecret})
@@ -51,7 +51,11 @@ func startFullDriver(t *testing.T, jobID string) *fullDriver {
 		t.Fatal(err)
 	}
 	lg, _ := logger(t, "driver")
-	reg, err := agents.New(agents.Config{Secret: secret, JobID: jobID, PollWait: 300 * time.Millisecond, Lease: 2 * time.Second, Logger: lg})
+	cfg := agents.Config{Secret: secret, JobID: jobID, PollWait: 300 * time.Millisecond, Lease: 2 * time.Second, Logger: lg}
+	for _, f := range config {
+		f(&cfg)
+	}
+	reg, err := agents.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +63,7 @@ func startFullDriver(t *testing.T, jobID string) *fullDriver {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", srv)
 	mux.Handle(protocol.AgentPathPrefix, reg)
+	reg.SetHandler(mux) // the session stream's requests: as the driver serves them
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

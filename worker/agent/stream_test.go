@@ -1,0 +1,200 @@
+package agent_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/elasticd/elasticd/driver/agents"
+	"github.com/elasticd/elasticd/protocol"
+	"github.com/elasticd/elasticd/worker/agent"
+	wrdzv "github.com/elasticd/elasticd/worker/rendezvous"
+)
+
+// streamClient is a session-stream client of the test's driver, signing as an agent.
+func streamClient(t *testing.T, driverURL string) (*agent.StreamTransport, *http.Client, *protocol.Auth) {
+	t.Helper()
+	u, err := url.Parse(driverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := protocol.NewSigner(secret, protocol.AgentAuthLabel)
+	fallback := &http.Transport{Proxy: nil, Protocols: new(http.Protocols)}
+	fallback.Protocols.SetUnencryptedHTTP2(true)
+	st := &agent.StreamTransport{Driver: u, Auth: auth, Fallback: fallback}
+	hc := &http.Client{Transport: st}
+	t.Cleanup(hc.CloseIdleConnections)
+	return st, hc, auth
+}
+
+func register(t *testing.T, hc *http.Client, auth *protocol.Auth, base string) protocol.AgentRegisterAnswer {
+	t.Helper()
+	in := protocol.AgentRegisterRequest{Protocol: protocol.AgentProtocolVersion, AgentID: "a-1", HostID: "host-a", Addr: "127.0.0.2", Slots: 2, GPUs: []protocol.AgentGPU{}, Metadata: "none"}
+	r, err := auth.Exchange(t.Context(), hc, http.MethodPost, base+protocol.AgentPathRegister, in, 1<<20)
+	if err != nil || r.Status != http.StatusOK {
+		t.Fatalf("register over the stream: %v, %d %s", err, r.Status, r.Reason)
+	}
+	var ans protocol.AgentRegisterAnswer
+	if err := json.Unmarshal(r.Body, &ans); err != nil {
+		t.Fatal(err)
+	}
+	return ans
+}
+
+// An agent's requests, its own and its workers', go to the driver on one connection, each
+// answered (and signed) as if it had come alone; one the agent calls off ends at the driver.
+func TestStreamCarriesTheSession(t *testing.T) {
+	d := startFullDriver(t, "job-s", func(c *agents.Config) { c.PollWait, c.Lease = time.Minute, 2*time.Minute })
+	st, hc, auth := streamClient(t, d.url)
+	ans := register(t, hc, auth, d.url)
+	if !st.Streaming() || d.reg.Streams() != 1 {
+		t.Fatalf("streaming %v, driver's streams %d: want the registration on a stream", st.Streaming(), d.reg.Streams())
+	}
+	conns := d.ln.n.Load()
+
+	// A watch held at the driver, then called off: the driver's poll ends.
+	watch := d.url + protocol.AgentPathPrefix + url.PathEscape(ans.Session) + "/watch?generation=9&hosts_version=9&wait_ms=30000&worker=host-a%2F0"
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := auth.Exchange(ctx, hc, http.MethodGet, watch, nil, 1<<20)
+		errc <- err
+	}()
+	waitFor(t, "held watch", 5*time.Second, func() bool { return d.reg.Watches() == 1 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a called-off watch: %v, want context.Canceled", err)
+	}
+	waitFor(t, "end of the called-off watch at the driver", 5*time.Second, func() bool { return d.reg.Watches() == 0 })
+
+	// A worker's report, relayed, is the rendezvous server's to check (signed with the job's
+	// secret, which the agent's signature does not replace).
+	id := protocol.WorkerID{Host: "host-a", Slot: 0}
+	if err := wrdzv.NewClient(d.url, d.jobS, id, hc).Report(t.Context(), 0, protocol.Ready, ""); err != nil {
+		t.Fatalf("a worker's report over the stream: %v", err)
+	}
+	select {
+	case ev := <-d.srv.Events():
+		if ev.Worker != id || ev.State != protocol.Ready {
+			t.Fatalf("event %+v, want host-a/0 READY", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the report did not reach the rendezvous")
+	}
+	// The operator's admin API is not reachable through an agent's stream.
+	r, err := auth.Exchange(t.Context(), hc, http.MethodGet, d.url+"/v1/admin/state", nil, 1<<20)
+	if ue, ok := errors.AsType[*protocol.UnsignedError](err); !ok || ue.Status != http.StatusBadRequest {
+		t.Fatalf("the admin API over a stream: %v, %d; want an unsigned 400", err, r.Status)
+	}
+	if n := d.ln.n.Load(); n != conns {
+		t.Errorf("%d connections to the driver after the first request, want still %d", n, conns)
+	}
+}
+
+// When the stream breaks, the requests waiting on it fail at once, and the next request
+// opens another.
+func TestStreamBreaksAndReopens(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// A driver that takes the stream and a request on it, then goes (each connection).
+	got := make(chan protocol.Frame, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				req, err := http.ReadRequest(br)
+				if err != nil || req.Header.Get("Upgrade") != protocol.StreamUpgrade {
+					return
+				}
+				io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+protocol.StreamUpgrade+"\r\n\r\n")
+				f, err := protocol.ReadFrame(br, protocol.MaxStreamFrame)
+				if err != nil {
+					return
+				}
+				got <- f
+				if f.Head.Target == "/v1/answer" {
+					b, _ := protocol.AppendFrame(nil, protocol.Frame{Kind: protocol.FrameAnswer, ID: f.ID, Head: protocol.StreamHead{Status: 200}, Body: []byte("hello")})
+					c.Write(b)
+					time.Sleep(time.Second)
+				}
+			}()
+		}
+	}()
+	_, hc, _ := streamClient(t, "http://"+ln.Addr().String())
+	t0 := time.Now()
+	_, err = hc.Get("http://" + ln.Addr().String() + "/v1/hold")
+	if err == nil || !strings.Contains(err.Error(), "session stream") {
+		t.Fatalf("a request on a stream that broke: %v, want the stream's error", err)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("the broken stream's request failed after %v", d)
+	}
+	if f := <-got; f.Kind != protocol.FrameRequest || f.Head.Method != http.MethodGet || f.Head.Target != "/v1/hold" {
+		t.Errorf("the driver read %+v", f)
+	}
+	resp, err := hc.Get("http://" + ln.Addr().String() + "/v1/answer")
+	if err != nil {
+		t.Fatalf("the request after a break: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "hello" {
+		t.Errorf("answer %d %q, want 200 hello", resp.StatusCode, b)
+	}
+}
+
+// A driver that serves no session streams (an older release) gets the session over HTTP/2.
+func TestStreamFallsBackToHTTP2(t *testing.T) {
+	d := startFullDriver(t, "job-f")
+	d.reg.SetHandler(nil)
+	st, hc, auth := streamClient(t, d.url)
+	register(t, hc, auth, d.url)
+	if st.Streaming() || d.reg.Streams() != 0 {
+		t.Fatalf("streaming %v, driver's streams %d: want HTTP/2", st.Streaming(), d.reg.Streams())
+	}
+	register(t, hc, auth, d.url) // and again, without asking for a stream
+}
+
+// A driver shutting down answers what its streams hold, then closes them.
+func TestStreamClosedWithTheDriver(t *testing.T) {
+	d := startFullDriver(t, "job-c")
+	_, hc, auth := streamClient(t, d.url)
+	ans := register(t, hc, auth, d.url)
+	commands := d.url + protocol.AgentPathPrefix + url.PathEscape(ans.Session) + "/commands?after=0&wait_ms=30000"
+	type result struct {
+		r   protocol.Reply
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := auth.Exchange(t.Context(), hc, http.MethodGet, commands, nil, 1<<20)
+		done <- result{r, err}
+	}()
+	time.Sleep(200 * time.Millisecond) // the poll is held
+	d.reg.Close()
+	select {
+	case res := <-done:
+		if res.err != nil || res.r.Status != http.StatusServiceUnavailable {
+			t.Fatalf("a held poll as the driver closes: %v, %d %s; want 503", res.err, res.r.Status, res.r.Reason)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held poll was not answered within 5s of the driver closing")
+	}
+	waitFor(t, "close of the driver's streams", 5*time.Second, func() bool { return d.reg.Streams() == 0 })
+}
