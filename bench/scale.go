@@ -87,7 +87,7 @@ type ScaleResult struct {
 }
 
 // Scale runs the driver (`elasticd run --launcher agent`, in its own process) with
-// o.Hosts simulated agents on loopback, each holding one HTTP/2 connection and running
+// o.Hosts simulated agents on loopback, each holding one session stream and running
 // o.Slots simulated workers that speak the real worker protocol over it, and measures what a
 // job of that size costs the driver. See the `bench scale` command for what it does.
 func Scale(ctx context.Context, o ScaleOptions) (ScaleResult, error) {
@@ -589,7 +589,7 @@ func (s *scale) worldOf(gen uint64, size int, gone map[string]bool) bool {
 	return n == size
 }
 
-// simAgent is one simulated host: it registers as an agent, holds its session on one HTTP/2
+// simAgent is one simulated host: it registers as an agent, holds its session on one
 // connection (commands, events, the watch), and plays its workers.
 type simAgent struct {
 	s       *scale
@@ -597,7 +597,7 @@ type simAgent struct {
 	host    string // its host ID, which the driver names its workers by
 	addr    string
 	auth    *protocol.Auth
-	hc      *http.Client // the session's HTTP/2 connection
+	hc      *http.Client // the session's connection: its stream
 	whc     *http.Client // the same, for its workers: their reports batched, as the agent's relay does
 	session string
 	wait    time.Duration
@@ -631,14 +631,17 @@ func newSimAgent(s *scale, i int) *simAgent {
 	host := fmt.Sprintf("sim-%05d", i)
 	tr := &http.Transport{Proxy: nil, Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
+	auth := protocol.NewSigner(s.secret, protocol.AgentAuthLabel)
+	driver, _ := url.Parse(s.url)
+	// The session stream, as 'elasticd agent' opens it (HTTP/2 with a driver without).
+	st := &agent.StreamTransport{Driver: driver, Auth: auth, Fallback: tr}
 	a := &simAgent{s: s, i: i, host: host, addr: fmt.Sprintf("127.%d.%d.%d", 1+i/65536, i/256%256, i%256),
-		auth: protocol.NewSigner(s.secret, protocol.AgentAuthLabel), hc: &http.Client{Transport: tr},
+		auth: auth, hc: &http.Client{Transport: st},
 		procs: map[uint64]string{}, procOf: map[string]uint64{}, workers: map[string]*simWorker{}, wset: make(chan struct{})}
 	for slot := range s.o.Slots {
 		a.ids = append(a.ids, protocol.WorkerID{Host: host, Slot: slot}.String())
 	}
-	driver, _ := url.Parse(s.url)
-	a.whc = &http.Client{Transport: &agent.BatchTransport{Base: tr, Driver: driver}}
+	a.whc = &http.Client{Transport: &agent.BatchTransport{Base: st, Driver: driver}}
 	return a
 }
 

@@ -317,8 +317,8 @@ func benchScaleCommand() *cli.Command {
 		Usage: "measure what a job of thousands of hosts costs one driver, with simulated hosts",
 		Description: `Runs the real driver ('elasticd run --launcher agent --mode inprocess', its own process,
 listening on loopback) with --hosts simulated hosts in this process. Each registers as an
-agent with --slots slots and holds its session on one HTTP/2 connection, as 'elasticd
-agent' does: the commands poll, the events, and the watch from which the agent's relay
+agent with --slots slots and holds its session on one connection (its session stream),
+as 'elasticd agent' does: the commands poll, the events, and the watch from which the agent's relay
 answers its workers. Its workers speak the real worker protocol (the Go rendezvous client,
 signed with the job's secret) over that connection: they register when started, take
 their places from the watch, go to the barrier (READY) when the hosts change, and exit
