@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 )
 
 const (
@@ -81,6 +82,24 @@ func AppendFrame(b []byte, f Frame) ([]byte, error) {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(head)))
 	b = append(b, head...)
 	return append(b, f.Body...), nil
+}
+
+// frameBufs are the buffers WriteFrame encodes frames in: shared by every stream, so that a
+// driver of thousands of streams keeps none per stream between frames.
+var frameBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// WriteFrame writes f to w in one Write. The caller writes one frame at a time per stream.
+func WriteFrame(w io.Writer, f Frame) error {
+	bp := frameBufs.Get().(*[]byte)
+	b, err := AppendFrame((*bp)[:0], f)
+	if err == nil {
+		_, err = w.Write(b)
+	}
+	if cap(b) <= 64<<10 { // not the rare large frame's buffer
+		*bp = b
+		frameBufs.Put(bp)
+	}
+	return err
 }
 
 // ErrFrameTooLarge is a frame longer than the reader takes.

@@ -30,6 +30,8 @@ const (
 	// while a generation forms), as many as an HTTP/2 connection to the driver may carry.
 	// More are answered 503 at once.
 	maxStreamRequests = 1000
+	// streamReadBuffer is the size of a stream's read buffer.
+	streamReadBuffer = 1024
 	// streamCloseGrace is how long Close waits for the answers under way on the streams.
 	streamCloseGrace = 2 * time.Second
 )
@@ -61,8 +63,7 @@ type stream struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 
-	wmu  sync.Mutex // one frame written at a time
-	wbuf []byte
+	wmu sync.Mutex // one frame written at a time
 
 	mu       sync.Mutex
 	inflight map[uint64]context.CancelFunc // requests under way, by ID
@@ -89,8 +90,14 @@ func (r *Registry) openStream(a protocol.Answer, w http.ResponseWriter, req *htt
 		a.Error(http.StatusBadRequest, "a session stream needs an HTTP/1.1 connection: "+err.Error())
 		return
 	}
+	br := brw.Reader
+	if br.Buffered() == 0 { // as it should be: the agent waits for the 101
+		// A small buffer: most frames are a few hundred bytes, a larger one is read past it,
+		// and a driver holds one per host.
+		br = bufio.NewReaderSize(conn, streamReadBuffer)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &stream{r: r, conn: conn, br: brw.Reader, handler: h, remote: req.RemoteAddr, host: req.Host,
+	st := &stream{r: r, conn: conn, br: br, handler: h, remote: req.RemoteAddr, host: req.Host,
 		ctx: ctx, cancel: cancel, inflight: map[uint64]context.CancelFunc{}}
 	r.mu.Lock()
 	if r.isClosing() {
@@ -203,18 +210,8 @@ func (st *stream) answer(id uint64, status int, header http.Header, body []byte)
 func (st *stream) write(f protocol.Frame) error {
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
-	b, err := protocol.AppendFrame(st.wbuf[:0], f)
-	if err != nil {
-		return err
-	}
-	if cap(b) <= 64<<10 { // keep a small buffer for the next frame, not the largest ever sent
-		st.wbuf = b
-	} else {
-		st.wbuf = nil
-	}
 	st.conn.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
-	_, err = st.conn.Write(b)
-	return err
+	return protocol.WriteFrame(st.conn, f)
 }
 
 // close ends the stream: its requests under way are called off (a commands poll ended so

@@ -171,8 +171,7 @@ type streamConn struct {
 	conn net.Conn
 	br   *bufio.Reader
 
-	wmu  sync.Mutex
-	wbuf []byte
+	wmu sync.Mutex // one frame written at a time
 
 	mu      sync.Mutex
 	pending map[uint64]chan streamAnswer // requests awaiting their answers, by ID
@@ -245,18 +244,8 @@ func (c *streamConn) roundTrip(req *http.Request, id uint64) (*http.Response, er
 func (c *streamConn) write(f protocol.Frame) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	b, err := protocol.AppendFrame(c.wbuf[:0], f)
-	if err != nil {
-		return err
-	}
-	if cap(b) <= 64<<10 {
-		c.wbuf = b
-	} else {
-		c.wbuf = nil
-	}
 	c.conn.SetWriteDeadline(time.Now().Add(streamDead))
-	_, err = c.conn.Write(b)
-	return err
+	return protocol.WriteFrame(c.conn, f)
 }
 
 // read delivers the driver's answers until the stream ends or goes silent for streamDead.
