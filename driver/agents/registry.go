@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,6 +129,10 @@ type Registry struct {
 	viewer   Viewer               // what watches read (SetViewer)
 	handler  http.Handler         // what serves the session streams' requests (SetHandler)
 	streams  map[*stream]struct{} // the open session streams
+	// watches are the watches held without a goroutine (park.go), which answerWatches
+	// answers when the view moves; answering: it runs.
+	watches   map[*heldPoll]struct{}
+	answering bool
 
 	watching atomic.Int64 // watches held now
 }
@@ -151,8 +156,9 @@ type session struct {
 	// hostID and hostAddr are the provider's host this agent serves (see Wrap); the agent's
 	// own until a discovery matches it.
 	hostID, hostAddr string
-	evMu             sync.Mutex // one events request of a session at a time, so output stays in order
-	gpuBusy          float64    // the latest KindLoad; -1 before one
+	evMu             sync.Mutex  // one events request of a session at a time, so output stays in order
+	gpuBusy          float64     // the latest KindLoad; -1 before one
+	held             []*heldPoll // its polls held without a goroutine (park.go)
 }
 
 // New returns a registry; Close stops it.
@@ -181,6 +187,7 @@ func New(cfg Config) (*Registry, error) {
 		byAgent:  map[string][]*session{},
 		seen:     map[string]time.Time{},
 		expected: map[string]*process{},
+		watches:  map[*heldPoll]struct{}{},
 
 		unconnected: map[string]Unconnected{},
 	}
@@ -411,6 +418,7 @@ func (r *Registry) loseLocked(s *session, why string) {
 	delete(r.sessions, s.id)
 	r.indexLocked(s, false)
 	close(s.lostCh)
+	s.endHeldLocked()
 	level := slog.LevelWarn
 	if r.isClosing() {
 		level = slog.LevelInfo
@@ -548,13 +556,7 @@ func (r *Registry) commands(a protocol.Answer, req *http.Request, id string) {
 	if s == nil {
 		return
 	}
-	q := req.URL.Query()
-	after, err := strconv.ParseUint(cmp.Or(q.Get("after"), "0"), 10, 64)
-	if err != nil {
-		a.Error(http.StatusBadRequest, fmt.Sprintf("after=%q: want a command sequence number", q.Get("after")))
-		return
-	}
-	wait, ok := r.pollWait(a, q.Get("wait_ms"))
+	after, wait, ok := r.commandsQuery(a, req.URL.Query())
 	if !ok {
 		return
 	}
@@ -572,18 +574,9 @@ func (r *Registry) commands(a protocol.Answer, req *http.Request, id string) {
 		r.mu.Unlock()
 	}()
 	for {
-		// Commands up to after are done: forget them.
-		i := 0
-		for i < len(s.cmds) && s.cmds[i].Seq <= after {
-			i++
-		}
-		if i > 0 { // a copy, so that the acknowledged commands (their environments) are freed
-			s.cmds = slices.Clone(s.cmds[i:])
-		}
-		if len(s.cmds) > 0 {
-			out := protocol.AgentCommandsAnswer{Commands: slices.Clone(s.cmds)}
+		if cmds := s.pendingLocked(after); len(cmds) > 0 {
 			r.mu.Unlock()
-			a.JSON(out)
+			a.JSON(protocol.AgentCommandsAnswer{Commands: cmds})
 			return
 		}
 		ch := s.cmdCh
@@ -597,6 +590,34 @@ func (r *Registry) commands(a protocol.Answer, req *http.Request, id string) {
 		}
 		r.mu.Lock()
 	}
+}
+
+// commandsQuery reads a commands poll's query: the last command it has, and its wait; ok is
+// false when it answered a 400.
+func (r *Registry) commandsQuery(a protocol.Answer, q url.Values) (after uint64, wait time.Duration, ok bool) {
+	after, err := strconv.ParseUint(cmp.Or(q.Get("after"), "0"), 10, 64)
+	if err != nil {
+		a.Error(http.StatusBadRequest, fmt.Sprintf("after=%q: want a command sequence number", q.Get("after")))
+		return 0, 0, false
+	}
+	wait, ok = r.pollWait(a, q.Get("wait_ms"))
+	return after, wait, ok
+}
+
+// pendingLocked forgets s's commands up to after (the agent has them) and returns a copy of
+// the others, r.mu held.
+func (s *session) pendingLocked(after uint64) []protocol.AgentCommand {
+	i := 0
+	for i < len(s.cmds) && s.cmds[i].Seq <= after {
+		i++
+	}
+	if i > 0 { // a copy, so that the acknowledged commands (their environments) are freed
+		s.cmds = slices.Clone(s.cmds[i:])
+	}
+	if len(s.cmds) == 0 {
+		return nil
+	}
+	return slices.Clone(s.cmds)
 }
 
 type pollWake int
@@ -634,6 +655,7 @@ func (s *session) queueLocked(c protocol.AgentCommand) {
 	s.cmds = append(s.cmds, c)
 	close(s.cmdCh)
 	s.cmdCh = make(chan struct{})
+	s.wakeCommandsLocked()
 }
 
 func (r *Registry) events(a protocol.Answer, body []byte, id string) {

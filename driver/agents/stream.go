@@ -66,8 +66,8 @@ type stream struct {
 	wmu sync.Mutex // one frame written at a time
 
 	mu       sync.Mutex
-	inflight map[uint64]context.CancelFunc // requests under way, by ID
-	closing  bool                          // closeStreams waits for served: no more start
+	inflight map[uint64]func() // requests under way, by ID: what calls each off
+	closing  bool              // closeStreams waits for served: no more start
 	served   sync.WaitGroup
 }
 
@@ -98,7 +98,7 @@ func (r *Registry) openStream(a protocol.Answer, w http.ResponseWriter, req *htt
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &stream{r: r, conn: conn, br: br, handler: h, remote: req.RemoteAddr, host: req.Host,
-		ctx: ctx, cancel: cancel, inflight: map[uint64]context.CancelFunc{}}
+		ctx: ctx, cancel: cancel, inflight: map[uint64]func(){}}
 	r.mu.Lock()
 	if r.isClosing() {
 		r.mu.Unlock()
@@ -135,17 +135,19 @@ func (st *stream) serve() {
 			}
 		case protocol.FrameCancel:
 			st.mu.Lock()
-			if cancel := st.inflight[f.ID]; cancel != nil {
-				cancel()
-			}
+			callOff := st.inflight[f.ID]
 			st.mu.Unlock()
+			if callOff != nil {
+				callOff()
+			}
 		case protocol.FrameRequest:
 			st.start(f)
 		}
 	}
 }
 
-// start serves request frame f in a goroutine of its own: a long-poll holds it.
+// start serves request frame f: an agent's commands poll or watch is held without a
+// goroutine (Registry.poll); any other request is served in a goroutine of its own.
 func (st *stream) start(f protocol.Frame) {
 	st.mu.Lock()
 	_, dup := st.inflight[f.ID]
@@ -162,22 +164,47 @@ func (st *stream) start(f protocol.Frame) {
 		st.answer(f.ID, http.StatusServiceUnavailable, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, []byte(msg+"\n"))
 		return
 	}
+	st.served.Add(1)
+	if kind, session, ok := pollTarget(f); ok {
+		st.inflight[f.ID] = func() {} // until the poll is held: it is served here, before the next frame
+		st.mu.Unlock()
+		st.r.poll(st, f, kind, session)
+		return
+	}
 	ctx, cancel := context.WithCancel(st.ctx)
 	st.inflight[f.ID] = cancel
-	st.served.Add(1)
 	st.mu.Unlock()
 	go func() {
-		defer st.served.Done()
 		status, header, body := st.serveRequest(ctx, f)
-		st.mu.Lock()
-		delete(st.inflight, f.ID)
-		st.mu.Unlock()
 		called := ctx.Err() != nil
 		cancel()
 		if !called { // a request called off is not answered: nobody waits for it
 			st.answer(f.ID, status, header, body)
 		}
+		st.finish(f.ID)
 	}()
+}
+
+// hold sets what calls off request id, held (a poll): false when it was called off already.
+func (st *stream) hold(id uint64, callOff func()) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if _, ok := st.inflight[id]; !ok {
+		return false
+	}
+	st.inflight[id] = callOff
+	return true
+}
+
+// finish marks request id done: answered, or called off.
+func (st *stream) finish(id uint64) {
+	st.mu.Lock()
+	_, ok := st.inflight[id]
+	delete(st.inflight, id)
+	st.mu.Unlock()
+	if ok {
+		st.served.Done()
+	}
 }
 
 // serveRequest serves one request of the stream with the driver's handler.
@@ -219,6 +246,15 @@ func (st *stream) write(f protocol.Frame) error {
 func (st *stream) close() {
 	st.cancel()
 	st.conn.Close()
+	st.mu.Lock()
+	held := make([]func(), 0, len(st.inflight))
+	for _, callOff := range st.inflight {
+		held = append(held, callOff)
+	}
+	st.mu.Unlock()
+	for _, callOff := range held { // the held polls; the others end with st.ctx
+		callOff()
+	}
 	st.r.mu.Lock()
 	delete(st.r.streams, st)
 	st.r.mu.Unlock()

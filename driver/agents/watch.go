@@ -6,6 +6,7 @@ package agents
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -37,35 +38,9 @@ func (r *Registry) watch(a protocol.Answer, req *http.Request, id string) {
 	if s == nil {
 		return
 	}
-	q := req.URL.Query()
-	var after [2]uint64
-	for i, name := range []string{"generation", "hosts_version"} {
-		if v := q.Get(name); v != "" {
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				a.Error(http.StatusBadRequest, fmt.Sprintf("%s=%q: want a non-negative decimal", name, v))
-				return
-			}
-			after[i] = n
-		}
-	}
-	wait, ok := r.pollWait(a, q.Get("wait_ms"))
+	after, wait, workers, ok := r.watchQuery(a, req.URL.Query())
 	if !ok {
 		return
-	}
-	names := q["worker"]
-	if len(names) > protocol.MaxWatchedWorkers {
-		a.Error(http.StatusBadRequest, fmt.Sprintf("%d workers: a watch asks about at most %d", len(names), protocol.MaxWatchedWorkers))
-		return
-	}
-	workers := make([]protocol.WorkerID, 0, len(names))
-	for _, n := range names {
-		w, err := protocol.ParseWorkerID(n)
-		if err != nil {
-			a.Error(http.StatusBadRequest, "worker="+strconv.Quote(n)+": "+err.Error())
-			return
-		}
-		workers = append(workers, w)
 	}
 	r.mu.Lock()
 	viewer := r.viewer
@@ -104,6 +79,39 @@ func (r *Registry) watch(a protocol.Answer, req *http.Request, id string) {
 			return
 		}
 	}
+}
+
+// watchQuery reads a watch's query: the generation and host-update version it has seen, its
+// wait, and its workers; ok is false when it answered a 400.
+func (r *Registry) watchQuery(a protocol.Answer, q url.Values) (after [2]uint64, wait time.Duration, workers []protocol.WorkerID, ok bool) {
+	for i, name := range []string{"generation", "hosts_version"} {
+		if v := q.Get(name); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				a.Error(http.StatusBadRequest, fmt.Sprintf("%s=%q: want a non-negative decimal", name, v))
+				return after, 0, nil, false
+			}
+			after[i] = n
+		}
+	}
+	if wait, ok = r.pollWait(a, q.Get("wait_ms")); !ok {
+		return after, 0, nil, false
+	}
+	names := q["worker"]
+	if len(names) > protocol.MaxWatchedWorkers {
+		a.Error(http.StatusBadRequest, fmt.Sprintf("%d workers: a watch asks about at most %d", len(names), protocol.MaxWatchedWorkers))
+		return after, 0, nil, false
+	}
+	workers = make([]protocol.WorkerID, 0, len(names))
+	for _, n := range names {
+		w, err := protocol.ParseWorkerID(n)
+		if err != nil {
+			a.Error(http.StatusBadRequest, "worker="+strconv.Quote(n)+": "+err.Error())
+			return after, 0, nil, false
+		}
+		workers = append(workers, w)
+	}
+	return after, wait, workers, true
 }
 
 // pollWait is the wait of a long-poll that asked for wait_ms=v: PollWait, or less.

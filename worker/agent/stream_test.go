@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,11 +10,13 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/elasticd/elasticd/driver/agents"
+	"github.com/elasticd/elasticd/proc"
 	"github.com/elasticd/elasticd/protocol"
 	"github.com/elasticd/elasticd/worker/agent"
 	wrdzv "github.com/elasticd/elasticd/worker/rendezvous"
@@ -197,4 +200,59 @@ func TestStreamClosedWithTheDriver(t *testing.T) {
 		t.Fatal("the held poll was not answered within 5s of the driver closing")
 	}
 	waitFor(t, "close of the driver's streams", 5*time.Second, func() bool { return d.reg.Streams() == 0 })
+}
+
+// On a stream the driver holds an agent's watches and commands poll without a goroutine each,
+// and answers them as it would over HTTP/2: a watch when the view moves, the commands poll
+// when a command is queued.
+func TestStreamHoldsPollsWithoutGoroutines(t *testing.T) {
+	d := startFullDriver(t, "job-h", func(c *agents.Config) { c.PollWait, c.Lease = time.Minute, 2*time.Minute })
+	_, hc, auth := streamClient(t, d.url)
+	ans := register(t, hc, auth, d.url)
+	base := d.url + protocol.AgentPathPrefix + url.PathEscape(ans.Session)
+	type result struct {
+		r   protocol.Reply
+		err error
+	}
+	const watches = 20
+	watched := make(chan result, watches)
+	for range watches {
+		go func() {
+			r, err := auth.Exchange(t.Context(), hc, http.MethodGet, base+"/watch?generation=0&hosts_version=0&wait_ms=60000&worker=host-a%2F0", nil, 1<<20)
+			watched <- result{r, err}
+		}()
+	}
+	commands := make(chan result, 1)
+	go func() {
+		r, err := auth.Exchange(t.Context(), hc, http.MethodGet, base+"/commands?after=0&wait_ms=60000", nil, 1<<20)
+		commands <- result{r, err}
+	}()
+	waitFor(t, "held watches", 5*time.Second, func() bool { return d.reg.Watches() == watches })
+	time.Sleep(100 * time.Millisecond) // the commands poll, sent with them, is held too
+	buf := make([]byte, 4<<20)
+	if stacks := buf[:runtime.Stack(buf, true)]; bytes.Contains(stacks, []byte("agents.(*Registry).await")) {
+		t.Errorf("%d goroutines of the driver wait in polls held on a stream, want none", bytes.Count(stacks, []byte("agents.(*Registry).await")))
+	}
+
+	d.srv.Publish(1, map[protocol.WorkerID]protocol.Assignment{{Host: "host-a", Slot: 0}: {Rank: 0, Size: 1, LocalSize: 1, CrossSize: 1}})
+	for range watches {
+		res := <-watched
+		var v protocol.AgentWatchAnswer
+		if res.err != nil || res.r.Status != http.StatusOK || json.Unmarshal(res.r.Body, &v) != nil || v.Generation != 1 || len(v.Assignments) != 1 || v.Assignments[0].Assignment.Size != 1 {
+			t.Fatalf("a held watch as the view moved: %v, %d %s", res.err, res.r.Status, res.r.Body)
+		}
+	}
+	select {
+	case res := <-commands:
+		t.Fatalf("the commands poll was answered before any command: %v, %d %s", res.err, res.r.Status, res.r.Body)
+	default:
+	}
+	if _, err := d.reg.Launcher().Start(t.Context(), proc.Spec{Name: "w", Host: "127.0.0.2", Command: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	res := <-commands
+	var c protocol.AgentCommandsAnswer
+	if res.err != nil || res.r.Status != http.StatusOK || json.Unmarshal(res.r.Body, &c) != nil || len(c.Commands) != 1 || c.Commands[0].Op != protocol.OpStart {
+		t.Fatalf("the held commands poll as a worker was started: %v, %d %s", res.err, res.r.Status, res.r.Body)
+	}
 }
