@@ -256,3 +256,42 @@ func TestStreamHoldsPollsWithoutGoroutines(t *testing.T) {
 		t.Fatalf("the held commands poll as a worker was started: %v, %d %s", res.err, res.r.Status, res.r.Body)
 	}
 }
+
+// A poll on a stream is checked as it would be alone: a wrong secret, an unknown session, a
+// malformed query are refused with the same answers.
+func TestStreamPollRefusals(t *testing.T) {
+	d := startFullDriver(t, "job-r")
+	_, hc, auth := streamClient(t, d.url)
+	ans := register(t, hc, auth, d.url)
+	base := d.url + protocol.AgentPathPrefix + url.PathEscape(ans.Session)
+	forger := protocol.NewSigner([]byte("another-secret-0123456789abcdef"), protocol.AgentAuthLabel)
+	for _, c := range []struct {
+		name   string
+		auth   *protocol.Auth
+		target string
+		status int
+	}{
+		{"another secret", forger, base + "/commands?after=0", http.StatusUnauthorized},
+		{"unknown session", auth, d.url + protocol.AgentPathPrefix + "nosuch/watch?generation=0", http.StatusNotFound},
+		{"bad generation", auth, base + "/watch?generation=x", http.StatusBadRequest},
+		{"bad after", auth, base + "/commands?after=-1", http.StatusBadRequest},
+		{"bad wait", auth, base + "/commands?after=0&wait_ms=soon", http.StatusBadRequest},
+	} {
+		r, err := c.auth.Exchange(t.Context(), hc, http.MethodGet, c.target, nil, 1<<20)
+		if ue, ok := errors.AsType[*protocol.UnsignedError](err); ok {
+			r.Status = ue.Status
+		} else if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if r.Status != c.status {
+			t.Errorf("%s: %d %s, want %d", c.name, r.Status, r.Reason, c.status)
+		}
+	}
+	// The session still serves: a poll that waits is answered when its wait is over.
+	r, err := auth.Exchange(t.Context(), hc, http.MethodGet, base+"/commands?after=0&wait_ms=50", nil, 1<<20)
+	var cmds protocol.AgentCommandsAnswer
+	if err != nil || r.Status != http.StatusOK || json.Unmarshal(r.Body, &cmds) != nil || cmds.Commands == nil || len(cmds.Commands) != 0 {
+		t.Errorf("a poll whose wait is over: %v, %d %s; want 200 and no command", err, r.Status, r.Body)
+	}
+}
