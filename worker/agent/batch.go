@@ -63,19 +63,24 @@ func isReport(req *http.Request) bool {
 	return req.Method == http.MethodPost && strings.HasPrefix(path, "/v1/workers/") && strings.HasSuffix(path, "/state")
 }
 
+// readBody reads and closes a request's body, for a transport that sends it whole: nil
+// when it has none.
+func readBody(req *http.Request) ([]byte, error) {
+	if req.Body == nil {
+		return nil, nil
+	}
+	defer req.Body.Close()
+	return io.ReadAll(req.Body)
+}
+
 // RoundTrip implements http.RoundTripper.
 func (t *BatchTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !isReport(req) || t.off.Load() {
 		return t.base().RoundTrip(req)
 	}
-	var body []byte
-	if req.Body != nil {
-		b, err := io.ReadAll(req.Body)
-		req.Body.Close()
-		if err != nil {
-			return nil, err
-		}
-		body = b
+	body, err := readBody(req)
+	if err != nil {
+		return nil, err
 	}
 	item := protocol.BatchItem{Method: req.Method, Target: req.URL.RequestURI(), Header: map[string]string{}, Body: body}
 	for k, vs := range req.Header {

@@ -192,14 +192,9 @@ func (c *streamConn) alive() bool {
 
 // roundTrip sends req as request id and waits for its answer or req's end.
 func (c *streamConn) roundTrip(req *http.Request, id uint64) (*http.Response, error) {
-	var body []byte
-	if req.Body != nil {
-		b, err := io.ReadAll(req.Body)
-		req.Body.Close()
-		if err != nil {
-			return nil, err
-		}
-		body = b
+	body, err := readBody(req)
+	if err != nil {
+		return nil, err
 	}
 	ch := make(chan streamAnswer, 1)
 	c.mu.Lock()
