@@ -85,20 +85,12 @@ func (r *Registry) poll(st *stream, f protocol.Frame, kind pollKind, sessionID s
 		answer()
 		return
 	}
-	req := &http.Request{Method: f.Head.Method, URL: u, RequestURI: f.Head.Target, Header: http.Header{}, Host: st.host}
+	req := &http.Request{Method: f.Head.Method, URL: u, RequestURI: f.Head.Target, Header: http.Header{}, Host: st.host, RemoteAddr: st.remote}
 	for k, vs := range f.Head.Header {
 		req.Header[http.CanonicalHeaderKey(k)] = vs
 	}
-	nonce, err := r.auth.Verify(req, f.Body, time.Now())
-	if err != nil {
-		r.log.Warn("agent request refused", "remote", st.remote, "method", req.Method, "path", u.Path, "reason", err.Error())
-		http.Error(rec, err.Error(), http.StatusUnauthorized)
-		answer()
-		return
-	}
-	a := protocol.Answer{W: rec, Auth: r.auth, Nonce: nonce}
-	if r.isClosing() {
-		a.Error(http.StatusServiceUnavailable, "driver shutting down")
+	a, ok := r.admit(rec, req, f.Body, time.Now())
+	if !ok {
 		answer()
 		return
 	}
@@ -107,9 +99,8 @@ func (r *Registry) poll(st *stream, f protocol.Frame, kind pollKind, sessionID s
 		answer()
 		return
 	}
-	p := &heldPoll{st: st, id: f.ID, nonce: nonce, kind: kind, s: s}
+	p := &heldPoll{st: st, id: f.ID, nonce: a.Nonce, kind: kind, s: s}
 	var wait time.Duration
-	var ok bool
 	switch kind {
 	case commandsPoll:
 		if p.after, wait, ok = r.commandsQuery(a, u.Query()); !ok {

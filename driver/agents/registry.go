@@ -444,16 +444,8 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, fmt.Sprintf("read request body (limit %d bytes): %v", r.cfg.MaxBody, err), http.StatusRequestEntityTooLarge)
 		return
 	}
-	nonce, err := r.auth.Verify(req, body, now)
-	if err != nil {
-		r.log.Warn("agent request refused", "remote", req.RemoteAddr, "method", req.Method, "path", req.URL.Path, "reason", err.Error())
-		w.Header().Set("Connection", "close")
-		http.Error(w, err.Error(), http.StatusUnauthorized)
-		return
-	}
-	a := protocol.Answer{W: w, Auth: r.auth, Nonce: nonce}
-	if r.isClosing() {
-		a.Error(http.StatusServiceUnavailable, "driver shutting down")
+	a, ok := r.admit(w, req, body, now)
+	if !ok {
 		return
 	}
 	rest := strings.TrimPrefix(req.URL.Path, protocol.AgentPathPrefix)
@@ -473,6 +465,25 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	default:
 		a.Error(http.StatusNotFound, fmt.Sprintf("no %s %s in the agents' protocol", req.Method, req.URL.Path))
 	}
+}
+
+// admit checks a request's signature and that the registry still serves, answering 401 or
+// 503 when not; it returns what signs the answers to the request. ServeHTTP and the polls
+// held on a stream (park.go) both come through here.
+func (r *Registry) admit(w http.ResponseWriter, req *http.Request, body []byte, now time.Time) (protocol.Answer, bool) {
+	nonce, err := r.auth.Verify(req, body, now)
+	if err != nil {
+		r.log.Warn("agent request refused", "remote", req.RemoteAddr, "method", req.Method, "path", req.URL.Path, "reason", err.Error())
+		w.Header().Set("Connection", "close")
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return protocol.Answer{}, false
+	}
+	a := protocol.Answer{W: w, Auth: r.auth, Nonce: nonce}
+	if r.isClosing() {
+		a.Error(http.StatusServiceUnavailable, "driver shutting down")
+		return a, false
+	}
+	return a, true
 }
 
 func decode(a protocol.Answer, body []byte, v any) bool {
